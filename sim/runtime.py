@@ -1,0 +1,604 @@
+"""The simulation boundary: time, randomness, modeled latency and modeled CPU.
+
+Every component receives a `Runtime` explicitly and reads the clock, draws
+random numbers, sleeps for modeled latencies and spends modeled CPU only through
+it. Whether time is real or virtual is a property of the event loop the program
+runs on: the stock asyncio loop (real mode) or `VirtualEventLoop` (virtual
+mode), whose clock jumps to the next timer whenever nothing is ready, so a
+seeded program produces the same sequence of events on every run.
+
+This module imports nothing from the rest of coordsim (DESIGN.md §3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import math
+import random
+import selectors
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, NoReturn, TypeVar, final
+
+__all__ = [
+    "VIRTUAL_EPOCH_MS",
+    "Constant",
+    "CorePool",
+    "CorePoolStatistics",
+    "Distribution",
+    "Empirical",
+    "LatencyModel",
+    "LatencySpecError",
+    "LogNormal",
+    "Runtime",
+    "Uniform",
+    "VirtualDeadlock",
+    "VirtualEventLoop",
+    "VirtualIOError",
+    "WallClock",
+    "run",
+]
+
+T = TypeVar("T")
+
+#: A wall clock in milliseconds since the Unix epoch (a one-method seam).
+WallClock = Callable[[], int]
+
+#: Where virtual time starts on the wall clock: 2026-01-01T00:00:00Z. A fixed
+#: value, so virtual runs (and their traces) are identical whenever they run.
+VIRTUAL_EPOCH_MS: Final = 1_767_225_600_000
+
+
+# --- The virtual-time event loop --------------------------------------------------------
+
+
+class VirtualIOError(RuntimeError):
+    """Real I/O (a socket, a thread, a subprocess) was attempted on the virtual loop.
+
+    Virtual time cannot wait for the outside world: a real query would look like
+    an instant timeout. Use the in-memory backends in virtual mode.
+    """
+
+
+class VirtualDeadlock(RuntimeError):
+    """Every task waits, and no timer is scheduled that could ever wake one."""
+
+
+class _VirtualTask(asyncio.Task[Any]):
+    """A Task whose hash is its creation number instead of its memory address.
+
+    anyio keeps tasks in sets and cancels them by iterating those sets; with
+    address-based hashes that order (and so the order of events) would change
+    from run to run under address-space randomization.
+    """
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], *, loop: VirtualEventLoop, **kw: Any):
+        # Set before the base init, which already puts the task in a WeakSet.
+        self._coordsim_seq = loop._next_seq()
+        super().__init__(coro, loop=loop, **kw)
+
+    def __hash__(self) -> int:
+        return self._coordsim_seq
+
+
+class _VirtualFuture(asyncio.Future[Any]):
+    """A Future with a deterministic hash, for the same reason as `_VirtualTask`."""
+
+    def __init__(self, *, loop: VirtualEventLoop):
+        self._coordsim_seq = loop._next_seq()
+        super().__init__(loop=loop)
+
+    def __hash__(self) -> int:
+        return self._coordsim_seq
+
+
+class _VirtualSelector(selectors.BaseSelector):
+    """A selector that never waits: it advances the loop's clock to the next timer."""
+
+    def __init__(self) -> None:
+        self._loop: VirtualEventLoop | None = None
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> NoReturn:
+        raise VirtualIOError(
+            f"real I/O on the virtual-time loop (tried to watch {fileobj!r}); "
+            "virtual mode must use the in-memory backends"
+        )
+
+    def unregister(self, fileobj: Any) -> NoReturn:
+        raise KeyError(fileobj)
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        loop = self._loop
+        assert loop is not None
+        if timeout is None:
+            raise VirtualDeadlock(
+                "virtual-time deadlock: every task is waiting and no timer is scheduled "
+                f"({len(asyncio.all_tasks(loop))} tasks alive)"
+            )
+        if timeout > 0:
+            # _run_once already removed cancelled timers from the head of the heap,
+            # so the head is the next event. Jump exactly onto it (float-safe);
+            # a longer wait than asyncio's select cap takes several jumps.
+            when: float = loop._scheduled[0]._when  # type: ignore[attr-defined]
+            loop._virtual_now = when if when - loop._virtual_now <= timeout else loop._virtual_now + timeout
+        return []
+
+    def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def _forbidden(name: str) -> Callable[..., NoReturn]:
+    def method(self: VirtualEventLoop, *args: object, **kwargs: object) -> NoReturn:
+        raise VirtualIOError(
+            f"loop.{name}() is real I/O and is not allowed on the virtual-time loop; "
+            "virtual mode must use the in-memory backends"
+        )
+
+    method.__name__ = name
+    return method
+
+
+class VirtualEventLoop(asyncio.SelectorEventLoop):
+    """A deterministic asyncio loop whose `time()` is virtual.
+
+    When no callback is ready, time jumps to the next scheduled timer instead of
+    waiting, so simulated seconds cost microseconds. Timers, task groups, anyio
+    cancel scopes, `asyncio.timeout` all work unchanged. Real I/O raises
+    `VirtualIOError`; waiting forever raises `VirtualDeadlock`.
+
+    Determinism: callbacks run in asyncio's FIFO order and timers in heap order,
+    both of which depend only on the program; tasks and futures hash by creation
+    number so set iteration cannot depend on memory addresses.
+    """
+
+    def __init__(self, *, epoch_ms: int = VIRTUAL_EPOCH_MS) -> None:
+        self._virtual_now = 0.0
+        self._seq = 0
+        self.epoch_ms = epoch_ms
+        selector = _VirtualSelector()
+        super().__init__(selector)
+        selector._loop = self
+        self._clock_resolution = 1e-9
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def time(self) -> float:
+        return self._virtual_now
+
+    def create_task(  # type: ignore[override]
+        self, coro: Coroutine[Any, Any, T], *, name: str | None = None, **kwargs: Any
+    ) -> asyncio.Task[T]:
+        self._check_closed()  # type: ignore[attr-defined]
+        task = _VirtualTask(coro, loop=self, name=name, **kwargs)
+        return task
+
+    def create_future(self) -> asyncio.Future[Any]:
+        return _VirtualFuture(loop=self)
+
+    # No self-pipe: nothing outside the loop's own thread may wake it.
+    def _make_self_pipe(self) -> None:
+        pass
+
+    def _close_self_pipe(self) -> None:
+        pass
+
+    def _write_to_self(self) -> None:
+        pass
+
+    def _process_events(self, event_list: list[Any]) -> None:
+        pass
+
+    run_in_executor = _forbidden("run_in_executor")
+    getaddrinfo = _forbidden("getaddrinfo")
+    getnameinfo = _forbidden("getnameinfo")
+    create_connection = _forbidden("create_connection")
+    create_server = _forbidden("create_server")
+    create_unix_connection = _forbidden("create_unix_connection")
+    create_unix_server = _forbidden("create_unix_server")
+    create_datagram_endpoint = _forbidden("create_datagram_endpoint")
+    connect_accepted_socket = _forbidden("connect_accepted_socket")
+    connect_read_pipe = _forbidden("connect_read_pipe")
+    connect_write_pipe = _forbidden("connect_write_pipe")
+    subprocess_exec = _forbidden("subprocess_exec")
+    subprocess_shell = _forbidden("subprocess_shell")
+    add_reader = _forbidden("add_reader")
+    add_writer = _forbidden("add_writer")
+    sock_recv = _forbidden("sock_recv")
+    sock_recv_into = _forbidden("sock_recv_into")
+    sock_recvfrom = _forbidden("sock_recvfrom")
+    sock_recvfrom_into = _forbidden("sock_recvfrom_into")
+    sock_sendall = _forbidden("sock_sendall")
+    sock_sendto = _forbidden("sock_sendto")
+    sock_connect = _forbidden("sock_connect")
+    sock_accept = _forbidden("sock_accept")
+    sock_sendfile = _forbidden("sock_sendfile")
+    add_signal_handler = _forbidden("add_signal_handler")
+
+
+# --- Latency model ----------------------------------------------------------------------
+
+
+class LatencySpecError(ValueError):
+    """A latency distribution or profile is malformed."""
+
+
+class Distribution(ABC):
+    """A distribution of durations in seconds; sampling draws only from `rng`."""
+
+    @abstractmethod
+    def sample(self, rng: random.Random) -> float:
+        """Returns a duration >= 0 in seconds."""
+
+    @abstractmethod
+    def to_dict(self) -> dict[str, Any]:
+        """The spec `Distribution.from_dict` reads back (durations in ms)."""
+
+    @abstractmethod
+    def mean(self) -> float:
+        """The mean duration in seconds (for reports and sanity checks)."""
+
+    @staticmethod
+    def from_dict(spec: Mapping[str, Any]) -> Distribution:
+        """Parses `{"kind": "constant"|"uniform"|"lognormal"|"empirical", ...}`.
+
+        Durations are in milliseconds: `ms`; `low_ms`, `high_ms`;
+        `median_ms`, `sigma`; `samples_ms`.
+        """
+        kind = spec.get("kind")
+        keys = set(spec) - {"kind"}
+        expected: dict[str, set[str]] = {
+            "constant": {"ms"},
+            "uniform": {"low_ms", "high_ms"},
+            "lognormal": {"median_ms", "sigma"},
+            "empirical": {"samples_ms"},
+        }
+        if kind not in expected:
+            raise LatencySpecError(
+                f"unknown distribution kind {kind!r}; expected one of {', '.join(expected)}"
+            )
+        if keys != expected[kind]:
+            raise LatencySpecError(
+                f"{kind} distribution takes {sorted(expected[kind])}, got {sorted(keys)}"
+            )
+        try:
+            if kind == "constant":
+                return Constant(float(spec["ms"]) / 1000)
+            if kind == "uniform":
+                return Uniform(float(spec["low_ms"]) / 1000, float(spec["high_ms"]) / 1000)
+            if kind == "lognormal":
+                return LogNormal(float(spec["median_ms"]) / 1000, float(spec["sigma"]))
+            return Empirical([float(s) / 1000 for s in spec["samples_ms"]])
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, LatencySpecError):
+                raise
+            raise LatencySpecError(f"bad {kind} distribution {dict(spec)!r}: {exc}") from exc
+
+
+def _check_duration(name: str, value: float) -> None:
+    if not math.isfinite(value) or value < 0:
+        raise LatencySpecError(f"{name} must be a finite duration >= 0, got {value}")
+
+
+@final
+@dataclass(frozen=True)
+class Constant(Distribution):
+    seconds: float
+
+    def __post_init__(self) -> None:
+        _check_duration("constant", self.seconds)
+
+    def sample(self, rng: random.Random) -> float:
+        return self.seconds
+
+    def mean(self) -> float:
+        return self.seconds
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "constant", "ms": self.seconds * 1000}
+
+
+@final
+@dataclass(frozen=True)
+class Uniform(Distribution):
+    low: float
+    high: float
+
+    def __post_init__(self) -> None:
+        _check_duration("uniform low", self.low)
+        _check_duration("uniform high", self.high)
+        if self.high < self.low:
+            raise LatencySpecError(f"uniform high {self.high} < low {self.low}")
+
+    def sample(self, rng: random.Random) -> float:
+        return rng.uniform(self.low, self.high)
+
+    def mean(self) -> float:
+        return (self.low + self.high) / 2
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "uniform", "low_ms": self.low * 1000, "high_ms": self.high * 1000}
+
+
+@final
+@dataclass(frozen=True)
+class LogNormal(Distribution):
+    """Log-normal with the given median (seconds) and shape `sigma`: the usual
+    shape of a network round trip, with a long right tail."""
+
+    median: float
+    sigma: float
+
+    def __post_init__(self) -> None:
+        _check_duration("lognormal median", self.median)
+        if not math.isfinite(self.sigma) or self.sigma < 0:
+            raise LatencySpecError(f"lognormal sigma must be >= 0, got {self.sigma}")
+
+    def sample(self, rng: random.Random) -> float:
+        if self.median == 0:
+            return 0.0
+        return rng.lognormvariate(math.log(self.median), self.sigma)
+
+    def mean(self) -> float:
+        return self.median * math.exp(self.sigma**2 / 2)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "lognormal", "median_ms": self.median * 1000, "sigma": self.sigma}
+
+
+@final
+@dataclass(frozen=True)
+class Empirical(Distribution):
+    """Draws uniformly from measured samples (e.g. from `coordsim calibrate`)."""
+
+    samples: Sequence[float]
+
+    def __post_init__(self) -> None:
+        if not self.samples:
+            raise LatencySpecError("empirical distribution needs at least one sample")
+        for s in self.samples:
+            _check_duration("empirical sample", s)
+        object.__setattr__(self, "samples", tuple(self.samples))
+
+    def sample(self, rng: random.Random) -> float:
+        return self.samples[rng.randrange(len(self.samples))]
+
+    def mean(self) -> float:
+        return sum(self.samples) / len(self.samples)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "empirical", "samples_ms": [s * 1000 for s in self.samples]}
+
+
+@final
+class LatencyModel:
+    """Named latency distributions, e.g. `"oracle.read_ts"` or `"replica.peek"`.
+
+    A name without its own distribution falls back to the longest configured
+    dotted prefix (`"oracle"` covers `"oracle.read_ts"`), then to `default`.
+    """
+
+    def __init__(
+        self, distributions: Mapping[str, Distribution] | None = None, *, default: Distribution | None = None
+    ) -> None:
+        self._dists = dict(distributions or {})
+        self._default = default
+
+    @classmethod
+    def from_dict(cls, spec: Mapping[str, Any]) -> LatencyModel:
+        """Parses `{"default": {...}, "name": {...}, ...}` (see `Distribution.from_dict`)."""
+        if not isinstance(spec, Mapping):
+            raise LatencySpecError(f"a latency profile is a table of distributions, got {spec!r}")
+        dists: dict[str, Distribution] = {}
+        default: Distribution | None = None
+        for name, sub in spec.items():
+            if not isinstance(sub, Mapping):
+                raise LatencySpecError(f"latency {name!r}: expected a table, got {sub!r}")
+            try:
+                dist = Distribution.from_dict(sub)
+            except LatencySpecError as exc:
+                raise LatencySpecError(f"latency {name!r}: {exc}") from exc
+            if name == "default":
+                default = dist
+            else:
+                dists[name] = dist
+        return cls(dists, default=default)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {name: d.to_dict() for name, d in sorted(self._dists.items())}
+        if self._default is not None:
+            out["default"] = self._default.to_dict()
+        return out
+
+    def names(self) -> list[str]:
+        return sorted(self._dists)
+
+    def distribution(self, name: str) -> Distribution:
+        """The distribution used for `name`; `LatencySpecError` if none applies."""
+        key = name
+        while True:
+            if key in self._dists:
+                return self._dists[key]
+            if "." not in key:
+                break
+            key = key.rsplit(".", 1)[0]
+        if self._default is not None:
+            return self._default
+        raise LatencySpecError(f"no latency configured for {name!r} and no default")
+
+    def with_overrides(self, overrides: Mapping[str, Distribution]) -> LatencyModel:
+        return LatencyModel({**self._dists, **overrides}, default=self._default)
+
+
+# --- Modeled CPU ------------------------------------------------------------------------
+
+
+@final
+@dataclass(frozen=True)
+class CorePoolStatistics:
+    name: str
+    cores: int
+    busy_s: float
+    acquisitions: int
+    wait_s: float
+
+
+@final
+class CorePool:
+    """N modeled cores: CPU work holds one core for its duration.
+
+    The event loop's coordinator is a pool of 1, so its handlers serialize; the
+    decoupled adapter shares a pool of N. Waiters are served in arrival order.
+    """
+
+    def __init__(self, runtime: Runtime, cores: int, name: str) -> None:
+        if cores < 1:
+            raise ValueError(f"a core pool needs >= 1 core, got {cores}")
+        self._rt = runtime
+        self.cores = cores
+        self.name = name
+        self._sem = asyncio.Semaphore(cores)
+        self._busy_s = 0.0
+        self._wait_s = 0.0
+        self._acquisitions = 0
+
+    @contextlib.asynccontextmanager
+    async def core(self) -> AsyncIterator[None]:
+        """Holds one core for the duration of the block."""
+        start = self._rt.now()
+        async with self._sem:
+            got = self._rt.now()
+            self._wait_s += got - start
+            self._acquisitions += 1
+            try:
+                yield
+            finally:
+                self._busy_s += self._rt.now() - got
+
+    def statistics(self) -> CorePoolStatistics:
+        return CorePoolStatistics(self.name, self.cores, self._busy_s, self._acquisitions, self._wait_s)
+
+
+# --- Runtime ----------------------------------------------------------------------------
+
+
+@final
+class Runtime:
+    """Clock, seeded randomness, latency and CPU models, passed down explicitly.
+
+    Works on either loop: on `VirtualEventLoop` the clock is virtual and the wall
+    clock starts at the loop's epoch; on any other loop both are real. A wall
+    clock may be injected (tests of the oracle's wall-clock tracking).
+
+    Args:
+        seed: seeds `rng`; `derive` gives sub-components their own streams.
+        latency: the latency model `delay` samples from (default: all zero).
+        wall_clock: overrides `wall_ms`.
+    """
+
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        latency: LatencyModel | None = None,
+        wall_clock: WallClock | None = None,
+        _name: str = "",
+    ) -> None:
+        self.seed = seed
+        self.name = _name
+        self.rng = random.Random(_stream_seed(seed, _name))
+        self.latency = latency if latency is not None else LatencyModel(default=Constant(0.0))
+        self._wall_clock = wall_clock
+
+    def derive(self, name: str) -> Runtime:
+        """A Runtime sharing clock and models, with an independent RNG stream named
+        `name`, so one component's draws never shift another's."""
+        full = f"{self.name}/{name}" if self.name else name
+        return Runtime(seed=self.seed, latency=self.latency, wall_clock=self._wall_clock, _name=full)
+
+    # Clock.
+
+    @staticmethod
+    def _loop() -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
+
+    @property
+    def virtual(self) -> bool:
+        """True on the virtual-time loop. Needs a running loop."""
+        return isinstance(self._loop(), VirtualEventLoop)
+
+    def now(self) -> float:
+        """Monotonic seconds (the loop's clock)."""
+        return self._loop().time()
+
+    def now_ms(self) -> float:
+        return self._loop().time() * 1000
+
+    def now_ns(self) -> int:
+        return round(self._loop().time() * 1e9)
+
+    def wall_ms(self) -> int:
+        """Milliseconds since the Unix epoch, the clock the timestamp oracle tracks."""
+        if self._wall_clock is not None:
+            return self._wall_clock()
+        loop = self._loop()
+        if isinstance(loop, VirtualEventLoop):
+            return loop.epoch_ms + math.floor(loop.time() * 1000)
+        return time.time_ns() // 1_000_000
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleeps `seconds` of (real or virtual) time; 0 just yields."""
+        await asyncio.sleep(max(0.0, seconds))
+
+    async def delay(self, name: str) -> float:
+        """Sleeps for one sample of the latency named `name`; returns it (seconds)."""
+        seconds = self.latency.distribution(name).sample(self.rng)
+        await self.sleep(seconds)
+        return seconds
+
+    def sample(self, name: str) -> float:
+        """One sample of the latency named `name`, without sleeping."""
+        return self.latency.distribution(name).sample(self.rng)
+
+    # CPU.
+
+    def core_pool(self, cores: int, name: str) -> CorePool:
+        return CorePool(self, cores, name)
+
+    async def cpu(self, seconds: float, pool: CorePool) -> None:
+        """Spends `seconds` of modeled CPU on one core of `pool` (waiting for a free
+        core first)."""
+        async with pool.core():
+            await self.sleep(seconds)
+
+
+def _stream_seed(seed: int, name: str) -> int:
+    # hashlib, not hash(): str hashes change with PYTHONHASHSEED.
+    digest = hashlib.blake2b(f"{seed}:{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def run(
+    main: Callable[[Runtime], Coroutine[Any, Any, T]],
+    *,
+    seed: int = 0,
+    virtual: bool = True,
+    latency: LatencyModel | None = None,
+    wall_clock: WallClock | None = None,
+) -> T:
+    """Runs `main(runtime)` to completion on a fresh virtual or stock loop."""
+    rt = Runtime(seed=seed, latency=latency, wall_clock=wall_clock)
+    factory: Callable[[], asyncio.AbstractEventLoop] = (
+        VirtualEventLoop if virtual else asyncio.new_event_loop
+    )
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(main(rt))
+
