@@ -114,17 +114,19 @@ class _VirtualSelector(selectors.BaseSelector):
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         loop = self._loop
         assert loop is not None
-        if timeout is None:
+        # An infinite timer (`anyio.sleep_forever()` is `asyncio.sleep(math.inf)`) can
+        # never fire: waiting on it is a deadlock, not an endless run of capped jumps.
+        if timeout is None or (timeout > 0 and math.isinf(loop._scheduled[0]._when)):  # type: ignore[attr-defined]
             raise VirtualDeadlock(
                 "virtual-time deadlock: every task is waiting and no timer is scheduled "
-                f"({len(asyncio.all_tasks(loop))} tasks alive)"
+                f"that could wake one ({len(asyncio.all_tasks(loop))} tasks alive)"
             )
         if timeout > 0:
             # _run_once already removed cancelled timers from the head of the heap,
-            # so the head is the next event. Jump exactly onto it (float-safe);
-            # a longer wait than asyncio's select cap takes several jumps.
+            # so the head is the next event. Jump exactly onto it (float-safe), even
+            # past asyncio's select cap: capped steps never reach a far-off timer.
             when: float = loop._scheduled[0]._when  # type: ignore[attr-defined]
-            loop._virtual_now = when if when - loop._virtual_now <= timeout else loop._virtual_now + timeout
+            loop._virtual_now = max(loop._virtual_now, when)
         return []
 
     def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
@@ -145,6 +147,75 @@ def _forbidden(name: str) -> Callable[..., NoReturn]:
     return method
 
 
+class _InsertionOrderedSet(dict[Any, None]):
+    """The set operations anyio's cancel scope uses on its child scopes, iterating in
+    insertion order."""
+
+    def add(self, item: Any) -> None:
+        self[item] = None
+
+    def remove(self, item: Any) -> None:
+        del self[item]
+
+    def discard(self, item: Any) -> None:
+        self.pop(item, None)
+
+
+_anyio_patched = False
+
+
+def _patch_anyio() -> None:
+    """Makes anyio's asyncio backend deterministic on the virtual loop (only there).
+
+    1. anyio delivers a cancellation by iterating a `set` of child `CancelScope`s,
+       which hash by memory address, so the order in which cancelled tasks wake
+       would change from run to run. Child scopes are kept in entry order instead;
+       `_InsertionOrderedSet` has the operations anyio uses.
+    2. `anyio.to_thread.run_sync` runs a real thread whose result lands at whatever
+       virtual time the loop has reached by then; it raises `VirtualIOError` instead,
+       like `loop.run_in_executor`.
+
+    If anyio's internals change, this does nothing, and tests/sim/test_runtime.py and
+    test_runtime_determinism.py fail.
+    """
+    global _anyio_patched
+    if _anyio_patched:
+        return
+    _anyio_patched = True
+    try:
+        from anyio._backends import _asyncio as anyio_asyncio
+    except ImportError:
+        return
+
+    def on_virtual_loop() -> bool:
+        return isinstance(asyncio.events._get_running_loop(), VirtualEventLoop)
+
+    scope_cls: Any = getattr(anyio_asyncio, "CancelScope", None)
+    if scope_cls is not None and hasattr(scope_cls, "_child_scopes"):
+        original_init = scope_cls.__init__
+
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            original_init(self, *args, **kwargs)
+            if on_virtual_loop():
+                self._child_scopes = _InsertionOrderedSet()
+
+        scope_cls.__init__ = __init__
+
+    backend_cls: Any = getattr(anyio_asyncio, "AsyncIOBackend", None)
+    original_run_sync = getattr(backend_cls, "run_sync_in_worker_thread", None)
+    if original_run_sync is not None:
+
+        async def run_sync_in_worker_thread(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            if on_virtual_loop():
+                raise VirtualIOError(
+                    "anyio.to_thread.run_sync() runs a real thread, which is not allowed on "
+                    "the virtual-time loop; virtual mode must use the in-memory backends"
+                )
+            return await original_run_sync(*args, **kwargs)
+
+        backend_cls.run_sync_in_worker_thread = classmethod(run_sync_in_worker_thread)
+
+
 class VirtualEventLoop(asyncio.SelectorEventLoop):
     """A deterministic asyncio loop whose `time()` is virtual.
 
@@ -159,13 +230,24 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
     """
 
     def __init__(self, *, epoch_ms: int = VIRTUAL_EPOCH_MS) -> None:
+        _patch_anyio()
         self._virtual_now = 0.0
         self._seq = 0
         self.epoch_ms = epoch_ms
         selector = _VirtualSelector()
         super().__init__(selector)
         selector._loop = self
-        self._clock_resolution = 1e-9
+
+    # asyncio runs the timers due before time() + _clock_resolution. A fixed 1e-9 s
+    # vanishes in float rounding once virtual time passes 2**24 s (~194 days): a due
+    # timer would never run and the loop would spin. One ulp always counts.
+    @property
+    def _clock_resolution(self) -> float:
+        return max(1e-9, math.ulp(self._virtual_now))
+
+    @_clock_resolution.setter
+    def _clock_resolution(self, value: float) -> None:
+        pass  # BaseEventLoop.__init__ stores the real clock's resolution; not ours.
 
     def _next_seq(self) -> int:
         self._seq += 1
@@ -197,7 +279,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
     def _process_events(self, event_list: list[Any]) -> None:
         pass
 
-    run_in_executor = _forbidden("run_in_executor")
+    run_in_executor = _forbidden("run_in_executor")  # type: ignore[assignment]
     getaddrinfo = _forbidden("getaddrinfo")
     getnameinfo = _forbidden("getnameinfo")
     create_connection = _forbidden("create_connection")
@@ -210,8 +292,8 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
     connect_write_pipe = _forbidden("connect_write_pipe")
     subprocess_exec = _forbidden("subprocess_exec")
     subprocess_shell = _forbidden("subprocess_shell")
-    add_reader = _forbidden("add_reader")
-    add_writer = _forbidden("add_writer")
+    add_reader = _forbidden("add_reader")  # type: ignore[assignment]
+    add_writer = _forbidden("add_writer")  # type: ignore[assignment]
     sock_recv = _forbidden("sock_recv")
     sock_recv_into = _forbidden("sock_recv_into")
     sock_recvfrom = _forbidden("sock_recvfrom")
@@ -221,7 +303,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
     sock_connect = _forbidden("sock_connect")
     sock_accept = _forbidden("sock_accept")
     sock_sendfile = _forbidden("sock_sendfile")
-    add_signal_handler = _forbidden("add_signal_handler")
+    add_signal_handler = _forbidden("add_signal_handler")  # type: ignore[assignment]
 
 
 # --- Latency model ----------------------------------------------------------------------
@@ -261,7 +343,7 @@ class Distribution(ABC):
             "lognormal": {"median_ms", "sigma"},
             "empirical": {"samples_ms"},
         }
-        if kind not in expected:
+        if not isinstance(kind, str) or kind not in expected:
             raise LatencySpecError(
                 f"unknown distribution kind {kind!r}; expected one of {', '.join(expected)}"
             )
@@ -276,7 +358,10 @@ class Distribution(ABC):
                 return Uniform(float(spec["low_ms"]) / 1000, float(spec["high_ms"]) / 1000)
             if kind == "lognormal":
                 return LogNormal(float(spec["median_ms"]) / 1000, float(spec["sigma"]))
-            return Empirical([float(s) / 1000 for s in spec["samples_ms"]])
+            samples = spec["samples_ms"]
+            if isinstance(samples, (str, bytes)):  # iterable, but not a list of samples
+                raise LatencySpecError(f"empirical samples_ms must be a list, got {samples!r}")
+            return Empirical([float(s) / 1000 for s in samples])
         except (TypeError, ValueError) as exc:
             if isinstance(exc, LatencySpecError):
                 raise

@@ -8,12 +8,16 @@ its service fails with the reason: nothing here skips.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
-import pytest
 from hypothesis import settings
 
 from sim.runtime import VirtualEventLoop
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    import pytest
 
 pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.s3"]
 

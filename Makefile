@@ -1,0 +1,36 @@
+# Developer chores. Every target installs uv first if it is missing, so on a
+# fresh machine (Python + pip + the distro's Postgres binaries) `make compare`
+# and `make test` are all it takes.
+
+PYTHON ?= python3
+UV := $(PYTHON) -m uv
+
+.PHONY: uv compare test test-all lint types check bench-quick
+
+uv:
+	@$(UV) --version >/dev/null 2>&1 || $(PYTHON) -m pip install --quiet "uv>=0.4,<1" \
+		|| $(PYTHON) -m pip install --quiet --user --break-system-packages "uv>=0.4,<1"
+
+# The main job. Until `coordsim compare` lands (the compare issue) this shows the CLI.
+compare: uv
+	$(UV) run coordsim --help
+
+# The whole default test suite: starts its own Postgres and S3; slow tests excluded.
+test: uv
+	$(UV) run pytest
+
+# Everything, including tests marked slow.
+test-all: uv
+	$(UV) run pytest -m "slow or not slow"
+
+lint: uv
+	$(UV) run ruff check .
+
+types: uv
+	$(UV) run mypy
+
+check: lint types test
+
+bench-quick: uv
+	$(UV) run python bench/runtime.py --quick
+	$(UV) run python bench/persist_location.py --quick

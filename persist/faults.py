@@ -1,0 +1,209 @@
+"""Fault injection: Blob and Consensus wrappers that fail on purpose.
+
+Each call, drawn from a seeded `random.Random`, either passes through, fails
+`Determinate` before reaching the inner store, or "times out" (`Indeterminate`)
+— half of those timeouts *after* the inner call applied, the case that makes
+blind retries of writes unsafe. Reads only ever fail `Determinate`, as the
+interface contract says, and misuse is still reported as `InvalidUsage` before
+any fault is drawn.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar, final
+
+from persist.location import (
+    Blob,
+    CaSResult,
+    Consensus,
+    Determinate,
+    Indeterminate,
+    InvalidUsage,
+    SeqNo,
+    VersionedData,
+    check_blob_key,
+    check_cas_seqnos,
+    check_consensus_key,
+    check_scan_limit,
+)
+
+if TYPE_CHECKING:
+    import random
+    from collections.abc import Awaitable, Callable
+
+__all__ = ["FaultStatistics", "UnreliableBlob", "UnreliableConsensus"]
+
+T = TypeVar("T")
+
+
+class _Fate(enum.Enum):
+    OK = "ok"
+    FAIL = "fail"
+    TIMEOUT_BEFORE = "timeout-before"
+    TIMEOUT_AFTER = "timeout-after"
+
+
+@final
+@dataclass(frozen=True)
+class FaultStatistics:
+    calls: int
+    failed: int
+    timed_out_before: int
+    timed_out_after_applying: int
+
+
+class _Injector:
+    def __init__(self, name: str, rng: random.Random, p_fail: float, p_timeout: float) -> None:
+        self.name = name
+        self.rng = rng
+        self.enabled = True
+        self.set_rates(p_fail, p_timeout)
+        self._counts = dict.fromkeys(_Fate, 0)
+
+    def set_rates(self, p_fail: float, p_timeout: float) -> None:
+        if not (0 <= p_fail <= 1 and 0 <= p_timeout <= 1 and p_fail + p_timeout <= 1):
+            raise InvalidUsage(
+                f"fault rates must be in [0, 1] and sum to <= 1: p_fail={p_fail} p_timeout={p_timeout}"
+            )
+        self.p_fail = p_fail
+        self.p_timeout = p_timeout
+
+    def _fate(self, write: bool) -> _Fate:
+        if not self.enabled:
+            return _Fate.OK
+        r = self.rng.random()
+        if r < self.p_fail:
+            return _Fate.FAIL
+        if r < self.p_fail + self.p_timeout:
+            if not write:
+                return _Fate.FAIL
+            return _Fate.TIMEOUT_AFTER if self.rng.random() < 0.5 else _Fate.TIMEOUT_BEFORE
+        return _Fate.OK
+
+    async def call(self, op: str, write: bool, inner: Callable[[], Awaitable[T]]) -> T:
+        fate = self._fate(write)
+        self._counts[fate] += 1
+        if fate is _Fate.FAIL:
+            raise Determinate(f"injected failure: {self.name}.{op}")
+        if fate is _Fate.TIMEOUT_BEFORE:
+            raise Indeterminate(f"injected timeout: {self.name}.{op}")
+        result = await inner()
+        if fate is _Fate.TIMEOUT_AFTER:
+            raise Indeterminate(f"injected timeout after applying: {self.name}.{op}")
+        return result
+
+    def statistics(self) -> FaultStatistics:
+        c = self._counts
+        return FaultStatistics(
+            calls=sum(c.values()),
+            failed=c[_Fate.FAIL],
+            timed_out_before=c[_Fate.TIMEOUT_BEFORE],
+            timed_out_after_applying=c[_Fate.TIMEOUT_AFTER],
+        )
+
+
+@final
+class UnreliableBlob(Blob):
+    """A Blob that fails with probability `p_fail` and times out with `p_timeout`.
+
+    Set `enabled = False` (or rates of 0) to let every call through, e.g. to
+    inspect the state a faulty run left behind.
+    """
+
+    def __init__(
+        self, inner: Blob, rng: random.Random, *, p_fail: float = 0.05, p_timeout: float = 0.05
+    ) -> None:
+        self.inner = inner
+        self._faults = _Injector("blob", rng, p_fail, p_timeout)
+
+    @property
+    def enabled(self) -> bool:
+        return self._faults.enabled
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        self._faults.enabled = value
+
+    def set_rates(self, *, p_fail: float, p_timeout: float) -> None:
+        self._faults.set_rates(p_fail, p_timeout)
+
+    def statistics(self) -> FaultStatistics:
+        return self._faults.statistics()
+
+    async def get(self, key: str) -> bytes | None:
+        check_blob_key(key)
+        return await self._faults.call("get", False, lambda: self.inner.get(key))
+
+    async def set(self, key: str, value: bytes) -> None:
+        check_blob_key(key)
+        await self._faults.call("set", True, lambda: self.inner.set(key, value))
+
+    async def delete(self, key: str) -> bool:
+        check_blob_key(key)
+        return await self._faults.call("delete", True, lambda: self.inner.delete(key))
+
+    async def list_keys(self, prefix: str = "") -> list[str]:
+        return await self._faults.call("list_keys", False, lambda: self.inner.list_keys(prefix))
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+@final
+class UnreliableConsensus(Consensus):
+    """A Consensus that fails with probability `p_fail` and times out with
+    `p_timeout` (see `UnreliableBlob`)."""
+
+    def __init__(
+        self,
+        inner: Consensus,
+        rng: random.Random,
+        *,
+        p_fail: float = 0.05,
+        p_timeout: float = 0.05,
+    ) -> None:
+        self.inner = inner
+        self._faults = _Injector("consensus", rng, p_fail, p_timeout)
+
+    @property
+    def enabled(self) -> bool:
+        return self._faults.enabled
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        self._faults.enabled = value
+
+    def set_rates(self, *, p_fail: float, p_timeout: float) -> None:
+        self._faults.set_rates(p_fail, p_timeout)
+
+    def statistics(self) -> FaultStatistics:
+        return self._faults.statistics()
+
+    async def head(self, key: str) -> VersionedData | None:
+        check_consensus_key(key)
+        return await self._faults.call("head", False, lambda: self.inner.head(key))
+
+    async def compare_and_set(
+        self, key: str, expected: SeqNo | None, new: VersionedData
+    ) -> CaSResult:
+        check_consensus_key(key)
+        check_cas_seqnos(expected, new)
+        return await self._faults.call(
+            "compare_and_set", True, lambda: self.inner.compare_and_set(key, expected, new)
+        )
+
+    async def scan(self, key: str, from_seqno: SeqNo, limit: int) -> list[VersionedData]:
+        check_consensus_key(key)
+        check_scan_limit(limit)
+        return await self._faults.call(
+            "scan", False, lambda: self.inner.scan(key, from_seqno, limit)
+        )
+
+    async def truncate(self, key: str, seqno: SeqNo) -> int:
+        check_consensus_key(key)
+        return await self._faults.call("truncate", True, lambda: self.inner.truncate(key, seqno))
+
+    async def close(self) -> None:
+        await self.inner.close()

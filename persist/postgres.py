@@ -1,0 +1,338 @@
+"""Consensus on PostgreSQL (or CockroachDB, with the same SQL) through asyncpg.
+
+One table holds every key's log; `compare_and_set` is a single statement that
+inserts the new entry only if the key's head is at the expected seqno. Because
+of the gap-free rule (`new.seqno == expected + 1`), every writer racing for one
+seqno inserts the same primary key: the database lets exactly one of them in and
+`ON CONFLICT DO NOTHING` turns the others into "0 rows", i.e.
+EXPECTATION_MISMATCH, even under READ COMMITTED. Under SERIALIZABLE (CockroachDB)
+a loser may instead get SQLSTATE 40001, a `Determinate` error its caller retries.
+
+Known limit under READ COMMITTED: a CaS statement's snapshot is taken when the
+statement starts; if, before it reaches its insert, other sessions commit two
+newer entries *and* truncate away the one it is about to insert, the insert
+finds no conflict and lands below the head. That needs a whole CaS + truncate
+round to fit inside one statement's execution; SERIALIZABLE closes it.
+
+Errors: reads fail `Determinate`; writes fail `Determinate` only for the
+allow-list in `classify_failure`, else `Indeterminate`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar, final
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import asyncpg
+
+from persist.location import (
+    CaSResult,
+    Consensus,
+    Determinate,
+    ExternalError,
+    Indeterminate,
+    InvalidUsage,
+    SeqNo,
+    VersionedData,
+    check_cas_seqnos,
+    check_consensus_key,
+    check_scan_limit,
+)
+from persist.urls import redact_text, redact_url
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from asyncpg.pool import PoolConnectionProxy
+
+    _ConnT: TypeAlias = PoolConnectionProxy[asyncpg.Record]
+
+__all__ = ["PostgresConsensus", "classify_failure"]
+
+T = TypeVar("T")
+
+_BIGINT_MAX: Final = 2**63 - 1
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS consensus (
+    shard text NOT NULL,
+    sequence_number bigint NOT NULL,
+    data bytea NOT NULL,
+    PRIMARY KEY (shard, sequence_number)
+)"""
+
+_HEAD: Final = """
+SELECT sequence_number, data FROM consensus
+WHERE shard = $1 ORDER BY sequence_number DESC LIMIT 1"""
+
+_CAS: Final = """
+INSERT INTO consensus (shard, sequence_number, data)
+SELECT $1, $2, $3
+WHERE (SELECT sequence_number FROM consensus
+       WHERE shard = $1 ORDER BY sequence_number DESC LIMIT 1) = $4
+ON CONFLICT DO NOTHING
+RETURNING sequence_number"""
+
+_CAS_FIRST: Final = """
+INSERT INTO consensus (shard, sequence_number, data)
+SELECT $1, $2, $3
+WHERE NOT EXISTS (SELECT 1 FROM consensus WHERE shard = $1)
+ON CONFLICT DO NOTHING
+RETURNING sequence_number"""
+
+_SCAN: Final = """
+SELECT sequence_number, data FROM consensus
+WHERE shard = $1 AND sequence_number >= $2
+ORDER BY sequence_number ASC LIMIT $3"""
+
+# The head is read in the same statement (same snapshot) as the delete, so the
+# refusal and the delete agree; the head can only have grown since, so the
+# delete never reaches it.
+_TRUNCATE: Final = """
+WITH head AS (
+    SELECT sequence_number FROM consensus
+    WHERE shard = $1 ORDER BY sequence_number DESC LIMIT 1
+), deleted AS (
+    DELETE FROM consensus
+    WHERE shard = $1 AND sequence_number < $2
+      AND $2 <= (SELECT sequence_number FROM head)
+    RETURNING sequence_number
+)
+SELECT (SELECT sequence_number FROM head) AS head, (SELECT count(*) FROM deleted) AS deleted"""
+
+# SQLSTATEs after which a write definitely did not apply (DESIGN.md §9).
+_DETERMINATE_SQLSTATES: Final = frozenset(
+    {
+        "40001",  # serialization_failure: the transaction was rolled back
+        "40P01",  # deadlock_detected: rolled back
+        "57P03",  # cannot_connect_now: the server is starting or stopping
+        "53300",  # too_many_connections
+        "08001",  # sqlclient_unable_to_establish_sqlconnection
+        "08004",  # sqlserver_rejected_establishment_of_sqlconnection
+    }
+)
+
+# What the driver can raise. Anything else (TypeError, ...) is a bug and propagates.
+_DRIVER_ERRORS: Final = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,  # includes TimeoutError and ConnectionError
+)
+
+
+def classify_failure(exc: BaseException, *, write: bool) -> type[ExternalError]:
+    """The error tier of a failed statement (one that was, or may have been, sent).
+
+    Reads are always `Determinate`. A write is `Determinate` only if the server
+    says it rolled back or refused the connection (`_DETERMINATE_SQLSTATES`), or
+    the driver refused to send on a connection it already knew was closed;
+    everything else (a connection lost mid-statement, 57P01 admin_shutdown, a
+    timeout, anything unknown) is `Indeterminate`. A failure to obtain a
+    connection is `Determinate` whatever it is: nothing was sent.
+    """
+    if not write:
+        return Determinate
+    sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate in _DETERMINATE_SQLSTATES:
+        return Determinate
+    # asyncpg's checks before sending: "connection is closed", "cannot perform
+    # operation: connection is closed", "... the underlying connection is closed".
+    if isinstance(exc, asyncpg.InterfaceError) and "connection is closed" in str(exc):
+        return Determinate
+    return Indeterminate
+
+
+def _describe(exc: BaseException) -> str:
+    """One line naming the failure: type, SQLSTATE if any, message (redacted)."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    code = f" [SQLSTATE {sqlstate}]" if isinstance(sqlstate, str) else ""
+    message = " ".join(str(exc).split()) or "(no message)"
+    return redact_text(f"{type(exc).__name__}{code}: {message}")
+
+
+def _split_connect_timeout(url: str) -> tuple[str, float | None]:
+    """Removes libpq's `connect_timeout` from `url` (asyncpg would send it to the
+    server as a setting, which rejects it) and returns it in seconds."""
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    timeout: float | None = None
+    kept: list[tuple[str, str]] = []
+    for name, value in pairs:
+        if name != "connect_timeout":
+            kept.append((name, value))
+            continue
+        try:
+            timeout = float(value)
+        except ValueError:
+            timeout = -1.0
+        if timeout <= 0:
+            raise InvalidUsage(f"connect_timeout={value!r} in {redact_url(url)} must be > 0")
+    if timeout is None:
+        return url, None
+    return urlunsplit(parts._replace(query=urlencode(kept))), timeout
+
+
+@final
+class PostgresConsensus(Consensus):
+    """`Consensus` in the `consensus` table of a PostgreSQL or CockroachDB database.
+
+    Open with `PostgresConsensus.open(url)`. No retries happen here: callers
+    retry `Determinate` errors (DESIGN.md §9).
+    """
+
+    def __init__(self, pool: asyncpg.Pool[asyncpg.Record], where: str) -> None:
+        """Use `open`. `where` is the redacted URL, for messages."""
+        self._pool = pool
+        self._where = where
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls, url: str, *, pool_size: int = 8, statement_timeout_s: float = 30.0
+    ) -> PostgresConsensus:
+        """Connects to `url` and creates the `consensus` table if it is missing.
+
+        Args:
+            url: `postgres[ql]://user[:password]@host:port/db[?sslmode=…&connect_timeout=S&…]`;
+                other query parameters are session settings (e.g. `application_name`).
+            pool_size: the most connections held at once.
+            statement_timeout_s: the server cancels a statement running longer
+                (and the client gives up a second later, should the server hang).
+
+        Raises:
+            InvalidUsage: a bad argument or a malformed URL.
+            Determinate: the server is unreachable or refused us (one line,
+                naming the URL without its password).
+        """
+        if pool_size < 1:
+            raise InvalidUsage(f"pool_size must be >= 1, got {pool_size}")
+        if statement_timeout_s <= 0:
+            raise InvalidUsage(f"statement_timeout_s must be > 0, got {statement_timeout_s}")
+        where = redact_url(url)
+        dsn, connect_timeout = _split_connect_timeout(url)
+        try:
+            pool: asyncpg.Pool[asyncpg.Record] = await asyncpg.create_pool(
+                dsn,
+                min_size=1,
+                max_size=pool_size,
+                timeout=connect_timeout or min(10.0, statement_timeout_s),
+                command_timeout=statement_timeout_s + 1.0,
+                # Startup settings, not SET: they survive the RESET ALL that the
+                # pool runs when a connection is released.
+                server_settings={"statement_timeout": str(int(statement_timeout_s * 1000))},
+            )
+        except (ValueError, asyncpg.ClientConfigurationError) as exc:
+            raise InvalidUsage(f"bad Postgres URL {where}: {_describe(exc)}") from exc
+        except _DRIVER_ERRORS as exc:
+            raise Determinate(f"cannot connect to Postgres at {where}: {_describe(exc)}") from exc
+        try:
+            # Two sessions creating the table at once: the loser gets one of these
+            # (CREATE TABLE IF NOT EXISTS is not atomic in Postgres: the table, its
+            # row type or its index may collide); either way the table now exists.
+            with contextlib.suppress(
+                asyncpg.UniqueViolationError, asyncpg.DuplicateTableError, asyncpg.DuplicateObjectError
+            ):
+                await pool.execute(_SCHEMA)
+        except _DRIVER_ERRORS as exc:
+            pool.terminate()
+            raise Determinate(
+                f"cannot create the consensus table at {where}: {_describe(exc)}"
+            ) from exc
+        return cls(pool, where)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            await self._pool.close()
+        except _DRIVER_ERRORS:
+            # The server is gone: there is nothing left to close politely.
+            self._pool.terminate()
+
+    def __repr__(self) -> str:
+        return f"PostgresConsensus({self._where})"
+
+    # --- the Consensus interface
+
+    async def head(self, key: str) -> VersionedData | None:
+        check_consensus_key(key)
+        row = await self._run(
+            f"head({key!r})", write=False, call=lambda c: c.fetchrow(_HEAD, key)
+        )
+        return None if row is None else VersionedData(SeqNo(row[0]), bytes(row[1]))
+
+    async def compare_and_set(
+        self, key: str, expected: SeqNo | None, new: VersionedData
+    ) -> CaSResult:
+        check_consensus_key(key)
+        check_cas_seqnos(expected, new)
+        if new.seqno.value > _BIGINT_MAX:
+            raise InvalidUsage(f"compare_and_set: seqno {new.seqno} exceeds the bigint range")
+        data = bytes(new.data)
+        what = f"compare_and_set({key!r}, {expected}, {new.seqno})"
+        if expected is None:
+            inserted = await self._run(
+                what, write=True, call=lambda c: c.fetchval(_CAS_FIRST, key, new.seqno.value, data)
+            )
+        else:
+            inserted = await self._run(
+                what,
+                write=True,
+                call=lambda c: c.fetchval(_CAS, key, new.seqno.value, data, expected.value),
+            )
+        return CaSResult.EXPECTATION_MISMATCH if inserted is None else CaSResult.COMMITTED
+
+    async def scan(self, key: str, from_seqno: SeqNo, limit: int) -> list[VersionedData]:
+        check_consensus_key(key)
+        check_scan_limit(limit)
+        if from_seqno.value > _BIGINT_MAX:
+            return []  # no entry can be there
+        rows = await self._run(
+            f"scan({key!r}, {from_seqno}, {limit})",
+            write=False,
+            call=lambda c: c.fetch(_SCAN, key, from_seqno.value, min(limit, _BIGINT_MAX)),
+        )
+        return [VersionedData(SeqNo(row[0]), bytes(row[1])) for row in rows]
+
+    async def truncate(self, key: str, seqno: SeqNo) -> int:
+        check_consensus_key(key)
+        what = f"truncate({key!r}, {seqno})"
+        bound = min(seqno.value, _BIGINT_MAX)  # a bigger one is above any head: refused below
+        row = await self._run(what, write=True, call=lambda c: c.fetchrow(_TRUNCATE, key, bound))
+        head = None if row is None else row[0]
+        if head is None:
+            raise InvalidUsage(f"{what}: the key was never written")
+        if seqno.value > head:
+            raise InvalidUsage(f"{what}: above the head {SeqNo(head)}")
+        deleted: int = row[1] if row is not None else 0
+        return deleted
+
+    # --- plumbing
+
+    async def _run(
+        self, what: str, *, write: bool, call: Callable[[_ConnT], Awaitable[T]]
+    ) -> T:
+        """Runs one statement on a pooled connection, turning driver failures into
+        the error tiers: nothing sent yet ⇒ `Determinate`, else `classify_failure`."""
+        if self._closed:
+            raise InvalidUsage(f"{what}: {self!r} is closed")
+        try:
+            conn = await self._pool.acquire()
+        except _DRIVER_ERRORS as exc:
+            raise Determinate(
+                f"{what} on {self._where}: no connection (nothing sent): {_describe(exc)}"
+            ) from exc
+        try:
+            return await call(conn)
+        except _DRIVER_ERRORS as exc:
+            kind = classify_failure(exc, write=write)
+            raise kind(f"{what} on {self._where} failed: {_describe(exc)}") from exc
+        finally:
+            # The statement's outcome is already decided; a failed release (the
+            # reset of a connection that just died) cannot change it, and asyncpg
+            # discards such a connection by itself.
+            with contextlib.suppress(*_DRIVER_ERRORS):
+                await self._pool.release(conn)

@@ -1,0 +1,120 @@
+"""The Blob and Consensus conformance suites, run on every implementation."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+import pytest
+
+from persist.faults import UnreliableBlob, UnreliableConsensus
+from persist.file import FileBlob
+from persist.location import Blob, Consensus
+from persist.mem import MemBlob, MemConsensus
+from persist.open import open_blob, open_consensus
+from persist.testing import check_blob, check_consensus
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+MakeBlob = Callable[[], Awaitable[Blob]]
+MakeConsensus = Callable[[], Awaitable[Consensus]]
+
+
+async def _mem_blob() -> Blob:
+    return MemBlob()
+
+
+async def _unreliable_mem_blob() -> Blob:
+    return UnreliableBlob(MemBlob(), random.Random(7), p_fail=0.1, p_timeout=0.1)
+
+
+async def _mem_consensus() -> Consensus:
+    return MemConsensus()
+
+
+async def _unreliable_mem_consensus() -> Consensus:
+    return UnreliableConsensus(MemConsensus(), random.Random(7), p_fail=0.1, p_timeout=0.1)
+
+
+@pytest.fixture(
+    params=[
+        "mem",
+        "unreliable-mem",
+        "file",
+        pytest.param("s3", marks=pytest.mark.s3),
+    ]
+)
+def blob_impl(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[MakeBlob, bool, int]:
+    """(make, reliable, large_size) for each Blob implementation."""
+    name = request.param
+    if name == "mem":
+        return _mem_blob, True, 1 << 20
+    if name == "unreliable-mem":
+        return _unreliable_mem_blob, False, 1 << 20
+    if name == "file":
+
+        async def make_file() -> Blob:
+            return FileBlob(tmp_path / "blob")
+
+        return make_file, True, 1 << 20
+    endpoint: str = request.getfixturevalue("s3_endpoint")
+    bucket: str = request.getfixturevalue("s3_bucket")
+
+    async def make_s3() -> Blob:
+        return await open_blob(f"s3://{bucket}/conformance?endpoint={endpoint}")
+
+    # Above the 8 MiB multipart threshold, so multipart upload is exercised too.
+    return make_s3, True, 10 * (1 << 20) + 123
+
+
+@pytest.fixture(
+    params=[
+        "mem",
+        "unreliable-mem",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("unreliable-postgres", marks=pytest.mark.postgres),
+    ]
+)
+def consensus_impl(request: pytest.FixtureRequest) -> tuple[MakeConsensus, bool]:
+    """(make, reliable) for each Consensus implementation."""
+    name = request.param
+    if name == "mem":
+        return _mem_consensus, True
+    if name == "unreliable-mem":
+        return _unreliable_mem_consensus, False
+    url: str = request.getfixturevalue("pg_url")
+    if name == "postgres":
+
+        async def make_pg() -> Consensus:
+            return await open_consensus(url)
+
+        return make_pg, True
+
+    async def make_unreliable_pg() -> Consensus:
+        inner = await open_consensus(url)
+        return UnreliableConsensus(inner, random.Random(11), p_fail=0.05, p_timeout=0.05)
+
+    return make_unreliable_pg, False
+
+
+@pytest.mark.asyncio
+async def test_blob_conformance(blob_impl: tuple[MakeBlob, bool, int]) -> None:
+    make, reliable, large_size = blob_impl
+    await check_blob(make, reliable=reliable, large_size=large_size)
+
+
+@pytest.mark.asyncio
+async def test_consensus_conformance(consensus_impl: tuple[MakeConsensus, bool]) -> None:
+    make, reliable = consensus_impl
+    await check_consensus(make, reliable=reliable)
+
+
+@pytest.mark.virtual
+@pytest.mark.asyncio
+async def test_mem_conformance_on_the_virtual_loop() -> None:
+    """The in-memory stores are what virtual-time runs use: they must conform there too."""
+    await check_blob(_mem_blob)
+    await check_consensus(_mem_consensus)
+    await check_consensus(_unreliable_mem_consensus, reliable=False)

@@ -1,0 +1,146 @@
+"""EmbeddedPostgres: starts, is configured as asked, stops without leftovers, and
+fails with one actionable line when PostgreSQL is missing."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import asyncpg
+import pytest
+
+from persist.location import InvalidUsage
+from sim import backends
+from sim.backends import (
+    BackendUnavailable,
+    EmbeddedPostgres,
+    find_postgres_bindir,
+    postgres_server,
+    redact_url,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+async def _show(url: str, setting: str) -> str:
+    conn = await asyncpg.connect(url)
+    try:
+        value: str = await conn.fetchval(f"SHOW {setting}")
+        return value
+    finally:
+        await conn.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.asyncio
+async def test_embedded_postgres_serves_restarts_and_stops_cleanly(
+    private_pg: EmbeddedPostgres,
+) -> None:
+    pg = private_pg
+    url = pg.url
+    assert url == f"postgresql://coordsim@127.0.0.1:{pg.port}/postgres"
+    assert pg.datadir.is_dir()
+    conn = await asyncpg.connect(url)
+    try:
+        assert await conn.fetchval("SELECT 1") == 1
+        assert await conn.fetchval("SHOW default_transaction_isolation") == "read committed"
+        assert await conn.fetchval("SHOW fsync") == "off"
+        assert await conn.fetchval("SHOW listen_addresses") == "127.0.0.1"
+        await conn.execute("CREATE TABLE t (x int); INSERT INTO t VALUES (42)")
+    finally:
+        await conn.close()
+
+    pg.kill_server()  # like a crash: the data directory and port stay
+    assert not pg.running
+    with pytest.raises(ConnectionRefusedError):
+        await asyncpg.connect(url, timeout=5)
+    pg.restart()
+    assert pg.url == url
+    conn = await asyncpg.connect(url)
+    try:
+        assert await conn.fetchval("SELECT x FROM t") == 42  # committed data survived
+    finally:
+        await conn.close()
+
+    tmp = pg.datadir.parent
+    pg.stop()
+    assert not tmp.exists()
+    assert not pg.running
+    pg.stop()  # idempotent
+    with pytest.raises(ConnectionRefusedError):  # nothing listens any more
+        await asyncpg.connect(url, timeout=5)
+
+
+@pytest.mark.postgres
+@pytest.mark.asyncio
+async def test_serializable_option_sets_the_default_isolation(
+    pg_serializable: EmbeddedPostgres,
+) -> None:
+    assert await _show(pg_serializable.url, "default_transaction_isolation") == "serializable"
+
+
+def test_find_postgres_bindir_finds_the_server_binaries() -> None:
+    bindir = find_postgres_bindir()
+    assert (bindir / "initdb").exists()
+    assert (bindir / "pg_ctl").exists()
+
+
+def _assert_one_line(message: str) -> None:
+    assert message
+    assert "\n" not in message
+
+
+def test_explicit_missing_bindir_is_backend_unavailable() -> None:
+    pg = EmbeddedPostgres(bindir="/nonexistent")
+    with pytest.raises(BackendUnavailable, match="/nonexistent") as info:
+        pg.start()
+    _assert_one_line(str(info.value))
+    assert "COORDSIM_POSTGRES_URL" in str(info.value)
+    pg.stop()  # nothing started: still fine
+
+
+def test_env_bindir_is_authoritative(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COORDSIM_PG_BINDIR", "/nonexistent")
+    with pytest.raises(BackendUnavailable, match="COORDSIM_PG_BINDIR=/nonexistent") as info:
+        find_postgres_bindir()
+    _assert_one_line(str(info.value))
+
+
+def test_no_binaries_anywhere(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("COORDSIM_PG_BINDIR", raising=False)
+    monkeypatch.setattr("sim.backends.shutil.which", lambda _name: None)
+    monkeypatch.setattr(backends, "_PG_LIB_ROOT", tmp_path)
+    with pytest.raises(BackendUnavailable) as info:
+        find_postgres_bindir()
+    assert str(info.value) == (
+        "PostgreSQL server binaries (initdb, pg_ctl) not found; install them "
+        "(e.g. `apt-get install postgresql`) or set COORDSIM_POSTGRES_URL to an existing server"
+    )
+
+
+def test_postgres_server_prefers_the_env_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COORDSIM_POSTGRES_URL", "postgresql://u:pw@db.example:5432/x")
+    monkeypatch.setenv("COORDSIM_PG_BINDIR", "/nonexistent")  # would fail if it started one
+    with postgres_server(serializable=True) as url:
+        assert url == "postgresql://u:pw@db.example:5432/x"
+
+
+def test_url_before_start_is_misuse() -> None:
+    with pytest.raises(InvalidUsage, match="not been started"):
+        _ = EmbeddedPostgres().url
+
+
+@pytest.mark.parametrize(
+    ("url", "redacted"),
+    [
+        ("postgresql://coordsim:s3cret@127.0.0.1:5432/db", "postgresql://coordsim:***@127.0.0.1:5432/db"),
+        ("postgres://u:p%40ss@h/db?sslmode=require", "postgres://u:***@h/db?sslmode=require"),
+        ("postgresql://:only-pw@h/db", "postgresql://:***@h/db"),
+        ("postgresql://coordsim@127.0.0.1:5432/postgres", "postgresql://coordsim@127.0.0.1:5432/postgres"),
+        ("postgresql://h:5432/db", "postgresql://h:5432/db"),
+        ("s3://bucket/prefix?endpoint=http://127.0.0.1:9000", "s3://bucket/prefix?endpoint=http://127.0.0.1:9000"),
+        ("mem://", "mem://"),
+    ],
+)
+def test_redact_url(url: str, redacted: str) -> None:
+    assert redact_url(url) == redacted
