@@ -34,3 +34,4 @@ check: lint types test
 bench-quick: uv
 	$(UV) run python bench/runtime.py --quick
 	$(UV) run python bench/persist_location.py --quick
+	$(UV) run python bench/oracle.py --quick

@@ -1,0 +1,182 @@
+"""The oracle's stash in Postgres/CockroachDB: two small tables, one namespace per
+stash (an environment), every method one transaction over asyncpg.
+
+Fencing without advisory locks: `write_upper` and `confirm_leadership` lock the
+stash's epoch row (`SELECT … FOR UPDATE`) and compare it with their epoch in the
+same transaction, so they serialize with `open`'s bump: a bump either commits
+first (the check fails) or waits until the write has committed (the new opener
+then reads it). Under SERIALIZABLE the loser may get 40001 instead, and retries.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final, TypeVar, final
+
+from oracle.api import check_timeline
+from oracle.pgclient import DEFAULT_RETRY, PostgresClient
+from oracle.stash import Fenced, TimestampStash, check_epoch, check_upper
+from persist.location import InvalidUsage
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from oracle.pgclient import Conn
+    from persist.retry import RetryPolicy
+    from sim.runtime import Runtime
+
+__all__ = ["PostgresTimestampStash"]
+
+T = TypeVar("T")
+
+_EPOCH_TABLE: Final = """
+CREATE TABLE IF NOT EXISTS oracle_stash_epoch (
+    stash text NOT NULL,
+    epoch bigint NOT NULL,
+    PRIMARY KEY (stash)
+)"""
+
+_UPPER_TABLE: Final = """
+CREATE TABLE IF NOT EXISTS oracle_stash_upper (
+    stash text NOT NULL,
+    timeline text NOT NULL,
+    upper bigint NOT NULL,
+    PRIMARY KEY (stash, timeline)
+)"""
+
+# One statement, so the bump is atomic; the row lock orders it against the
+# transactions below.
+_BUMP: Final = """
+INSERT INTO oracle_stash_epoch (stash, epoch) VALUES ($1, 1)
+ON CONFLICT (stash) DO UPDATE SET epoch = oracle_stash_epoch.epoch + 1
+RETURNING epoch"""
+
+_LOCK_EPOCH: Final = "SELECT epoch FROM oracle_stash_epoch WHERE stash = $1 FOR UPDATE"
+
+_READ_UPPER: Final = "SELECT upper FROM oracle_stash_upper WHERE stash = $1 AND timeline = $2"
+
+_WRITE_UPPER: Final = """
+INSERT INTO oracle_stash_upper (stash, timeline, upper) VALUES ($1, $2, $3)
+ON CONFLICT (stash, timeline)
+DO UPDATE SET upper = GREATEST(oracle_stash_upper.upper, excluded.upper)"""
+
+
+@final
+class PostgresTimestampStash(TimestampStash):
+    """The stash named `name` in a Postgres/CockroachDB database.
+
+    Open with `PostgresTimestampStash.connect(url, rt, name=…)` (owns its client) or
+    `on(client, name)` (shares one, e.g. with Postgres oracles).
+    """
+
+    def __init__(self, client: PostgresClient, name: str, *, owns_client: bool) -> None:
+        """Use `open` or `on`."""
+        if not isinstance(name, str) or not name or len(name) > 256:
+            raise InvalidUsage(f"invalid stash name {name!r}: a non-empty str of <= 256 chars")
+        self._client = client
+        self._name = name
+        self._owns_client = owns_client
+        #: Failed transactions that were retried (the stash's share of
+        #: `ts_oracle_retry_count`; the oracles sharing it do not see them).
+        self.retry_count = 0
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        rt: Runtime,
+        *,
+        name: str = "default",
+        pool_size: int = 2,
+        application_name: str = "coordsim-oracle-stash",
+        retry: RetryPolicy = DEFAULT_RETRY,
+    ) -> PostgresTimestampStash:
+        """Connects to `url` and creates the stash tables if they are missing."""
+        client = await PostgresClient.connect(
+            url, rt, pool_size=pool_size, application_name=application_name, retry=retry
+        )
+        stash = cls(client, name, owns_client=True)
+        try:
+            await stash._create_tables()
+        except BaseException:
+            await client.close()
+            raise
+        return stash
+
+    @classmethod
+    async def on(cls, client: PostgresClient, name: str = "default") -> PostgresTimestampStash:
+        """The stash `name` on a shared client (not closed with the stash)."""
+        stash = cls(client, name, owns_client=False)
+        await stash._create_tables()
+        return stash
+
+    async def _create_tables(self) -> None:
+        await self._client.create_table(_EPOCH_TABLE)
+        await self._client.create_table(_UPPER_TABLE)
+
+    async def close(self) -> None:
+        if self._owns_client:
+            await self._client.close()
+
+    @property
+    def client(self) -> PostgresClient:
+        return self._client
+
+    def __repr__(self) -> str:
+        return f"PostgresTimestampStash({self._name!r} at {self._client.where})"
+
+    # --- the TimestampStash interface
+
+    async def open(self) -> int:
+        async def bump(conn: Conn) -> int:
+            epoch: int = await conn.fetchval(_BUMP, self._name)
+            return epoch
+
+        return await self._run(f"stash {self._name!r}: open", bump, write=True)
+
+    async def read_upper(self, timeline: str) -> int | None:
+        check_timeline(timeline)
+
+        async def read(conn: Conn) -> int | None:
+            upper: int | None = await conn.fetchval(_READ_UPPER, self._name, timeline)
+            return upper
+
+        return await self._run(
+            f"stash {self._name!r}: read_upper({timeline!r})", read, write=False
+        )
+
+    async def write_upper(self, timeline: str, upper: int, epoch: int) -> None:
+        check_timeline(timeline)
+        check_upper(upper)
+        check_epoch(epoch)
+
+        async def write(conn: Conn) -> None:
+            async with conn.transaction():
+                self._check(await conn.fetchval(_LOCK_EPOCH, self._name), epoch)
+                await conn.execute(_WRITE_UPPER, self._name, timeline, upper)
+
+        await self._run(
+            f"stash {self._name!r}: write_upper({timeline!r}, {upper})", write, write=True
+        )
+
+    async def confirm_leadership(self, epoch: int) -> None:
+        check_epoch(epoch)
+
+        async def confirm(conn: Conn) -> None:
+            async with conn.transaction():
+                self._check(await conn.fetchval(_LOCK_EPOCH, self._name), epoch)
+
+        await self._run(
+            f"stash {self._name!r}: confirm_leadership", confirm, write=True
+        )
+
+    async def _run(self, what: str, call: Callable[[Conn], Awaitable[T]], *, write: bool) -> T:
+        def count(_exc: Exception) -> None:
+            self.retry_count += 1
+
+        return await self._client.run(what, call, write=write, on_retry=count)
+
+    def _check(self, current: int | None, epoch: int) -> None:
+        if current != epoch:
+            raise Fenced(
+                f"stash {self._name!r}: epoch is {current}, this process opened epoch {epoch}"
+            )

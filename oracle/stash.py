@@ -1,0 +1,135 @@
+"""The stash behind today's in-memory oracle: durable per-timeline upper bounds and an
+epoch that fences older processes (seed 000, "the current TimestampOracle").
+
+The invariant it protects: a process whose epoch is no longer current can never
+again make a durable change, and every process learns the uppers of every
+earlier one, so a restarted oracle never hands out a timestamp twice.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Self, final
+
+from anyio.lowlevel import checkpoint
+
+from oracle.api import check_timeline
+from persist.location import CoordsimError, InvalidUsage
+
+if TYPE_CHECKING:
+    from sim.runtime import Runtime
+
+__all__ = ["Fenced", "MemTimestampStash", "TimestampStash"]
+
+
+class Fenced(CoordsimError):
+    """A newer process opened the stash: this process is no longer the leader and
+    must stop serving (Materialize halts). Never retried."""
+
+
+class TimestampStash(ABC):
+    """A small durable store: an epoch (fencing token) and one upper per timeline.
+
+    Every method is one durable transaction (a real round trip, or a modeled one
+    in memory). Failures of the store raise `ExternalError`; implementations
+    retry what is safe to retry (every method here is idempotent or, for `open`,
+    harmless to repeat: a repeated bump only skips an epoch).
+    """
+
+    @abstractmethod
+    async def open(self) -> int:
+        """Bumps the epoch and returns the new value, fencing every older opener.
+
+        Two calls (from any processes) never return the same epoch. Read uppers
+        only after `open` returns: then they include every upper written by an
+        older epoch (its writes either committed before the bump or are refused).
+        """
+
+    @abstractmethod
+    async def read_upper(self, timeline: str) -> int | None:
+        """The upper persisted for `timeline`, or None if none ever was."""
+
+    @abstractmethod
+    async def write_upper(self, timeline: str, upper: int, epoch: int) -> None:
+        """In one transaction: checks `epoch` is still current, then raises the
+        persisted upper of `timeline` to at least `upper` (never lowers it).
+
+        Raises:
+            Fenced: `epoch` is not the current epoch (nothing written).
+        """
+
+    @abstractmethod
+    async def confirm_leadership(self, epoch: int) -> None:
+        """One transaction that checks `epoch` is still current.
+
+        Raises:
+            Fenced: a newer process has opened the stash.
+        """
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Releases connections; the stash must not be used afterwards."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+_BIGINT_MAX = 2**63 - 1
+
+
+def check_upper(upper: int) -> None:
+    if not isinstance(upper, int) or isinstance(upper, bool) or not 0 <= upper <= _BIGINT_MAX:
+        raise InvalidUsage(f"upper must be an int in [0, {_BIGINT_MAX}], got {upper!r}")
+
+
+def check_epoch(epoch: int) -> None:
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
+        raise InvalidUsage(f"epoch must be an int >= 1 (from TimestampStash.open), got {epoch!r}")
+
+
+@final
+class MemTimestampStash(TimestampStash):
+    """The stash in memory, for virtual-time runs: durable for as long as the object
+    lives, so "restarting" an oracle means opening a new one on the same stash.
+
+    Each transaction costs one sample of the latency named `stash.txn` (zero unless
+    the Runtime's latency model says otherwise) and commits at the end of it.
+    """
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+        self._epoch = 0
+        self._uppers: dict[str, int] = {}
+        self.transactions = 0
+
+    async def _txn(self) -> None:
+        await checkpoint()
+        await self._rt.delay("stash.txn")
+        self.transactions += 1
+
+    async def open(self) -> int:
+        await self._txn()
+        self._epoch += 1
+        return self._epoch
+
+    async def read_upper(self, timeline: str) -> int | None:
+        check_timeline(timeline)
+        await self._txn()
+        return self._uppers.get(timeline)
+
+    async def write_upper(self, timeline: str, upper: int, epoch: int) -> None:
+        check_timeline(timeline)
+        check_upper(upper)
+        check_epoch(epoch)
+        await self._txn()
+        if epoch != self._epoch:
+            raise Fenced(f"stash epoch is {self._epoch}, this process opened epoch {epoch}")
+        self._uppers[timeline] = max(self._uppers.get(timeline, 0), upper)
+
+    async def confirm_leadership(self, epoch: int) -> None:
+        check_epoch(epoch)
+        await self._txn()
+        if epoch != self._epoch:
+            raise Fenced(f"stash epoch is {self._epoch}, this process opened epoch {epoch}")

@@ -1,0 +1,75 @@
+"""The oracle implementations every suite runs on, as a parametrized fixture.
+
+Each is named by how it is opened: a URL for `oracle.factory.open_oracle` plus
+whether `BatchingOracle` sits in front. In-memory ones run on the virtual-time
+loop (that is what they are for); Postgres ones on the stock loop against the
+session's embedded server (or `$COORDSIM_POSTGRES_URL`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, final
+
+import pytest
+
+from oracle.factory import open_oracle
+
+if TYPE_CHECKING:
+    from oracle.api import TimestampOracle
+    from oracle.testing import MakeOracle
+    from sim.backends import EmbeddedPostgres
+    from sim.runtime import Runtime
+
+
+@final
+@dataclass(frozen=True)
+class OracleImpl:
+    name: str
+    url: str
+    batching: bool
+
+    @property
+    def on_postgres(self) -> bool:
+        return self.url.startswith(("postgres", "memory+postgres"))
+
+    def maker(self, rt: Runtime, *, application_name: str | None = None) -> MakeOracle:
+        async def make(timeline: str) -> TimestampOracle:
+            return await open_oracle(
+                self.url, timeline, rt, batching=self.batching, application_name=application_name
+            )
+
+        return make
+
+
+IMPLS = [
+    pytest.param("memory-memstash", marks=pytest.mark.virtual),
+    pytest.param("batching-memory", marks=pytest.mark.virtual),
+    pytest.param("modeled", marks=pytest.mark.virtual),
+    pytest.param("memory-pgstash", marks=pytest.mark.postgres),
+    pytest.param("postgres", marks=pytest.mark.postgres),
+    pytest.param("postgres-serializable", marks=pytest.mark.postgres),
+    pytest.param("batching-postgres", marks=pytest.mark.postgres),
+]
+
+
+@pytest.fixture(params=IMPLS)
+def oracle_impl(request: pytest.FixtureRequest) -> OracleImpl:
+    name: str = request.param
+    if name == "memory-memstash":
+        return OracleImpl(name, "mem://", batching=False)
+    if name == "batching-memory":
+        return OracleImpl(name, "mem://", batching=True)
+    if name == "modeled":
+        return OracleImpl(name, "modeled://", batching=False)
+    if name == "postgres-serializable":
+        pg: EmbeddedPostgres = request.getfixturevalue("pg_serializable")
+        return OracleImpl(name, pg.url, batching=False)
+    url: str = request.getfixturevalue("pg_url")
+    if name == "memory-pgstash":
+        stash = f"test-{uuid.uuid4().hex[:12]}"
+        scheme, rest = url.split("://", 1)
+        sep = "&" if "?" in rest else "?"
+        return OracleImpl(name, f"memory+{scheme}://{rest}{sep}stash={stash}", batching=False)
+    return OracleImpl(name, url, batching=name == "batching-postgres")
