@@ -1,0 +1,633 @@
+"""Persist handles: write and read durable, definite collections (seed 002).
+
+`PersistClient(blob, consensus, runtime)` is an async context manager: it owns
+the background tasks (compaction, GC, lease heartbeats) of every handle it
+opens, and cancels them on exit. `open(shard_id)` returns a `WriteHandle` and
+a `ReadHandle`; each handle holds a lease in the shard state, renewed by its
+heartbeat. A handle whose lease expired gets `LeaseExpiredError` on its next
+use and must be reopened.
+
+Writes put the batch into Blob under a writer-owned, write-once key and then
+reference it from the state through the CaS loop; an idempotency token per
+write makes the retry after an `Indeterminate` CaS safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import uuid
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Self, final
+
+import anyio
+
+from persist.codec import Update, consolidate, decode_batch, encode_batch
+from persist.compaction import compact_once, plan_merge
+from persist.frontier import Frontier
+from persist.gc import collect, plan_gc
+from persist.location import Blob, Consensus, ExternalError, InvalidUsage
+from persist.machine import (
+    LeaseExpired,
+    LeaseExpiredError,
+    Machine,
+    MachineConfig,
+    Refusal,
+    Rejected,
+    UpperMismatch,
+    append,
+    downgrade_since,
+    expire_reader,
+    expire_writer,
+    heartbeat_writer,
+    register_reader,
+    register_writer,
+    tombstone,
+)
+from persist.retry import retry_external
+from persist.state import HollowBatch, ShardState
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+    from types import TracebackType
+
+    from anyio.abc import TaskGroup
+
+    from sim.runtime import Runtime
+
+__all__ = [
+    "Appended",
+    "ListenBatch",
+    "PersistClient",
+    "PersistConfig",
+    "PersistStatistics",
+    "ReadHandle",
+    "UpperMismatch",
+    "WriteHandle",
+]
+
+
+@final
+@dataclass(frozen=True)
+class Appended:
+    """A successful append; `upper` is the shard's upper after it."""
+
+    upper: Frontier
+
+
+@final
+@dataclass(frozen=True)
+class ListenBatch:
+    """Every update with a time in `[previous progress, progress)`."""
+
+    updates: list[Update]
+    progress: Frontier
+
+
+@final
+@dataclass(frozen=True)
+class PersistConfig:
+    machine: MachineConfig = field(default_factory=MachineConfig)
+    heartbeat_fraction: float = 0.25  # heartbeat every lease * this
+    compaction: bool = True
+    compactions_per_round: int = 16  # then other shards (and GC) get a turn
+    backpressure_batches: int = 24  # writers wait while a shard has more batches
+
+
+@final
+@dataclass(frozen=True)
+class PersistStatistics:
+    """Counters of one client since it started, over all its shards."""
+
+    cas_attempts: Mapping[str, int]  # Consensus compare_and_sets, by command kind
+    cas_mismatches: Mapping[str, int]  # ... of which lost to a concurrent transition
+    batches_written: int  # by appends (compaction outputs are counted in compactions)
+    bytes_written: int  # encoded batch bytes written by appends
+    compactions: int  # merges applied
+    compactions_discarded: int  # merges whose inputs were gone (their blob deleted)
+    gc_deleted_blobs: int  # batch blobs and rollups deleted by GC
+    gc_truncated_entries: int  # Consensus diffs truncated by GC
+    rollups_written: int
+    state_fetches: int  # reads of the Consensus head (linearized state fetches)
+    backpressure_waits: int  # times a writer waited for compaction to catch up
+    maintenance_errors: int  # compaction/GC rounds cut short by an external error
+
+
+@dataclass
+class _Counters:
+    batches_written: int = 0
+    bytes_written: int = 0
+    compactions: int = 0
+    compactions_discarded: int = 0
+    gc_deleted_blobs: int = 0
+    gc_truncated_entries: int = 0
+    backpressure_waits: int = 0
+    maintenance_errors: int = 0
+    pending: list[str] = field(default_factory=list)
+
+
+class PersistClient:
+    """Opens shards on one Blob + Consensus location."""
+
+    def __init__(
+        self, blob: Blob, consensus: Consensus, runtime: Runtime, *, config: PersistConfig = PersistConfig()
+    ) -> None:
+        self.blob = blob
+        self.consensus = consensus
+        self.rt = runtime
+        self.config = config
+        self._machines: dict[str, Machine] = {}
+        self._tg: TaskGroup | None = None
+        self._counters = _Counters()
+        self._wake = anyio.Event()
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._truncated_below: dict[str, int] = {}
+        self._compactor_id = self._new_id("c")
+
+    async def __aenter__(self) -> Self:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._maintenance)
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()
+        result = await self._tg.__aexit__(et, e, tb)
+        self._tg = None
+        return result
+
+    def _new_id(self, prefix: str) -> str:
+        return f"{prefix}-{uuid.UUID(int=self.rt.rng.getrandbits(128)).hex[:16]}"
+
+    async def machine(self, shard_id: str) -> Machine:
+        m = self._machines.get(shard_id)
+        if m is None:
+            m = Machine(shard_id, self.blob, self.consensus, self.rt, self.config.machine)
+            self._machines[shard_id] = m
+        if m._state is None:
+            await m.open()
+        return m
+
+    async def open(self, shard_id: str) -> tuple[WriteHandle, ReadHandle]:
+        """A writer and a reader on `shard_id`, creating the shard if it is new."""
+        return await self.open_writer(shard_id), await self.open_reader(shard_id)
+
+    async def open_writer(self, shard_id: str, *, heartbeat: bool = True) -> WriteHandle:
+        m = await self.machine(shard_id)
+        wid = self._new_id("w")
+        lease = m.cfg.lease_ms
+        state, refusal = await m.apply("register_writer", lambda s: register_writer(s, wid, self.rt.wall_ms(), lease))
+        _raise_refusal(refusal, shard_id)
+        handle = WriteHandle(self, m, wid, state.upper)
+        if heartbeat:
+            self._spawn(handle._heartbeat)
+        return handle
+
+    async def open_reader(self, shard_id: str, *, heartbeat: bool = True) -> ReadHandle:
+        m = await self.machine(shard_id)
+        rid = self._new_id("r")
+        lease = m.cfg.lease_ms
+        state, refusal = await m.apply("register_reader", lambda s: register_reader(s, rid, self.rt.wall_ms(), lease))
+        _raise_refusal(refusal, shard_id)
+        handle = ReadHandle(self, m, rid, state.readers[rid].since)
+        if heartbeat:
+            self._spawn(handle._heartbeat)
+        return handle
+
+    def _spawn(self, fn: object) -> None:
+        if self._tg is None:
+            raise InvalidUsage("PersistClient must be used as `async with PersistClient(...)`")
+        self._tg.start_soon(fn)  # type: ignore[arg-type]
+
+    # Background maintenance: compaction and GC, one shard at a time.
+
+    def _request_maintenance(self, shard_id: str) -> None:
+        if shard_id not in self._counters.pending:
+            self._counters.pending.append(shard_id)
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        self._wake.set()
+
+    async def maintain(self, shard_id: str) -> None:
+        """Asks for a round of compaction and GC on `shard_id` now (after a restart,
+        say, or when an operator wants the state small) and waits for it."""
+        m = await self.machine(shard_id)
+        await m.fetch()  # GC plans from the state: see other processes' reader holds
+        self._request_maintenance(shard_id)
+        await self.wait_idle()
+
+    async def wait_idle(self) -> None:
+        """Waits until no compaction or GC work is pending (tests, benchmarks)."""
+        await self._idle.wait()
+
+    async def _maintenance(self) -> None:
+        while True:
+            if not self._counters.pending:
+                self._idle.set()
+                await self._wake.wait()
+                self._wake = anyio.Event()
+                continue
+            shard_id = self._counters.pending[0]
+            m = self._machines[shard_id]
+            try:
+                more = await self._maintain(m)
+            except ExternalError:
+                # Compaction and GC are best effort and resumable: whatever the
+                # failed round did not finish is planned again from the state.
+                # Counted, backed off, retried; a failing location must not take
+                # the client (and every handle's lease heartbeat) down with it.
+                self._counters.maintenance_errors += 1
+                await self.rt.sleep(self.config.machine.retry.cap_s)
+                continue
+            if not more:
+                self._counters.pending.remove(shard_id)
+            elif len(self._counters.pending) > 1:
+                self._counters.pending.append(self._counters.pending.pop(0))  # round robin
+
+    async def _maintain(self, m: Machine) -> bool:
+        """One bounded round of compaction then GC on `m`; True if work remains."""
+        more = False
+        state = m.state
+        if state.upper.is_empty and state.since.is_empty and not state.tombstone:
+            await m.apply("tombstone", tombstone)
+        if self.config.compaction:
+            for _ in range(self.config.compactions_per_round):
+                outcome = await compact_once(m, self._compactor_id)
+                if outcome is None:
+                    break
+                if outcome:
+                    self._counters.compactions += 1
+                else:
+                    self._counters.compactions_discarded += 1
+                    await m.fetch()
+            else:
+                more = True
+        truncated = self._truncated_below.get(m.shard_id, 0)
+        if plan_gc(m.state).has_work(truncated):
+            result = await collect(m)
+            self._counters.gc_deleted_blobs += result.deleted_blobs
+            self._counters.gc_truncated_entries += result.truncated_entries
+            self._truncated_below[m.shard_id] = max(truncated, result.truncated_below)
+        return more
+
+    async def _backpressure(self, m: Machine) -> None:
+        """Holds a writer while compaction is behind (seed 002: persist
+        backpressures writers rather than let the batch list grow without bound,
+        which would make every state transition and read slower)."""
+        limit = self.config.backpressure_batches
+        if not self.config.compaction:
+            return
+        state = m.state
+        while len(state.batches) > limit and plan_merge(state.batches) is not None:
+            self._counters.backpressure_waits += 1
+            self._request_maintenance(m.shard_id)
+            try:
+                state = await m.wait_for_change()
+            except ExternalError:
+                return  # the append has landed: do not report it failed over a wait
+
+    def statistics(self) -> PersistStatistics:
+        attempts: dict[str, int] = {}
+        mismatches: dict[str, int] = {}
+        rollups = fetches = 0
+        for m in self._machines.values():
+            for k, v in m.cas_attempts.items():
+                attempts[k] = attempts.get(k, 0) + v
+            for k, v in m.cas_mismatches.items():
+                mismatches[k] = mismatches.get(k, 0) + v
+            rollups += m.rollups_written
+            fetches += m.fetches
+        c = self._counters
+        return PersistStatistics(
+            MappingProxyType(dict(sorted(attempts.items()))),
+            MappingProxyType(dict(sorted(mismatches.items()))),
+            c.batches_written,
+            c.bytes_written,
+            c.compactions,
+            c.compactions_discarded,
+            c.gc_deleted_blobs,
+            c.gc_truncated_entries,
+            rollups,
+            fetches,
+            c.backpressure_waits,
+            c.maintenance_errors,
+        )
+
+
+def _raise_refusal(refusal: Refusal | None, shard_id: str) -> None:
+    if isinstance(refusal, LeaseExpired):
+        raise LeaseExpiredError(f"{refusal.role} {refusal.id} of shard {shard_id} expired; reopen it")
+    if isinstance(refusal, Rejected):
+        raise InvalidUsage(f"shard {shard_id}: {refusal.reason}")
+
+
+def _frontier(value: Frontier | int) -> Frontier:
+    return value if isinstance(value, Frontier) else Frontier.at(value)
+
+
+def _check_times(updates: Sequence[Update], lower: Frontier, upper: Frontier) -> None:
+    if lower.is_empty:
+        raise InvalidUsage("cannot append at or after the empty frontier (the shard is closed)")
+    if upper < lower:
+        raise InvalidUsage(f"new upper {upper} is less than lower {lower}")
+    assert lower.ts is not None
+    for u in updates:
+        if u.ts < lower.ts or (upper.ts is not None and u.ts >= upper.ts):
+            raise InvalidUsage(f"update at ts {u.ts} is outside [{lower.ts}, {upper})")
+
+
+@final
+class WriteHandle:
+    """Appends to one shard. One request at a time (seed 002's backpressure)."""
+
+    def __init__(self, client: PersistClient, machine: Machine, writer_id: str, upper: Frontier) -> None:
+        self._client = client
+        self._m = machine
+        self.writer_id = writer_id
+        self.shard_id = machine.shard_id
+        self.upper = upper
+        self._expired = False
+        self._lock = anyio.Lock()
+
+    async def append(
+        self, updates: Iterable[Update], lower: Frontier | int, upper: Frontier | int
+    ) -> Appended | UpperMismatch:
+        """Appends `updates` (times in `[lower, upper)`) by possibly replicated writers
+        writing identical data: a range already written by a replica is skipped.
+        Returns `UpperMismatch` if the shard's upper is below `lower` (a gap)."""
+        rows, lo, hi = list(updates), _frontier(lower), _frontier(upper)
+        _check_times(rows, lo, hi)
+        while True:
+            result = await self._write(rows, lo, hi, expected=None)
+            if isinstance(result, Appended):
+                return result
+            current = result.current
+            if current < lo or current.is_empty:
+                return result
+            # A replica wrote [lower, current) already: append only the rest.
+            assert current.ts is not None
+            rows = [u for u in rows if u.ts >= current.ts]
+            lo = current
+
+    async def compare_and_append(
+        self, updates: Iterable[Update], expected_upper: Frontier | int, new_upper: Frontier | int
+    ) -> Appended | UpperMismatch:
+        """Appends `updates` iff the shard's upper is `expected_upper`, linearized
+        with every other writer; else returns `UpperMismatch(current upper)`."""
+        rows, lo, hi = list(updates), _frontier(expected_upper), _frontier(new_upper)
+        _check_times(rows, lo, hi)
+        return await self._write(rows, lo, hi, expected=lo)
+
+    async def _write(
+        self, rows: list[Update], lower: Frontier, upper: Frontier, *, expected: Frontier | None
+    ) -> Appended | UpperMismatch:
+        if self._expired:
+            raise LeaseExpiredError(f"writer {self.writer_id} of shard {self.shard_id} expired; reopen it")
+        async with self._lock:
+            rt, blob, counters = self._client.rt, self._client.blob, self._client._counters
+            token = uuid.UUID(int=rt.rng.getrandbits(128)).hex
+            key: str | None = None
+            size = 0
+            if rows:
+                data = encode_batch(rows)
+                key = f"{self.shard_id}/b/{self.writer_id}/{token}"
+                size = len(data)
+                await retry_external(rt, functools.partial(blob.set, key, data), idempotent=True)
+            assert lower.ts is not None
+            batch = HollowBatch(key, lower.ts, upper, 0, len(rows), size)
+            lease = self._m.cfg.lease_ms
+            state, refusal = await self._m.apply(
+                "append" if expected is None else "compare_and_append",
+                lambda s: append(
+                    s, writer_id=self.writer_id, token=token, batch=batch,
+                    expected_upper=expected, now_ms=rt.wall_ms(), lease_ms=lease,
+                ),
+            )
+            if refusal is not None:
+                if key is not None:
+                    # The refusal is definite (re-checked on fresh state), so the blob
+                    # is ours alone; if deleting it fails it leaks, the answer stands.
+                    with contextlib.suppress(ExternalError):
+                        await retry_external(rt, functools.partial(blob.delete, key), idempotent=True)
+                if isinstance(refusal, UpperMismatch):
+                    self.upper = refusal.current
+                    return refusal
+                self._expired = isinstance(refusal, LeaseExpired)
+                _raise_refusal(refusal, self.shard_id)
+            if rows:
+                counters.batches_written += 1
+                counters.bytes_written += size
+                self._client._request_maintenance(self.shard_id)
+                await self._client._backpressure(self._m)
+            if state.upper.is_empty:
+                self._client._request_maintenance(self.shard_id)  # maybe finished
+            self.upper = state.upper
+            return Appended(state.upper)
+
+    async def fetch_recent_upper(self) -> Frontier:
+        """The shard's upper, linearized (reads the Consensus head)."""
+        state = await self._m.fetch()
+        assert state is not None
+        self.upper = state.upper
+        return state.upper
+
+    async def expire(self) -> None:
+        """Retires this writer; it cannot be used again."""
+        self._expired = True
+        await self._m.apply("expire_writer", lambda s: expire_writer(s, self.writer_id))
+
+    async def _heartbeat(self) -> None:
+        lease = self._m.cfg.lease_ms
+        while True:
+            await self._client.rt.sleep(lease / 1000 * self._client.config.heartbeat_fraction)
+            if self._expired:  # set by expire() or a failed use while we slept
+                return
+            try:
+                _, refusal = await self._m.apply(
+                    "heartbeat_writer",
+                    lambda s: heartbeat_writer(s, self.writer_id, self._client.rt.wall_ms(), lease),
+                )
+            except ExternalError:
+                # The location is down past the retry deadline: try again next
+                # period. If it stays down the lease lapses, which is what a lease
+                # is for; crashing the client's task group would help nobody.
+                continue
+            if refusal is not None:
+                self._expired = True
+                return
+
+
+@final
+class ReadHandle:
+    """Reads one shard at times at or beyond its since, which it holds back."""
+
+    def __init__(self, client: PersistClient, machine: Machine, reader_id: str, since: Frontier) -> None:
+        self._client = client
+        self._m = machine
+        self.reader_id = reader_id
+        self.shard_id = machine.shard_id
+        self.since = since
+        self._expired = False
+        self._reading: list[int] = []  # seqnos of states being read from right now
+        self._listens: list[Listen] = []
+
+    def _check(self) -> None:
+        if self._expired:
+            raise LeaseExpiredError(f"reader {self.reader_id} of shard {self.shard_id} expired; reopen it")
+
+    def _check_as_of(self, as_of: int) -> None:
+        if not self.since.less_equal(as_of):
+            raise InvalidUsage(f"cannot read shard {self.shard_id} as of {as_of}: below its since {self.since}")
+
+    async def _wait_upper_beyond(self, ts: int) -> ShardState:
+        state = self._m.state
+        while state.upper.less_equal(ts):
+            state = await self._m.wait_for_change()
+        return state
+
+    async def _fetch(self, state: ShardState, lo: int, hi: Frontier) -> list[Update]:
+        """Every update of `state`'s batches with a time in `[lo, hi)`."""
+        rt, blob = self._client.rt, self._client.blob
+        if self.reader_id not in state.readers:
+            # Expired (by another process's transition): our since and seqno hold no
+            # longer protect anything, so nothing read now could be trusted.
+            self._expired = True
+            self._check()
+        out: list[Update] = []
+        self._reading.append(state.seqno)
+        try:
+            for b in state.batches:
+                # A batch's times lie in [lower, upper), or at its since if compaction
+                # forwarded them there: skip batches that cannot reach [lo, hi).
+                if b.key is None or hi.less_equal(b.lower):
+                    continue
+                if b.upper.ts is not None and b.upper.ts <= lo and b.since < lo:
+                    continue
+                key = b.key
+                data = await retry_external(rt, functools.partial(blob.get, key), idempotent=True)
+                if data is None:
+                    # Our seqno hold protects this blob unless our lease expired (and
+                    # the hold with it): say so; anything else is a GC bug.
+                    fresh = await self._m.fetch()
+                    if fresh is not None and self.reader_id not in fresh.readers:
+                        self._expired = True
+                        self._check()
+                    raise InvalidUsage(f"shard {self.shard_id}: batch {key} vanished while held (GC bug)")
+                out.extend(u for u in decode_batch(data) if u.ts >= lo and not hi.less_equal(u.ts))
+        finally:
+            self._reading.remove(state.seqno)
+        return out
+
+    async def snapshot(self, as_of: int) -> list[Update]:
+        """The collection's contents at `as_of`: consolidated updates, each at time
+        `as_of`. Waits while `as_of` is not yet complete (`as_of >= upper`)."""
+        self._check()
+        self._check_as_of(as_of)
+        state = await self._wait_upper_beyond(as_of)
+        rows = await self._fetch(state, 0, Frontier.at(as_of + 1))
+        return [u._replace(ts=as_of) for u in consolidate(rows, since=as_of)]
+
+    def listen(self, as_of: int) -> Listen:
+        """Every update at times after `as_of`, in time order by batches, with
+        progress; together with `snapshot(as_of)` it reproduces the collection."""
+        self._check()
+        self._check_as_of(as_of)
+        listen = Listen(self, as_of + 1)
+        self._listens.append(listen)
+        return listen
+
+    async def downgrade_since(self, new_since: Frontier | int) -> None:
+        """Promises never to read before `new_since`, letting compaction forward
+        times up to it. Must stay below the progress of this handle's listens."""
+        self._check()
+        since = _frontier(new_since)
+        for listen in self._listens:
+            if not since.less_than(listen.frontier) and not since.is_empty:
+                raise InvalidUsage(
+                    f"since {since} must stay below the progress {listen.frontier} of an active listen"
+                )
+        await self._update(since)
+
+    async def _update(self, since: Frontier) -> None:
+        lease = self._m.cfg.lease_ms
+        # The hold is computed from the state the command is applied to: this handle
+        # reads only states at least that new from now on (the machine never goes
+        # back), except those it is reading right now. A hold taken from a stale
+        # cached state would keep GC from reclaiming anything newer.
+        state, refusal = await self._m.apply(
+            "downgrade_since",
+            lambda s: downgrade_since(
+                s, reader_id=self.reader_id, new_since=since,
+                seqno_hold=min(self._reading, default=s.seqno),
+                now_ms=self._client.rt.wall_ms(), lease_ms=lease,
+            ),
+        )
+        if refusal is not None:
+            self._expired = isinstance(refusal, LeaseExpired)
+            _raise_refusal(refusal, self.shard_id)
+        self.since = state.readers[self.reader_id].since
+        if state.garbage or (state.since.is_empty and state.upper.is_empty):
+            self._client._request_maintenance(self.shard_id)
+
+    async def fetch_recent_upper(self) -> Frontier:
+        """The shard's upper, linearized (reads the Consensus head)."""
+        self._check()
+        state = await self._m.fetch()
+        assert state is not None
+        return state.upper
+
+    async def expire(self) -> None:
+        self._expired = True
+        await self._m.apply("expire_reader", lambda s: expire_reader(s, self.reader_id))
+
+    async def _heartbeat(self) -> None:
+        lease = self._m.cfg.lease_ms
+        while True:
+            await self._client.rt.sleep(lease / 1000 * self._client.config.heartbeat_fraction)
+            if self._expired:  # set by expire() or a failed use while we slept
+                return
+            try:
+                await self._update(self.since)
+            except LeaseExpiredError:
+                return
+            except ExternalError:
+                continue  # as for writers: the lease may lapse, the client lives on
+
+
+@final
+class Listen:
+    """An async iterator of `ListenBatch`es (see `ReadHandle.listen`)."""
+
+    def __init__(self, handle: ReadHandle, frontier: int) -> None:
+        self._h = handle
+        self.frontier = frontier  # every update before this was handed out
+
+    def __aiter__(self) -> AsyncIterator[ListenBatch]:
+        return self._iterate()
+
+    def close(self) -> None:
+        """Stops holding the handle's since back (iteration's end also does this)."""
+        if self in self._h._listens:
+            self._h._listens.remove(self)
+
+    async def _iterate(self) -> AsyncIterator[ListenBatch]:
+        try:
+            while True:
+                self._h._check()
+                state = await self._h._wait_upper_beyond(self.frontier)
+                upper = state.upper
+                rows = await self._h._fetch(state, self.frontier, upper)
+                rows.sort(key=lambda u: u.ts)
+                if upper.ts is not None:
+                    # Before the yield: once the consumer holds the batch, `frontier`
+                    # must say how far it has been given data.
+                    self.frontier = upper.ts
+                yield ListenBatch(rows, upper)
+                if upper.is_empty:
+                    return
+        finally:
+            self.close()
