@@ -1,0 +1,173 @@
+"""Catalog implementations for the tests: each gives fresh, empty locations.
+
+`persist-mem`, `stash-mem` and `shadow-mem` run on the virtual-time loop; the
+`-postgres` ones use the session's Postgres (persist: Postgres Consensus + a
+file Blob; stash: the Postgres stash tables), each location under fresh names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, final
+from urllib.parse import urlencode
+
+import pytest
+
+from catalog.persist_catalog import PersistCatalog
+from catalog.shadow import ShadowCatalog
+from catalog.stash_catalog import MemStashStore, StashCatalog
+from persist.client import PersistClient
+from persist.file import FileBlob
+from persist.mem import MemBlob, MemConsensus
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable
+    from pathlib import Path
+
+    from catalog.api import DurableCatalog
+    from catalog.testing import NewLocation, OpenCatalog
+    from oracle.api import TimestampOracle
+    from persist.location import Blob, Consensus
+    from sim.runtime import Runtime
+
+
+@final
+@dataclass(frozen=True)
+class Services:
+    pg_url: str | None
+    tmp: Path
+    s3_blob: str | None = None  # s3://bucket?endpoint=…: persist's Blob in S3 instead of files
+
+
+def _fresh(tag: str) -> str:
+    return f"{tag}-{uuid.uuid4().hex[:12]}"
+
+
+def persist_location(
+    rt: Runtime, services: Services, *, postgres: bool, oracle: TimestampOracle | None = None
+) -> OpenCatalog:
+    shared_blob: Blob = FileBlob(str(services.tmp / _fresh("blob"))) if postgres else MemBlob()
+    mem_consensus = MemConsensus()
+    shard = _fresh("catalog")
+    s3_prefix = _fresh("catalog")
+
+    @contextlib.asynccontextmanager
+    async def handle() -> AsyncIterator[DurableCatalog]:
+        consensus: Consensus = mem_consensus
+        blob = shared_blob
+        async with contextlib.AsyncExitStack() as stack:
+            if services.s3_blob is not None:
+                from persist.open import open_blob
+
+                bucket, _, query = services.s3_blob.partition("?")
+                blob = await stack.enter_async_context(await open_blob(f"{bucket}/{s3_prefix}?{query}"))
+            if postgres:
+                from persist.postgres import PostgresConsensus
+
+                assert services.pg_url is not None
+                consensus = await stack.enter_async_context(await PostgresConsensus.open(services.pg_url, pool_size=2))
+            client = await stack.enter_async_context(PersistClient(blob, consensus, rt))
+            cat = await PersistCatalog.connect(client, rt, shard_id=shard, oracle=oracle)
+            stack.push_async_callback(cat.close)
+            yield cat
+
+    return handle
+
+
+def stash_location(
+    rt: Runtime, services: Services, *, postgres: bool, oracle: TimestampOracle | None = None
+) -> OpenCatalog:
+    mem = MemStashStore(rt)
+    env = _fresh("env")
+
+    @contextlib.asynccontextmanager
+    async def handle() -> AsyncIterator[DurableCatalog]:
+        if not postgres:
+            yield StashCatalog(mem, rt, oracle=oracle)
+            return
+        from catalog.stash_postgres import PostgresStashStore
+
+        assert services.pg_url is not None
+        async with await PostgresStashStore.connect(services.pg_url, rt, env=env, pool_size=2) as store:
+            yield StashCatalog(store, rt, oracle=oracle)
+
+    return handle
+
+
+def shadow_location(
+    rt: Runtime, services: Services, *, postgres: bool, oracle: TimestampOracle | None = None
+) -> OpenCatalog:
+    primary = persist_location(rt, services, postgres=postgres)
+    secondary = stash_location(rt, services, postgres=postgres)
+
+    @contextlib.asynccontextmanager
+    async def handle() -> AsyncIterator[DurableCatalog]:
+        async with primary() as a, secondary() as b:
+            yield ShadowCatalog(a, b, oracle=oracle)
+
+    return handle
+
+
+LOCATIONS: dict[str, Callable[..., OpenCatalog]] = {
+    "persist": persist_location,
+    "stash": stash_location,
+    "shadow": shadow_location,
+}
+
+
+@final
+@dataclass(frozen=True)
+class CatalogImpl:
+    name: str
+    kind: str
+    postgres: bool
+    services: Services
+
+    def new_location(self, rt: Runtime, *, oracle: TimestampOracle | None = None) -> NewLocation:
+        def new() -> OpenCatalog:
+            return LOCATIONS[self.kind](rt, self.services, postgres=self.postgres, oracle=oracle)
+
+        return new
+
+
+_PARAMS = [
+    pytest.param(("persist", False), id="persist-mem", marks=pytest.mark.virtual),
+    pytest.param(("stash", False), id="stash-mem", marks=pytest.mark.virtual),
+    pytest.param(("shadow", False), id="shadow-mem", marks=pytest.mark.virtual),
+    pytest.param(("persist", True), id="persist-postgres", marks=pytest.mark.postgres),
+    pytest.param(("stash", True), id="stash-postgres", marks=pytest.mark.postgres),
+    pytest.param(("shadow", True), id="shadow-postgres", marks=pytest.mark.postgres),
+    pytest.param(("persist-s3", True), id="persist-postgres-s3", marks=[pytest.mark.postgres, pytest.mark.s3, pytest.mark.slow]),
+]
+
+
+@pytest.fixture(params=_PARAMS)
+def catalog_impl(request: pytest.FixtureRequest, tmp_path: Path) -> CatalogImpl:
+    """Every implementation: in memory (virtual time) and on Postgres."""
+    kind, postgres = request.param
+    pg_url = request.getfixturevalue("pg_url") if postgres else None
+    name = f"{kind}-{'postgres' if postgres else 'mem'}"
+    s3_blob = None
+    if kind == "persist-s3":
+        kind, name = "persist", "persist-postgres-s3"
+        endpoint: str = request.getfixturevalue("s3_endpoint")
+        bucket: str = request.getfixturevalue("s3_bucket")
+        s3_blob = f"s3://{bucket}?{urlencode({'endpoint': endpoint})}"
+    return CatalogImpl(name, kind, postgres, Services(pg_url, tmp_path, s3_blob))
+
+
+@pytest.fixture(params=_PARAMS[:3])
+def mem_catalog_impl(request: pytest.FixtureRequest, tmp_path: Path) -> CatalogImpl:
+    """The in-memory implementations (virtual time)."""
+    kind, _ = request.param
+    return CatalogImpl(f"{kind}-mem", kind, False, Services(None, tmp_path))
+
+
+@pytest.fixture(params=_PARAMS[3:6])
+def pg_catalog_impl(request: pytest.FixtureRequest, tmp_path: Path) -> CatalogImpl:
+    """The Postgres implementations."""
+    kind, _ = request.param
+    pg_url: str = request.getfixturevalue("pg_url")
+    return CatalogImpl(f"{kind}-postgres", kind, True, Services(pg_url, tmp_path))
