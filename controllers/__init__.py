@@ -1,6 +1,98 @@
-"""controllers: compute and storage controllers with simulated replicas, fed
-deterministic commands derived from the catalog and ephemeral commands gated by
-`catalog_ts` (seed 001).
+"""Controllers (seed 001): deterministic and ephemeral commands, the storage and
+compute controllers, and the simulated cluster replicas they drive."""
 
-Not built yet: see the controllers issue.
-"""
+from controllers.commands import (
+    UNKNOWN_CLUSTER,
+    UNKNOWN_COLLECTION,
+    AdvanceCatalogFrontier,
+    AllowCompaction,
+    Append,
+    CancelPeek,
+    Command,
+    ComputeResponse,
+    CreateCluster,
+    CreateDataflow,
+    CreateReplica,
+    CreateTable,
+    DeterministicCommand,
+    DropCluster,
+    DropDataflow,
+    DroppedIds,
+    DropReplica,
+    DropTable,
+    FrontierUppers,
+    Peek,
+    PeekCanceled,
+    PeekError,
+    PeekResponse,
+    PeekRows,
+    table_shard_id,
+)
+from controllers.compute import ComputeConfig, ComputeController, PeekWaiters
+from controllers.derive import derive, derive_event
+from controllers.replica import REPLICA_LATENCIES, Replica
+from controllers.storage import (
+    AppendConflict,
+    AppendOk,
+    AppendResult,
+    ReadHold,
+    StorageConfig,
+    StorageController,
+)
+from controllers.transform import (
+    Comparison,
+    Row,
+    Scalar,
+    Transform,
+    decode_row,
+    encode_row,
+    parse_select,
+)
+
+__all__ = [
+    "REPLICA_LATENCIES",
+    "UNKNOWN_CLUSTER",
+    "UNKNOWN_COLLECTION",
+    "AdvanceCatalogFrontier",
+    "AllowCompaction",
+    "Append",
+    "AppendConflict",
+    "AppendOk",
+    "AppendResult",
+    "CancelPeek",
+    "Command",
+    "Comparison",
+    "ComputeConfig",
+    "ComputeController",
+    "ComputeResponse",
+    "CreateCluster",
+    "CreateDataflow",
+    "CreateReplica",
+    "CreateTable",
+    "DeterministicCommand",
+    "DropCluster",
+    "DropDataflow",
+    "DropReplica",
+    "DropTable",
+    "DroppedIds",
+    "FrontierUppers",
+    "Peek",
+    "PeekCanceled",
+    "PeekError",
+    "PeekResponse",
+    "PeekRows",
+    "PeekWaiters",
+    "ReadHold",
+    "Replica",
+    "Row",
+    "Scalar",
+    "StorageConfig",
+    "StorageController",
+    "Transform",
+    "decode_row",
+    "derive",
+    "derive_event",
+    "encode_row",
+    "parse_select",
+    "table_shard_id",
+]

@@ -506,6 +506,16 @@ class LatencyModel:
     def names(self) -> list[str]:
         return sorted(self._dists)
 
+    def configures(self, name: str) -> bool:
+        """True iff `name` or one of its dotted prefixes has its own distribution
+        (the default does not count)."""
+        key = name
+        while key not in self._dists:
+            if "." not in key:
+                return False
+            key = key.rsplit(".", 1)[0]
+        return True
+
     def distribution(self, name: str) -> Distribution:
         """The distribution used for `name`; `LatencySpecError` if none applies."""
         key = name

@@ -1,0 +1,507 @@
+"""The compute controller: clusters, replicas, dataflows, and catalog_ts-gated peeks.
+
+Paths:
+- **Deterministic commands** (`send`, in derived order) update the controller's
+  view — tables it can peek through persist, dataflows per cluster — and go on
+  to every replica of the affected cluster. `AdvanceCatalogFrontier(ts)` moves
+  the **catalog frontier**: every catalog change at times `< ts` is applied.
+- **Peek**: held while `catalog_ts >= frontier` (the controller might not yet
+  know an object the query saw). Once the frontier is beyond it, the collection
+  is looked up in the controller's *current* state: missing (never created, or
+  dropped at or before that point) answers `42P01` at once, as Materialize does
+  for an object dropped under an in-flight query. Otherwise the peek goes to
+  every replica of the cluster that holds the collection (an index or view), or
+  of the peek's cluster for a table (persist fast path); each replica answers
+  once its frontier is beyond `as_of`, with exactly the contents at `as_of`.
+  The first answer wins; later ones are dropped and the other replicas are told
+  to cancel.
+- **Replica crash/restart**: a restarted or newly created replica is sent the
+  cluster's history — its live dataflows, compaction bounds, and in-flight
+  peeks — so it rehydrates and answers what is still pending (reconciliation).
+
+Responses (`PeekResponse`, `FrontierUppers` when a collection's upper advances
+on some replica, `DroppedIds`) go to the owner's sink — a callable or an
+unbounded anyio memory object stream: the event loop's controller-response
+queue, or `PeekWaiters` for per-peek waiters in the decoupled design.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Self, TypeAlias, final
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+
+from controllers.commands import (
+    UNKNOWN_CLUSTER,
+    UNKNOWN_COLLECTION,
+    AdvanceCatalogFrontier,
+    AllowCompaction,
+    CancelPeek,
+    ComputeResponse,
+    CreateCluster,
+    CreateDataflow,
+    CreateReplica,
+    CreateTable,
+    DropCluster,
+    DropDataflow,
+    DroppedIds,
+    DropReplica,
+    DropTable,
+    FrontierUppers,
+    Peek,
+    PeekCanceled,
+    PeekError,
+    PeekResponse,
+)
+from controllers.replica import (
+    Replica,
+    ReplicaAllowCompaction,
+    ReplicaCancel,
+    ReplicaCommand,
+    ReplicaCreateDataflow,
+    ReplicaDropDataflow,
+    ReplicaPeek,
+)
+from persist.frontier import Frontier
+from persist.location import InvalidUsage
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import TracebackType
+
+    from anyio.abc import TaskGroup
+
+    from persist.client import PersistClient
+    from sim.runtime import Runtime
+
+__all__ = [
+    "UNDEFINED_COLUMN",
+    "UNSUPPORTED",
+    "ComputeCommand",
+    "ComputeConfig",
+    "ComputeController",
+    "ComputeStatistics",
+    "PeekWaiters",
+    "ResponseSink",
+]
+
+#: SQLSTATE of a transform naming a column its input does not have.
+UNDEFINED_COLUMN = "42703"
+#: SQLSTATE of a dataflow shape the simulator does not model (an input that is
+#: not a table).
+UNSUPPORTED = "0A000"
+
+ComputeCommand: TypeAlias = (
+    CreateTable
+    | DropTable
+    | CreateCluster
+    | DropCluster
+    | CreateReplica
+    | DropReplica
+    | CreateDataflow
+    | DropDataflow
+    | AllowCompaction
+    | AdvanceCatalogFrontier
+    | Peek
+    | CancelPeek
+)
+
+#: Where responses go; must not block (the controller calls it from its tasks).
+ResponseSink: TypeAlias = "Callable[[ComputeResponse], None]"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ComputeConfig:
+    """`compaction_window`: timestamps below a dataflow's upper that stay
+    peekable (1000, as Materialize's default 1 s logical compaction window)."""
+
+    compaction_window: int = 1000
+    #: Known-bad variant (DESIGN.md §2): serve peeks without waiting for the catalog
+    #: frontier to pass their `catalog_ts`, so a peek may not find an object its
+    #: query saw (`select-unknown-table`). Anomaly tests only.
+    ignore_catalog_ts: bool = False
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ComputeStatistics:
+    peeks: int
+    peeks_waited_on_catalog: int
+    peek_errors: int
+    responses_dropped: int
+    replicas_restarted: int
+
+
+@final
+@dataclass
+class _Table:
+    cmd: CreateTable
+
+
+@final
+@dataclass
+class _Dataflow:
+    cmd: CreateDataflow
+    columns: tuple[str, ...] = ()
+    error: PeekError | None = None  # set when the dataflow cannot be built
+    allowed: int = 0
+    upper: Frontier = Frontier.MINIMUM
+
+
+@final
+@dataclass
+class _Cluster:
+    id: int
+    replicas: dict[int, Replica] = field(default_factory=dict)
+    dataflows: list[int] = field(default_factory=list)
+
+
+@final
+@dataclass
+class _InFlight:
+    peek: Peek
+    cluster_id: int
+    command: ReplicaPeek
+
+
+@final
+class ComputeController:
+    """Owned via `async with`: replicas run as tasks in its task group."""
+
+    def __init__(
+        self,
+        persist: PersistClient,
+        rt: Runtime,
+        respond: ResponseSink | MemoryObjectSendStream[ComputeResponse],
+        *,
+        config: ComputeConfig = ComputeConfig(),
+    ) -> None:
+        self._persist = persist
+        self._rt = rt
+        # An anyio memory stream must be unbounded: the controller never blocks.
+        self._respond: ResponseSink = (
+            respond.send_nowait if isinstance(respond, MemoryObjectSendStream) else respond
+        )
+        self.config = config
+        self._frontier = 0
+        self._frontier_changed = anyio.Event()
+        self._tables: dict[int, _Table] = {}
+        self._dataflows: dict[int, _Dataflow] = {}
+        self._clusters: dict[int, _Cluster] = {}
+        self._waiting: list[Peek] = []  # gated on the catalog frontier, arrival order
+        self._in_flight: dict[int, _InFlight] = {}
+        self._peek_ids: set[int] = set()  # membership only
+        self._tg: TaskGroup | None = None
+        self._stats = collections.Counter[str]()
+
+    async def __aenter__(self) -> Self:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()
+        result = await self._tg.__aexit__(et, e, tb)
+        self._tg = None
+        return result
+
+    # --- inspection ------------------------------------------------------------------------
+
+    @property
+    def catalog_frontier(self) -> int:
+        """Every catalog change at times `< catalog_frontier` has been applied."""
+        return self._frontier
+
+    async def wait_catalog_frontier(self, catalog_ts: int) -> None:
+        while self._frontier <= catalog_ts:
+            await self._frontier_changed.wait()
+
+    def upper(self, collection_id: int) -> Frontier:
+        """A dataflow's upper on its most advanced replica."""
+        df = self._dataflows.get(collection_id)
+        if df is None:
+            raise InvalidUsage(f"unknown dataflow {collection_id}")
+        return df.upper
+
+    def replica(self, cluster_id: int, replica_id: int) -> Replica:
+        cluster = self._clusters.get(cluster_id)
+        if cluster is None or replica_id not in cluster.replicas:
+            raise InvalidUsage(f"unknown replica {replica_id} of cluster {cluster_id}")
+        return cluster.replicas[replica_id]
+
+    def pending_peeks(self) -> tuple[int, ...]:
+        """Peeks not yet answered: waiting on the catalog, then in flight."""
+        return tuple(p.peek_id for p in self._waiting) + tuple(self._in_flight)
+
+    def statistics(self) -> ComputeStatistics:
+        s = self._stats
+        return ComputeStatistics(
+            s["peeks"], s["gated"], s["errors"], s["dropped_responses"], s["restarts"]
+        )
+
+    # --- failures --------------------------------------------------------------------------
+
+    def crash_replica(self, cluster_id: int, replica_id: int) -> None:
+        self.replica(cluster_id, replica_id).crash()
+
+    def restart_replica(self, cluster_id: int, replica_id: int) -> None:
+        """Restarts a crashed replica from the cluster's command history."""
+        self._stats["restarts"] += 1
+        self.replica(cluster_id, replica_id).restart(self._history(self._clusters[cluster_id]))
+
+    def _history(self, cluster: _Cluster) -> list[ReplicaCommand]:
+        out: list[ReplicaCommand] = []
+        for df_id in cluster.dataflows:
+            df = self._dataflows[df_id]
+            if df.error is None:
+                out.append(self._replica_create(df))
+                if df.allowed:
+                    out.append(ReplicaAllowCompaction(df_id, df.allowed))
+        out += [f.command for f in self._in_flight.values() if f.cluster_id == cluster.id]
+        return out
+
+    # --- commands --------------------------------------------------------------------------
+
+    def send(self, cmd: ComputeCommand) -> None:
+        """Applies one command. Deterministic ones must come in derived order;
+        never blocks (the work happens in replica tasks)."""
+        if isinstance(cmd, Peek):
+            self._peek(cmd)
+        elif isinstance(cmd, CancelPeek):
+            self._cancel(cmd.peek_id)
+        elif isinstance(cmd, AdvanceCatalogFrontier):
+            self._advance(cmd.ts)
+        elif isinstance(cmd, CreateTable):
+            self._tables[cmd.id] = _Table(cmd)
+        elif isinstance(cmd, DropTable):
+            if self._tables.pop(cmd.id, None) is not None:
+                self._fail_peeks(lambda f: f.peek.collection_id == cmd.id, UNKNOWN_COLLECTION, "was dropped")
+                self._respond(DroppedIds((cmd.id,)))
+        elif isinstance(cmd, CreateCluster):
+            self._clusters.setdefault(cmd.id, _Cluster(cmd.id))
+        elif isinstance(cmd, DropCluster):
+            self._drop_cluster(cmd.id)
+        elif isinstance(cmd, CreateReplica):
+            self._create_replica(cmd)
+        elif isinstance(cmd, DropReplica):
+            cluster = self._clusters.get(cmd.cluster_id)
+            replica = None if cluster is None else cluster.replicas.pop(cmd.replica_id, None)
+            if replica is not None:
+                replica.drop()
+        elif isinstance(cmd, CreateDataflow):
+            self._create_dataflow(cmd)
+        elif isinstance(cmd, DropDataflow):
+            self._drop_dataflow(cmd.id)
+        else:
+            df = self._dataflows.get(cmd.id)
+            if df is not None and cmd.since > df.allowed:
+                df.allowed = cmd.since
+                self._broadcast(df.cmd.cluster_id, ReplicaAllowCompaction(cmd.id, cmd.since))
+
+    def _advance(self, ts: int) -> None:
+        if ts < self._frontier:
+            raise InvalidUsage(f"catalog frontier cannot regress from {self._frontier} to {ts}")
+        if ts == self._frontier:
+            return
+        self._frontier = ts
+        self._frontier_changed.set()
+        self._frontier_changed = anyio.Event()
+        ready = [p for p in self._waiting if p.catalog_ts < ts]
+        self._waiting = [p for p in self._waiting if p.catalog_ts >= ts]
+        for p in ready:
+            self._dispatch(p)
+
+    def _create_replica(self, cmd: CreateReplica) -> None:
+        if self._tg is None:
+            raise InvalidUsage("ComputeController must be used as `async with ComputeController(...)`")
+        cluster = self._clusters.get(cmd.cluster_id)
+        if cluster is None:
+            raise InvalidUsage(f"replica {cmd.replica_id} of unknown cluster {cmd.cluster_id}")
+        if cmd.replica_id in cluster.replicas:
+            return
+        replica = Replica(
+            cmd.cluster_id,
+            cmd.replica_id,
+            self._persist,
+            self._rt.derive(f"replica-{cmd.cluster_id}-{cmd.replica_id}"),
+            workers=cmd.workers,
+            compaction_window=self.config.compaction_window,
+            on_peek=self._on_replica_peek,
+            on_frontier=self._on_replica_frontier,
+        )
+        cluster.replicas[cmd.replica_id] = replica
+        for c in self._history(cluster):
+            replica.send(c)
+        self._tg.start_soon(replica.run)
+
+    def _drop_cluster(self, cluster_id: int) -> None:
+        cluster = self._clusters.pop(cluster_id, None)
+        if cluster is None:
+            return
+        for df_id in list(cluster.dataflows):  # the catalog drops them first; be safe
+            self._drop_dataflow(df_id)
+        for replica in cluster.replicas.values():
+            replica.drop()
+        self._fail_peeks(lambda f: f.cluster_id == cluster_id, UNKNOWN_CLUSTER, "lost its cluster")
+
+    def _replica_create(self, df: _Dataflow) -> ReplicaCreateDataflow:
+        table = self._tables[df.cmd.input_id].cmd
+        return ReplicaCreateDataflow(df.cmd.id, table.shard_id, table.columns, df.cmd.transform)
+
+    def _create_dataflow(self, cmd: CreateDataflow) -> None:
+        if cmd.id in self._dataflows:
+            return
+        cluster = self._clusters.get(cmd.cluster_id)
+        if cluster is None:
+            raise InvalidUsage(f"dataflow {cmd.id} on unknown cluster {cmd.cluster_id}")
+        df = _Dataflow(cmd)
+        self._dataflows[cmd.id] = df
+        cluster.dataflows.append(cmd.id)
+        table = self._tables.get(cmd.input_id)
+        if table is None:
+            what = "a dataflow" if cmd.input_id in self._dataflows else "nothing"
+            df.error = PeekError(
+                UNSUPPORTED if what == "a dataflow" else UNKNOWN_COLLECTION,
+                f"{cmd.kind} {cmd.id}: input {cmd.input_id} is {what}; only tables are modeled as inputs",
+            )
+            return
+        try:
+            df.columns = cmd.transform.output_columns(table.cmd.columns)
+        except InvalidUsage as exc:
+            df.error = PeekError(UNDEFINED_COLUMN, f"{cmd.kind} {cmd.id}: {exc}")
+            return
+        self._broadcast(cmd.cluster_id, self._replica_create(df))
+
+    def _drop_dataflow(self, df_id: int) -> None:
+        df = self._dataflows.pop(df_id, None)
+        if df is None:
+            return
+        cluster = self._clusters.get(df.cmd.cluster_id)
+        if cluster is not None:
+            cluster.dataflows.remove(df_id)
+        self._broadcast(df.cmd.cluster_id, ReplicaDropDataflow(df_id))
+        self._fail_peeks(lambda f: f.peek.collection_id == df_id, UNKNOWN_COLLECTION, "was dropped")
+        self._respond(DroppedIds((df_id,)))
+
+    def _broadcast(self, cluster_id: int, cmd: ReplicaCommand, *, skip: Replica | None = None) -> None:
+        cluster = self._clusters.get(cluster_id)
+        if cluster is not None:
+            for replica in cluster.replicas.values():
+                if replica is not skip:
+                    replica.send(cmd)
+
+    # --- peeks -------------------------------------------------------------------------------
+
+    def _peek(self, peek: Peek) -> None:
+        if peek.peek_id in self._peek_ids:
+            raise InvalidUsage(f"peek id {peek.peek_id} was already used")
+        self._peek_ids.add(peek.peek_id)
+        self._stats["peeks"] += 1
+        if peek.catalog_ts < self._frontier or self.config.ignore_catalog_ts:
+            self._dispatch(peek)
+        else:
+            self._stats["gated"] += 1
+            self._waiting.append(peek)
+
+    def _answer(self, peek_id: int, result: PeekError | PeekCanceled) -> None:
+        if isinstance(result, PeekError):
+            self._stats["errors"] += 1
+        self._respond(PeekResponse(peek_id, result))
+
+    def _dispatch(self, peek: Peek) -> None:
+        """Routes a peek whose catalog_ts the frontier has passed."""
+        cid = peek.collection_id
+        table, df = self._tables.get(cid), self._dataflows.get(cid)
+        if table is not None:
+            if peek.cluster_id not in self._clusters:
+                self._answer(peek.peek_id, PeekError(UNKNOWN_CLUSTER, f"unknown cluster {peek.cluster_id}"))
+                return
+            cluster_id, columns = peek.cluster_id, table.cmd.columns
+            command = ReplicaPeek(peek.peek_id, cid, peek.as_of, peek.transform, table.cmd.shard_id, columns)
+        elif df is not None:
+            if df.error is not None:
+                self._answer(peek.peek_id, df.error)
+                return
+            cluster_id, columns = df.cmd.cluster_id, df.columns
+            command = ReplicaPeek(peek.peek_id, cid, peek.as_of, peek.transform)
+        else:
+            self._answer(peek.peek_id, PeekError(UNKNOWN_COLLECTION, f"unknown collection {cid}"))
+            return
+        try:
+            peek.transform.compile(columns)
+        except InvalidUsage as exc:
+            self._answer(peek.peek_id, PeekError(UNDEFINED_COLUMN, str(exc)))
+            return
+        self._in_flight[peek.peek_id] = _InFlight(peek, cluster_id, command)
+        self._broadcast(cluster_id, command)
+
+    def _cancel(self, peek_id: int) -> None:
+        for i, p in enumerate(self._waiting):
+            if p.peek_id == peek_id:
+                del self._waiting[i]
+                self._answer(peek_id, PeekCanceled())
+                return
+        f = self._in_flight.pop(peek_id, None)
+        if f is not None:
+            self._broadcast(f.cluster_id, ReplicaCancel(peek_id))
+            self._answer(peek_id, PeekCanceled())
+
+    def _fail_peeks(self, which: Callable[[_InFlight], bool], code: str, why: str) -> None:
+        for peek_id, f in list(self._in_flight.items()):
+            if which(f):
+                del self._in_flight[peek_id]
+                self._broadcast(f.cluster_id, ReplicaCancel(peek_id))
+                self._answer(peek_id, PeekError(code, f"collection {f.peek.collection_id} {why}"))
+
+    # --- replica responses ---------------------------------------------------------------------
+
+    def _on_replica_peek(self, replica: Replica, response: PeekResponse) -> None:
+        f = self._in_flight.get(response.peek_id)
+        if f is None or f.cluster_id != replica.cluster_id:
+            self._stats["dropped_responses"] += 1  # another replica answered first
+            return
+        del self._in_flight[response.peek_id]
+        self._broadcast(f.cluster_id, ReplicaCancel(response.peek_id), skip=replica)
+        if isinstance(response.result, PeekError):
+            self._stats["errors"] += 1
+        self._respond(response)
+
+    def _on_replica_frontier(self, replica: Replica, df_id: int, upper: Frontier) -> None:
+        df = self._dataflows.get(df_id)
+        if df is not None and df.cmd.cluster_id == replica.cluster_id and upper > df.upper:
+            df.upper = upper
+            self._respond(FrontierUppers(df_id, upper))
+
+
+@final
+class PeekWaiters:
+    """A `ResponseSink` that hands each `PeekResponse` to whoever waits for that
+    peek (the decoupled design's reply path); other responses go to `inner`."""
+
+    def __init__(self, inner: ResponseSink | None = None) -> None:
+        self._inner = inner
+        self._results: dict[int, PeekResponse] = {}
+        self._events: dict[int, anyio.Event] = {}
+
+    def __call__(self, response: ComputeResponse) -> None:
+        if isinstance(response, PeekResponse):
+            self._results[response.peek_id] = response
+            event = self._events.pop(response.peek_id, None)
+            if event is not None:
+                event.set()
+        elif self._inner is not None:
+            self._inner(response)
+
+    async def wait(self, peek_id: int) -> PeekResponse:
+        """The response to `peek_id` (consumed: a second wait would block)."""
+        while peek_id not in self._results:
+            event = self._events.setdefault(peek_id, anyio.Event())
+            await event.wait()
+        return self._results.pop(peek_id)

@@ -1,0 +1,537 @@
+"""A simulated cluster replica (clusterd): dataflows that follow persist shards,
+and peeks served from their arrangements or straight from persist.
+
+Paths (each cost is a named latency; see `REPLICA_LATENCIES`):
+- **Command delivery**: the controller's commands arrive in order, each after a
+  `replica.command` hop (FIFO: a message never overtakes an earlier one).
+- **Dataflow**: register a reader on the input shard; its since is the
+  dataflow's `as_of`. Hydrate: `snapshot(as_of)` (`replica.hydrate_row` CPU per
+  row). Then follow `listen(as_of)`: each batch costs `replica.maintain_row` per
+  update, goes through the transform into the arrangement and advances the
+  frontier (reported to the controller at once). The arrangement compacts to
+  `upper - window` (or the `AllowCompaction` bound), never past an in-flight
+  peek's `as_of`, and the reader's persist since follows, so the shard compacts.
+- **Peek on an index/view**: hold `as_of`, wait until the frontier is beyond
+  it, read the arrangement at exactly `as_of`, apply the peek's transform
+  (`replica.peek` + `replica.peek_row` per row read), answer after a
+  `replica.response` hop.
+- **Peek on a table** (persist fast path): a short-lived reader,
+  `snapshot(as_of)` (waits for the upper to pass `as_of`), expire.
+- **crash()** cancels everything and drops all state; leases of its readers
+  lapse (nobody heartbeats them). **restart(history)** starts a new
+  incarnation that replays the controller's command history (reconciliation).
+
+CPU work holds one of the replica's `workers` modeled cores (`Runtime.cpu`), so
+hydration delays peeks on the same replica, as a busy clusterd does.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final, TypeAlias, final
+
+import anyio
+
+from controllers.arrangement import Arrangement, Maintainer
+from controllers.commands import UNKNOWN_COLLECTION, PeekError, PeekResponse, PeekRows
+from controllers.transform import Transform, decode_row, encode_row
+from persist.frontier import Frontier
+from persist.location import InvalidUsage
+from sim.runtime import Constant, LogNormal
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+
+    from anyio.abc import TaskGroup
+
+    from controllers.transform import CompiledTransform, Row
+    from persist.client import PersistClient, ReadHandle
+    from sim.runtime import Distribution, Runtime
+
+__all__ = [
+    "BELOW_SINCE",
+    "INTERNAL",
+    "REPLICA_LATENCIES",
+    "Replica",
+    "ReplicaAllowCompaction",
+    "ReplicaCancel",
+    "ReplicaCommand",
+    "ReplicaCreateDataflow",
+    "ReplicaDropDataflow",
+    "ReplicaPeek",
+    "ReplicaStatistics",
+    "evaluate",
+    "replica_cost",
+]
+
+#: SQLSTATE-like code of a peek whose `as_of` was compacted away (`XX000`, as
+#: Materialize's "timestamp is not valid for all inputs" is internal).
+BELOW_SINCE: Final = "XX000"
+#: Invalid data (a negative multiplicity) or another replica-side failure.
+INTERNAL: Final = "XX000"
+
+#: The replica's default modeled costs (seconds), used for any name the
+#: Runtime's latency model does not configure (itself or by a dotted prefix).
+#: Engineering estimates, not measurements; `coordsim calibrate` or a latency
+#: profile overrides them:
+#: - `replica.command` / `replica.response`: one network hop between
+#:   environmentd and clusterd in one availability zone: ~0.5 ms round trip,
+#:   so a 0.25 ms median each way with a log-normal tail.
+#: - `replica.peek`: fixed replica-side CPU of a peek (plan lookup, cursor into
+#:   the arrangement, encoding the response): ~50 µs. Materialize serves indexed
+#:   point lookups in a few ms end to end, most of it hops and the coordinator;
+#:   the replica's CPU share is small, so the coordinator, the subject of the
+#:   comparison, stays the bottleneck as it is in the seed's measurements.
+#: - `replica.peek_row`: 1 µs per row read from the arrangement (~1M rows/s/core).
+#: - `replica.hydrate_row`: 2 µs per snapshot row while building an arrangement
+#:   (differential's arrangement building runs at roughly 0.5M rows/s/worker).
+#: - `replica.maintain_row`: 5 µs per update while following a shard (small
+#:   batches pay per-batch and per-frontier overhead: ~200k updates/s/worker).
+REPLICA_LATENCIES: Final[Mapping[str, Distribution]] = {
+    "replica.command": LogNormal(0.00025, 0.5),
+    "replica.response": LogNormal(0.00025, 0.5),
+    "replica.peek": LogNormal(0.00005, 0.3),
+    "replica.peek_row": Constant(1e-6),
+    "replica.hydrate_row": Constant(2e-6),
+    "replica.maintain_row": Constant(5e-6),
+}
+
+#: A "never" upper for a shard that was closed (its upper became empty).
+_NEVER: Final = 2**63 - 1
+
+
+def replica_cost(rt: Runtime, name: str) -> float:
+    """One sample (seconds) of cost `name`: from the Runtime's latency model if it
+    configures `name` or a dotted prefix of it, else from `REPLICA_LATENCIES`."""
+    if rt.latency.configures(name):
+        return rt.latency.distribution(name).sample(rt.rng)
+    return REPLICA_LATENCIES[name].sample(rt.rng)
+
+
+def evaluate(t: CompiledTransform, contents: Iterable[tuple[Row, int]]) -> PeekRows | PeekError:
+    """A peek's answer: the transform over `(row, multiplicity)` contents."""
+    rows: list[tuple[bytes, Row]] = []
+    total = 0
+    for row, n in contents:
+        if n < 0:
+            return PeekError(INTERNAL, f"invalid data: row {row!r} has multiplicity {n}")
+        if not t.keep(row):
+            continue
+        if t.count:
+            total += n
+        else:
+            out = t.project(row)
+            rows.extend([(encode_row(out), out)] * n)
+    if t.count:
+        return PeekRows(((total,),))
+    rows.sort(key=lambda r: r[0])
+    return PeekRows(tuple(r for _, r in rows))
+
+
+# --- the replica protocol ----------------------------------------------------------------
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ReplicaCreateDataflow:
+    id: int
+    shard_id: str
+    input_columns: tuple[str, ...]
+    transform: Transform
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ReplicaDropDataflow:
+    id: int
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ReplicaAllowCompaction:
+    id: int
+    since: int
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ReplicaPeek:
+    """A peek on dataflow `target_id`, or on a table's shard if `shard_id` is set."""
+
+    peek_id: int
+    target_id: int
+    as_of: int
+    transform: Transform
+    shard_id: str | None = None
+    columns: tuple[str, ...] = ()
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ReplicaCancel:
+    peek_id: int
+
+
+ReplicaCommand: TypeAlias = (
+    ReplicaCreateDataflow | ReplicaDropDataflow | ReplicaAllowCompaction | ReplicaPeek | ReplicaCancel
+)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ReplicaStatistics:
+    incarnations: int
+    hydrated_rows: int
+    maintained_updates: int
+    peeks_answered: int
+    fast_path_peeks: int
+
+
+@final
+@dataclass
+class _Dataflow:
+    cmd: ReplicaCreateDataflow
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+    arrangement: Arrangement | None = None
+    output_columns: tuple[str, ...] = ()
+    allowed: int = 0
+    holds: list[int] = field(default_factory=list)
+    changed: anyio.Event = field(default_factory=anyio.Event)
+    reader: ReadHandle | None = None
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = anyio.Event()
+
+
+@final
+@dataclass
+class _Life:
+    """One incarnation's fate: tasks of a crashed incarnation must not act (e.g.
+    expire their leases) even if the replica has been restarted meanwhile."""
+
+    crashed: bool = False
+
+
+#: Called with a replica's peek answers (after the response hop).
+PeekSink: TypeAlias = "Callable[[Replica, PeekResponse], None]"
+#: Called with `(replica, dataflow id, new upper)` whenever a frontier advances.
+FrontierSink: TypeAlias = "Callable[[Replica, int, Frontier], None]"
+
+
+@final
+class Replica:
+    """One replica of a cluster. `run()` is its process: start it in the owner's
+    task group; `drop()` ends it; `crash()`/`restart()` model a failure."""
+
+    def __init__(
+        self,
+        cluster_id: int,
+        replica_id: int,
+        persist: PersistClient,
+        rt: Runtime,
+        *,
+        workers: int = 1,
+        compaction_window: int = 1000,
+        on_peek: PeekSink,
+        on_frontier: FrontierSink,
+    ) -> None:
+        self.cluster_id = cluster_id
+        self.replica_id = replica_id
+        self._persist = persist
+        self._rt = rt
+        self._pool = rt.core_pool(workers, f"replica-{cluster_id}-{replica_id}")
+        self._window = compaction_window
+        self._on_peek = on_peek
+        self._on_frontier = on_frontier
+        self._inbox: collections.deque[tuple[float, ReplicaCommand]] = collections.deque()
+        self._inbox_event = anyio.Event()
+        self._last_delivery = 0.0
+        self._scope = anyio.CancelScope()
+        self._incarnation: anyio.CancelScope | None = None
+        self._crashed = False
+        self._life = _Life()
+        self._dropped = False
+        self._lifecycle = anyio.Event()  # set (and replaced) on every crash and restart
+        self._dataflows: dict[int, _Dataflow] = {}
+        self._peeks: dict[int, anyio.CancelScope] = {}
+        self._stats = collections.Counter[str]()
+
+    def __repr__(self) -> str:
+        return f"Replica({self.cluster_id}, {self.replica_id})"
+
+    @property
+    def crashed(self) -> bool:
+        return self._crashed
+
+    # --- owner's interface ---------------------------------------------------------------
+
+    def send(self, cmd: ReplicaCommand) -> None:
+        """Queues `cmd` for delivery after a network hop; lost while crashed."""
+        if self._crashed or self._dropped:
+            return
+        now = self._rt.now()
+        deliver = max(self._last_delivery, now + replica_cost(self._rt, "replica.command"))
+        self._last_delivery = deliver
+        self._inbox.append((deliver, cmd))
+        self._inbox_event.set()
+
+    def crash(self) -> None:
+        """Kills the process: every task ends, all state (arrangements, pending
+        peeks, queued commands) is lost."""
+        if self._crashed:
+            return
+        self._crashed = True
+        self._life.crashed = True
+        self._inbox.clear()
+        self._lifecycle_changed()
+        if self._incarnation is not None:
+            self._incarnation.cancel()
+
+    def restart(self, history: Sequence[ReplicaCommand]) -> None:
+        """Starts a new incarnation that first receives `history`."""
+        if not self._crashed:
+            raise InvalidUsage(f"{self!r} is running; crash it before restarting")
+        self._crashed = False
+        self._life = _Life()
+        self._last_delivery = 0.0
+        for cmd in history:
+            self.send(cmd)
+        self._lifecycle_changed()
+
+    def _lifecycle_changed(self) -> None:
+        self._lifecycle.set()
+        self._lifecycle = anyio.Event()
+
+    def drop(self) -> None:
+        """Shuts the replica down for good (gracefully: readers are expired)."""
+        self._dropped = True
+        self._scope.cancel()
+
+    def frontier(self, dataflow_id: int) -> Frontier:
+        """The dataflow's upper on this replica (`Frontier(0)` until hydrated)."""
+        df = self._dataflows.get(dataflow_id)
+        if df is None or df.arrangement is None:
+            return Frontier.MINIMUM
+        return Frontier.at(df.arrangement.upper)
+
+    def since(self, dataflow_id: int) -> int | None:
+        df = self._dataflows.get(dataflow_id)
+        return None if df is None or df.arrangement is None else df.arrangement.since
+
+    def statistics(self) -> ReplicaStatistics:
+        s = self._stats
+        return ReplicaStatistics(
+            s["incarnations"], s["hydrated_rows"], s["maintained"], s["peeks"], s["fast_path"]
+        )
+
+    async def run(self) -> None:
+        """The replica process, until `drop()`; crashes end only an incarnation."""
+        with self._scope:
+            while True:
+                if self._crashed:
+                    await self._lifecycle.wait()
+                    continue
+                self._stats["incarnations"] += 1
+                with anyio.CancelScope() as incarnation:
+                    self._incarnation = incarnation
+                    try:
+                        async with anyio.create_task_group() as tg:
+                            await self._serve(tg)
+                    finally:
+                        self._incarnation = None
+                        self._dataflows = {}
+                        self._peeks = {}
+
+    # --- the process ---------------------------------------------------------------------
+
+    async def _serve(self, tg: TaskGroup) -> None:
+        while True:
+            if not self._inbox:
+                await self._inbox_event.wait()
+                self._inbox_event = anyio.Event()
+                continue
+            deliver, cmd = self._inbox[0]
+            wait = deliver - self._rt.now()
+            if wait > 0:
+                await self._rt.sleep(wait)
+                continue  # re-check: a crash may have cleared the inbox meanwhile
+            self._inbox.popleft()
+            self._handle(cmd, tg)
+
+    def _handle(self, cmd: ReplicaCommand, tg: TaskGroup) -> None:
+        if isinstance(cmd, ReplicaCreateDataflow):
+            if cmd.id not in self._dataflows:
+                df = _Dataflow(cmd)
+                self._dataflows[cmd.id] = df
+                tg.start_soon(self._dataflow, df)
+        elif isinstance(cmd, ReplicaDropDataflow):
+            dropped = self._dataflows.pop(cmd.id, None)
+            if dropped is not None:
+                dropped.scope.cancel()
+                dropped.notify()  # peeks waiting on it find it gone
+        elif isinstance(cmd, ReplicaAllowCompaction):
+            target = self._dataflows.get(cmd.id)
+            if target is not None:
+                target.allowed = max(target.allowed, cmd.since)
+                self._compact_arrangement(target)  # the reader's since follows on the next batch
+        elif isinstance(cmd, ReplicaPeek):
+            if cmd.peek_id in self._peeks:
+                return
+            scope = anyio.CancelScope()
+            self._peeks[cmd.peek_id] = scope
+            hold = self._dataflows.get(cmd.target_id) if cmd.shard_id is None else None
+            if hold is not None:
+                hold.holds.append(cmd.as_of)  # before waiting: compaction must not pass it
+            tg.start_soon(self._peek, cmd, scope, hold)
+        else:
+            running = self._peeks.pop(cmd.peek_id, None)
+            if running is not None:
+                running.cancel()
+
+    async def _cpu(self, seconds: float) -> None:
+        await self._rt.cpu(seconds, self._pool)
+
+    # --- dataflows -----------------------------------------------------------------------
+
+    async def _dataflow(self, df: _Dataflow) -> None:
+        cmd, life = df.cmd, self._life
+        with df.scope:
+            reader = await self._persist.open_reader(cmd.shard_id, heartbeat=False)
+            df.reader = reader
+            try:
+                await self._follow(df, reader)
+            finally:
+                if not life.crashed:  # a crash leaves the lease to lapse
+                    with anyio.CancelScope(shield=True):
+                        await reader.expire()
+
+    async def _follow(self, df: _Dataflow, reader: ReadHandle) -> None:
+        compiled = df.cmd.transform.compile(df.cmd.input_columns)
+        maintainer = Maintainer(compiled)
+        as_of = reader.since.ts
+        if as_of is None:
+            raise InvalidUsage(f"shard {df.cmd.shard_id} can no longer be read (empty since)")
+        snapshot = await reader.snapshot(as_of)
+        await self._cpu(len(snapshot) * replica_cost(self._rt, "replica.hydrate_row"))
+        self._stats["hydrated_rows"] += len(snapshot)
+        df.arrangement = Arrangement(as_of, maintainer.initial(snapshot))
+        df.output_columns = compiled.columns
+        self._advanced(df)
+        batches = aiter(reader.listen(as_of))
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._heartbeat, reader)
+                async for batch in batches:
+                    n = len(batch.updates)
+                    await self._cpu(n * replica_cost(self._rt, "replica.maintain_row"))
+                    self._stats["maintained"] += n
+                    previous = df.arrangement.upper
+                    upper = _NEVER if batch.progress.ts is None else batch.progress.ts
+                    df.arrangement.insert(maintainer.step(batch.updates), upper)
+                    self._advanced(df)
+                    await self._compact(df, reader, previous)
+                tg.cancel_scope.cancel()
+        finally:
+            # Close the listen now (not whenever the garbage collector gets to it,
+            # which would put its cleanup at an arbitrary point of the schedule).
+            aclose = getattr(batches, "aclose", None)
+            if aclose is not None:
+                with anyio.CancelScope(shield=True):
+                    await aclose()
+
+    def _advanced(self, df: _Dataflow) -> None:
+        assert df.arrangement is not None
+        df.notify()
+        self._on_frontier(self, df.cmd.id, Frontier.at(df.arrangement.upper))
+
+    def _compact_arrangement(self, df: _Dataflow) -> None:
+        arr = df.arrangement
+        if arr is not None:
+            arr.compact(min(max(arr.upper - self._window, df.allowed), arr.upper - 1, *df.holds))
+
+    async def _compact(self, df: _Dataflow, reader: ReadHandle, listen_frontier: int) -> None:
+        self._compact_arrangement(df)
+        arr = df.arrangement
+        assert arr is not None
+        # The reader's since must stay below the listen's progress, which the listen
+        # only moves past `listen_frontier` when asked for its next batch.
+        persist_target = min(arr.since, listen_frontier - 1)
+        current = reader.since.ts
+        step = max(1, self._window // 4)
+        if current is not None and persist_target - current >= step:
+            await reader.downgrade_since(persist_target)
+
+    async def _heartbeat(self, reader: ReadHandle) -> None:
+        """Renews the reader's lease; a crash stops it, so the lease lapses."""
+        period = self._persist.config.machine.lease_ms / 1000 / 4
+        while True:
+            await self._rt.sleep(period)
+            await reader.downgrade_since(reader.since)
+
+    # --- peeks ---------------------------------------------------------------------------
+
+    async def _peek(self, cmd: ReplicaPeek, scope: anyio.CancelScope, df: _Dataflow | None) -> None:
+        life = self._life
+        with scope:
+            try:
+                if cmd.shard_id is not None:
+                    result = await self._fast_path(cmd)
+                else:
+                    result = await self._arranged(cmd, df)
+            finally:
+                if df is not None:
+                    df.holds.remove(cmd.as_of)
+            await self._rt.sleep(replica_cost(self._rt, "replica.response"))
+            if life.crashed:  # a dead process sends nothing
+                return
+            self._stats["peeks"] += 1
+            if self._peeks.get(cmd.peek_id) is scope:
+                del self._peeks[cmd.peek_id]
+            self._on_peek(self, PeekResponse(cmd.peek_id, result))
+
+    async def _arranged(self, cmd: ReplicaPeek, df: _Dataflow | None) -> PeekRows | PeekError:
+        while True:
+            if df is None or self._dataflows.get(cmd.target_id) is not df:
+                return PeekError(UNKNOWN_COLLECTION, f"collection {cmd.target_id} was dropped")
+            arr = df.arrangement
+            if arr is not None and cmd.as_of < arr.since:
+                return PeekError(
+                    BELOW_SINCE, f"as_of {cmd.as_of} of collection {cmd.target_id} is below its since {arr.since}"
+                )
+            if arr is not None and arr.upper > cmd.as_of:
+                break
+            await df.changed.wait()
+        contents = arr.read(cmd.as_of)
+        await self._cpu(
+            replica_cost(self._rt, "replica.peek") + len(contents) * replica_cost(self._rt, "replica.peek_row")
+        )
+        compiled = cmd.transform.compile(df.output_columns)
+        return evaluate(compiled, ((decode_row(k), n) for k, n in contents))
+
+    async def _fast_path(self, cmd: ReplicaPeek) -> PeekRows | PeekError:
+        assert cmd.shard_id is not None
+        self._stats["fast_path"] += 1
+        life = self._life
+        reader = await self._persist.open_reader(cmd.shard_id, heartbeat=False)
+        try:
+            if not reader.since.less_equal(cmd.as_of):
+                return PeekError(
+                    BELOW_SINCE, f"as_of {cmd.as_of} of table {cmd.target_id} is below its since {reader.since}"
+                )
+            # The snapshot may wait for the upper to pass `as_of`: keep the lease
+            # (and so the since hold) alive meanwhile.
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._heartbeat, reader)
+                snapshot = await reader.snapshot(cmd.as_of)
+                tg.cancel_scope.cancel()
+        finally:
+            if not life.crashed:
+                with anyio.CancelScope(shield=True):
+                    await reader.expire()
+        await self._cpu(
+            replica_cost(self._rt, "replica.peek") + len(snapshot) * replica_cost(self._rt, "replica.peek_row")
+        )
+        compiled = cmd.transform.compile(cmd.columns)
+        return evaluate(compiled, ((decode_row(u.key), u.diff) for u in snapshot))

@@ -1,0 +1,358 @@
+"""The storage controller: tables are persist shards, written by group commit.
+
+Paths:
+- **CreateTable** opens the table's shard (creating it) with a writer and a
+  reader; the reader is the controller's own read hold on the shard's since.
+- **Append (group commit)**: wait until the catalog frontier is beyond the
+  append's `catalog_ts`; then, under the write lock, `compare_and_append` on
+  *every* table concurrently — the table's rows at `ts`, or nothing for an idle
+  table — taking each upper to `ts + 1`. So a read at the oracle's read
+  timestamp never blocks on an idle table. An upper already beyond `ts` means
+  another writer (a second coordinator) wrote there: that is returned as
+  `AppendConflict`, never skipped. Rows for tables that do not exist at that
+  point are not written and are named in the result (`42P01` for their writers).
+- **Compaction**: a background task moves each table's since to
+  `upper - compaction_window` (or further, up to `AllowCompaction`), held back
+  by read holds, and downgrades the shard's since accordingly.
+
+Not atomic across tables: each table is its own shard and CaS, so a conflict on
+one table can leave others written (Materialize made this atomic later with
+txn-wal). A conflict only arises with two writers, which is a fencing failure
+the caller must surface.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Self, TypeAlias, final
+
+import anyio
+
+from controllers.commands import (
+    AdvanceCatalogFrontier,
+    AllowCompaction,
+    Append,
+    CreateTable,
+    DeterministicCommand,
+    DropTable,
+)
+from controllers.transform import encode_row
+from persist.client import Appended, UpperMismatch
+from persist.codec import Update
+from persist.location import InvalidUsage
+from persist.machine import LeaseExpiredError
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from anyio.abc import TaskGroup
+
+    from persist.client import PersistClient, ReadHandle, WriteHandle
+    from persist.frontier import Frontier
+    from sim.runtime import Runtime
+
+__all__ = [
+    "AppendConflict",
+    "AppendOk",
+    "AppendResult",
+    "ReadHold",
+    "StorageCommand",
+    "StorageConfig",
+    "StorageController",
+    "StorageStatistics",
+]
+
+StorageCommand: TypeAlias = CreateTable | DropTable | AllowCompaction | AdvanceCatalogFrontier
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class StorageConfig:
+    """`compaction_window`: how many timestamps (ms on the oracle's clock) below
+    the upper stay readable; 1000 as Materialize's default
+    `logical_compaction_window` of 1 s."""
+
+    compaction_window: int = 1000
+    #: Known-bad variant (DESIGN.md §2): append without waiting for the catalog
+    #: frontier to pass the append's `catalog_ts`, so a table the writer saw may
+    #: not exist here yet (`insert-unknown-table`). Anomaly tests only.
+    ignore_catalog_ts: bool = False
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class AppendOk:
+    """Every existing table's upper is now `ts + 1`; rows for `unknown` tables
+    (absent at the append's catalog time or dropped since) were not written."""
+
+    ts: int
+    unknown: tuple[int, ...] = ()
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class AppendConflict:
+    """Another writer took these tables' uppers to or beyond `ts + 1` first
+    (`conflicts`: table id and its upper); tables in `written` did get the append."""
+
+    ts: int
+    conflicts: tuple[tuple[int, Frontier], ...]
+    written: tuple[int, ...]
+    unknown: tuple[int, ...] = ()
+
+
+AppendResult: TypeAlias = AppendOk | AppendConflict
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class StorageStatistics:
+    appends: int
+    table_appends: int
+    empty_table_appends: int
+    conflicts: int
+    foreign_advances: int
+    since_downgrades: int
+
+
+@final
+@dataclass
+class _Table:
+    id: int
+    shard_id: str
+    columns: tuple[str, ...]
+    write: WriteHandle
+    read: ReadHandle
+    since: int  # the logical since: reads at >= since are valid
+    allowed: int = 0  # AllowCompaction's bound
+    holds: list[int] = field(default_factory=list)
+
+
+@final
+class ReadHold:
+    """Keeps table `id` readable at `ts` (its since at or below `ts`) until released."""
+
+    def __init__(self, controller: StorageController, table_id: int, ts: int) -> None:
+        self._ctl = controller
+        self.id = table_id
+        self.ts = ts
+        self._released = False
+
+    def release(self) -> None:
+        """Idempotent: releasing twice releases once."""
+        if not self._released:
+            self._released = True
+            self._ctl._release(self)
+
+
+@final
+class StorageController:
+    """Tables as persist shards; owned via `async with` (its compaction task)."""
+
+    def __init__(self, persist: PersistClient, rt: Runtime, *, config: StorageConfig = StorageConfig()) -> None:
+        self._persist = persist
+        self._rt = rt
+        self.config = config
+        self._tables: dict[int, _Table] = {}
+        self._frontier = 0
+        self._frontier_changed = anyio.Event()
+        self._lock = anyio.Lock()
+        self._tg: TaskGroup | None = None
+        self._dirty: list[int] = []
+        self._wake = anyio.Event()
+        self._stats = {"appends": 0, "table_appends": 0, "empty": 0, "conflicts": 0, "foreign": 0, "downgrades": 0}
+
+    async def __aenter__(self) -> Self:
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._tg.start_soon(self._compaction_loop)
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()
+        result = await self._tg.__aexit__(et, e, tb)
+        self._tg = None
+        return result
+
+    # --- catalog frontier ---------------------------------------------------------------
+
+    @property
+    def catalog_frontier(self) -> int:
+        """Every catalog change at times `< catalog_frontier` has been applied."""
+        return self._frontier
+
+    async def wait_catalog_frontier(self, catalog_ts: int) -> None:
+        """Waits until the catalog frontier is beyond `catalog_ts`."""
+        while self._frontier <= catalog_ts:
+            await self._frontier_changed.wait()
+
+    # --- deterministic commands --------------------------------------------------------
+
+    async def apply(self, cmd: DeterministicCommand) -> None:
+        """Applies one deterministic command; call in the order derived. Commands
+        that are not about storage (`StorageCommand`) are ignored, so an owner can
+        feed every derived command to both controllers."""
+        if not isinstance(cmd, StorageCommand):
+            return
+        if isinstance(cmd, AdvanceCatalogFrontier):
+            if cmd.ts < self._frontier:
+                raise InvalidUsage(f"catalog frontier cannot regress from {self._frontier} to {cmd.ts}")
+            if cmd.ts > self._frontier:
+                self._frontier = cmd.ts
+                self._frontier_changed.set()
+                self._frontier_changed = anyio.Event()
+            return
+        if isinstance(cmd, AllowCompaction):
+            t = self._tables.get(cmd.id)
+            if t is not None and cmd.since > t.allowed:
+                t.allowed = cmd.since
+                self._mark(t.id)
+            return
+        async with self._lock:
+            if isinstance(cmd, CreateTable):
+                existing = self._tables.get(cmd.id)
+                if existing is not None:
+                    if existing.shard_id != cmd.shard_id:
+                        raise InvalidUsage(f"table {cmd.id} exists with shard {existing.shard_id}")
+                    return
+                write, read = await self._persist.open(cmd.shard_id)
+                since = read.since.ts
+                if since is None:
+                    raise InvalidUsage(f"shard {cmd.shard_id} of table {cmd.id} is closed (empty since)")
+                self._tables[cmd.id] = _Table(cmd.id, cmd.shard_id, cmd.columns, write, read, since)
+            else:
+                t = self._tables.pop(cmd.id, None)
+                if t is not None:
+                    await t.write.expire()
+                    await t.read.expire()
+
+    # --- group commit ------------------------------------------------------------------
+
+    async def append(self, cmd: Append) -> AppendResult:
+        """Group commit at `cmd.ts` (see the module docstring)."""
+        if cmd.ts < 0:
+            raise InvalidUsage(f"append at negative ts {cmd.ts}")
+        if not self.config.ignore_catalog_ts:
+            await self.wait_catalog_frontier(cmd.catalog_ts)
+        async with self._lock:
+            rows = dict(cmd.updates)
+            unknown = tuple(tid for tid in rows if tid not in self._tables)
+            tables = list(self._tables.values())
+            results: dict[int, Appended | UpperMismatch] = {}
+
+            async def one(t: _Table) -> None:
+                ups = [Update(encode_row(r), b"", cmd.ts, d) for r, d in rows.get(t.id, ())]
+                results[t.id] = await self._append_one(t, ups, cmd.ts)
+
+            async with anyio.create_task_group() as tg:
+                for t in tables:
+                    tg.start_soon(one, t)
+            self._stats["appends"] += 1
+            self._stats["table_appends"] += sum(1 for t in tables if rows.get(t.id))
+            self._stats["empty"] += sum(1 for t in tables if not rows.get(t.id))
+            for t in tables:
+                if isinstance(results[t.id], Appended):
+                    self._mark(t.id)
+            conflicts = tuple(
+                (t.id, r.current) for t in tables if isinstance(r := results[t.id], UpperMismatch)
+            )
+            if conflicts:
+                self._stats["conflicts"] += 1
+                written = tuple(t.id for t in tables if isinstance(results[t.id], Appended))
+                return AppendConflict(cmd.ts, conflicts, written, unknown)
+            return AppendOk(cmd.ts, unknown)
+
+    async def _append_one(self, t: _Table, ups: list[Update], ts: int) -> Appended | UpperMismatch:
+        while True:
+            expected = t.write.upper
+            if not expected.less_equal(ts):
+                return UpperMismatch(expected)
+            result = await t.write.compare_and_append(ups, expected, ts + 1)
+            if isinstance(result, Appended):
+                return result
+            current = result.current
+            if not current.less_equal(ts):
+                return result
+            # Another writer advanced the table, but not to `ts`: our rows still
+            # belong after theirs in time, so retry against its upper (counted).
+            self._stats["foreign"] += 1
+
+    # --- since and read holds ----------------------------------------------------------
+
+    def table_ids(self) -> tuple[int, ...]:
+        return tuple(sorted(self._tables))
+
+    def upper(self, table_id: int) -> Frontier:
+        """The table's upper as of this controller's last append (no I/O)."""
+        return self._table(table_id).write.upper
+
+    def since(self, table_id: int) -> int:
+        """The least time at which the table can still be read."""
+        return self._table(table_id).since
+
+    def read_hold(self, table_id: int, ts: int) -> ReadHold:
+        """Holds the table readable at `ts`; `ts` below its since is `InvalidUsage`."""
+        t = self._table(table_id)
+        if ts < t.since:
+            raise InvalidUsage(f"table {table_id}: cannot hold {ts}, below its since {t.since}")
+        t.holds.append(ts)
+        return ReadHold(self, table_id, ts)
+
+    def _release(self, hold: ReadHold) -> None:
+        t = self._tables.get(hold.id)
+        if t is not None:
+            t.holds.remove(hold.ts)
+            self._mark(t.id)
+
+    def _table(self, table_id: int) -> _Table:
+        t = self._tables.get(table_id)
+        if t is None:
+            raise InvalidUsage(f"unknown table {table_id}")
+        return t
+
+    def _mark(self, table_id: int) -> None:
+        if table_id not in self._dirty:
+            self._dirty.append(table_id)
+        self._wake.set()
+
+    def _target_since(self, t: _Table) -> int:
+        upper = t.write.upper.ts
+        if upper is None:
+            return t.since
+        target = min(max(upper - self.config.compaction_window, t.allowed), upper - 1)
+        if t.holds:
+            target = min(target, *t.holds)
+        return max(t.since, target)
+
+    async def _compaction_loop(self) -> None:
+        """Moves sinces forward off the append path (one CaS per table per step)."""
+        step = max(1, self.config.compaction_window // 4)
+        while True:
+            if not self._dirty:
+                await self._wake.wait()
+                self._wake = anyio.Event()
+                continue
+            table_id = self._dirty.pop(0)
+            t = self._tables.get(table_id)
+            if t is None:
+                continue
+            target = self._target_since(t)
+            t.since = target
+            persisted = t.read.since.ts
+            if persisted is not None and target - persisted >= step:
+                try:
+                    await t.read.downgrade_since(target)
+                except LeaseExpiredError:
+                    if table_id in self._tables:
+                        raise
+                    continue  # dropped (its reader expired) while we downgraded
+                self._stats["downgrades"] += 1
+
+    def statistics(self) -> StorageStatistics:
+        s = self._stats
+        return StorageStatistics(
+            s["appends"], s["table_appends"], s["empty"], s["conflicts"], s["foreign"], s["downgrades"]
+        )
