@@ -7,9 +7,10 @@ still show what a CockroachDB round trip per oracle call costs; `coordsim
 calibrate` measures those latencies against the real Postgres oracle. The
 shared `ModeledOracleRows` plays the database: every oracle opened on it (by
 any number of simulated coordinators) sees one linearizable row per timeline,
-updated atomically at the end of its call's modeled latency (the instant the
-statement commits), so the guarantees of `TimestampOracle` hold exactly as they
-do on Postgres.
+read or updated atomically halfway through its call's modeled round trip (the
+request's trip to the server, then the reply's way back), so the guarantees of
+`TimestampOracle` hold exactly as they do on Postgres — and so does the hazard
+of a result computed before a concurrent call completed.
 
 Latency names: `oracle.pg.write_ts`, `oracle.pg.peek_write_ts`,
 `oracle.pg.read_ts`, `oracle.pg.apply_write` (each falls back to `oracle.pg`,
@@ -19,14 +20,18 @@ then `oracle`, then the model's default).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, TypeVar, final
 
 from oracle.api import TimestampOracle, WriteTimestamp, check_timeline, check_timestamp
 from oracle.metrics import OracleMetrics, OracleStatistics
 from persist.location import InvalidUsage
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sim.runtime import Runtime
+
+T = TypeVar("T")
 
 __all__ = ["ModeledOracle", "ModeledOracleRows"]
 
@@ -70,46 +75,45 @@ class ModeledOracle(TimestampOracle):
     def __repr__(self) -> str:
         return f"ModeledOracle({self._timeline!r})"
 
-    async def _statement(self, op: str) -> _Row:
-        """Waits one modeled round trip; returns the row to update atomically
-        (no await between this return and the caller's update)."""
+    async def _statement(self, op: str, apply: Callable[[_Row], T]) -> T:
+        """One modeled round trip (a sample of the latency, half each way);
+        `apply` runs atomically at the server in between."""
         if self._closed:
             raise InvalidUsage(f"oracle {self._timeline!r} is closed")
-        await self._rt.delay(f"oracle.pg.{op}")
+        # The two directions vary independently, as network and queueing do.
+        await self._rt.sleep(self._rt.sample(f"oracle.pg.{op}") / 2)
         self._rows.statements += 1
-        return self._rows.row(self._timeline)
+        result = apply(self._rows.row(self._timeline))
+        await self._rt.sleep(self._rt.sample(f"oracle.pg.{op}") / 2)
+        return result
 
     async def write_ts(self) -> WriteTimestamp:
-        async def go() -> WriteTimestamp:
-            row = await self._statement("write_ts")
+        def allocate(row: _Row) -> WriteTimestamp:
             # UPDATE … SET write_ts = GREATEST(write_ts + 1, $wall) RETURNING write_ts
             row.write_ts = max(row.write_ts + 1, self._rt.wall_ms())
             return WriteTimestamp.at(row.write_ts)
 
-        return await self._metrics.observe("write_ts", go)
+        return await self._metrics.observe("write_ts", lambda: self._statement("write_ts", allocate))
 
     async def peek_write_ts(self) -> int:
-        async def go() -> int:
-            return (await self._statement("peek_write_ts")).write_ts
-
-        return await self._metrics.observe("peek_write_ts", go)
+        return await self._metrics.observe(
+            "peek_write_ts", lambda: self._statement("peek_write_ts", lambda row: row.write_ts)
+        )
 
     async def read_ts(self) -> int:
-        async def go() -> int:
-            return (await self._statement("read_ts")).read_ts
-
-        return await self._metrics.observe("read_ts", go)
+        return await self._metrics.observe(
+            "read_ts", lambda: self._statement("read_ts", lambda row: row.read_ts)
+        )
 
     async def apply_write(self, ts: int) -> None:
         check_timestamp(ts)
 
-        async def go() -> None:
-            row = await self._statement("apply_write")
+        def apply(row: _Row) -> None:
             # UPDATE … SET write_ts = GREATEST(write_ts, $ts), read_ts = GREATEST(read_ts, $ts)
             row.write_ts = max(row.write_ts, ts)
             row.read_ts = max(row.read_ts, ts)
 
-        await self._metrics.observe("apply_write", go)
+        await self._metrics.observe("apply_write", lambda: self._statement("apply_write", apply))
 
     def statistics(self) -> OracleStatistics:
         return OracleStatistics("modeled-postgres", self._timeline, self._metrics.snapshot())

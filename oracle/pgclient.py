@@ -119,9 +119,15 @@ class _Pool:
             conn = self._take_idle()
             if conn is None:
                 try:
-                    conn = await self._connect()
+                    # Shielded (connect has its own timeout): asyncpg cancelled
+                    # mid-handshake leaves an unclosed connection behind; this way
+                    # a cancellation lands in `call` below, where the connection
+                    # is ours to terminate.
+                    with anyio.CancelScope(shield=True):
+                        conn = await self._connect()
                 except _DRIVER_ERRORS as exc:
                     raise on_connect_error(exc) from exc
+                assert conn is not None  # a shielded scope never swallows the call
             self._busy.add(conn)
             try:
                 result = await call(conn)

@@ -1,0 +1,165 @@
+"""The coordinator's configuration as one value: architecture, oracle, catalog,
+modeled costs and the known-bad toggles.
+
+Every configuration users compare is a named value here, not a code path picked
+by `if` somewhere else; the known-bad variants exist so the checker can prove it
+catches them (DESIGN.md §2). `sim.config.Config` embeds this value together with
+the locations and workloads of a run: it lives here, not in `sim`, because the
+coordinator may not import upward (DESIGN.md §3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from enum import StrEnum
+from typing import Any, Final, final
+
+from persist.location import InvalidUsage
+
+__all__ = [
+    "CONFIGURATIONS",
+    "Architecture",
+    "CatalogKind",
+    "CoordinatorConfig",
+    "Costs",
+    "GroupCommitPolicy",
+    "KnownBad",
+    "OracleKind",
+    "named",
+]
+
+
+class Architecture(StrEnum):
+    EVENT_LOOP = "event-loop"
+    DECOUPLED = "decoupled"
+
+
+class OracleKind(StrEnum):
+    MEMORY = "memory"  # today's: in memory, durably backed by the stash
+    POSTGRES = "postgres"  # seed 000: one row per timeline in Postgres/CockroachDB
+
+
+class CatalogKind(StrEnum):
+    STASH = "stash"  # today's store: tables in Postgres, transactions
+    PERSIST = "persist"  # seed 004/001: a persist shard, a pTVC in the `catalog` timeline
+
+
+class GroupCommitPolicy(StrEnum):
+    IMMEDIATE = "immediate"  # commit as soon as a write arrives (barely batches, seed 000)
+    AFTER_DRAINING = "after-draining"  # first drain every queued client message
+
+
+@final
+@dataclass(frozen=True)
+class Costs:
+    """Modeled coordinator CPU per handler, in seconds.
+
+    Defaults are of the order Materialize's coordinator spends per message in its
+    own scalability benchmarks (tens to hundreds of microseconds for planning
+    and sequencing a simple statement, more for DDL, which builds catalog
+    state); they are inputs to the model, meant to be overridden by a calibrated
+    profile, not measurements of this simulator.
+    """
+
+    parse_plan: float = 100e-6  # per statement: parse, name resolution, planning
+    peek_sequence: float = 50e-6  # choose timestamps, build and send the peek
+    peek_finish: float = 20e-6  # per peek response: buffer and route the rows
+    per_row: float = 0.5e-6  # per result or written row
+    write_sequence: float = 40e-6  # queue a write for group commit
+    group_commit: float = 60e-6  # per group commit, plus per_row for its rows
+    ddl_sequence: float = 500e-6  # plan a catalog change and derive its commands
+    controller_response: float = 10e-6  # per controller message the loop handles
+
+
+@final
+@dataclass(frozen=True)
+class KnownBad:
+    """Deliberate defects, each off by default; the checker must catch every one."""
+
+    peeks_ignore_catalog_ts: bool = False  # controllers serve peeks before catching up
+    apply_write_before_append: bool = False  # reads may see a write_ts before its data
+    fifo_event_loop: bool = False  # the event loop without its priorities
+    skip_confirm_leadership: bool = False  # in-memory oracle, no fencing check on reads
+    batching_joins_in_flight: bool = False  # read_ts requests join an in-flight call
+
+    def enabled(self) -> list[str]:
+        """The names of the defects switched on, in declaration order."""
+        return [f.name for f in fields(self) if getattr(self, f.name)]
+
+
+@final
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    """One coordinator configuration (see `CONFIGURATIONS` for the named ones)."""
+
+    name: str
+    architecture: Architecture
+    oracle: OracleKind
+    catalog: CatalogKind
+    confirm_leadership: bool  # a durable check per batch of peek results (today)
+    batch_read_ts: bool  # coalesce concurrent read_ts calls (BatchingOracle), off the loop
+    group_commit: GroupCommitPolicy = GroupCommitPolicy.AFTER_DRAINING
+    group_commit_interval_s: float = 1.0  # periodic group commit that advances idle tables
+    cores: int = 4  # decoupled: the adapter's CPU pool; the event loop always has 1
+    max_batch: int = 64  # event loop: client messages taken per wake (as Materialize)
+    costs: Costs = field(default_factory=Costs)
+    known_bad: KnownBad = field(default_factory=KnownBad)
+
+    def __post_init__(self) -> None:
+        if self.cores < 1:
+            raise InvalidUsage(f"cores must be >= 1, got {self.cores}")
+        if self.max_batch < 1:
+            raise InvalidUsage(f"max_batch must be >= 1, got {self.max_batch}")
+        if self.group_commit_interval_s <= 0:
+            raise InvalidUsage("group_commit_interval_s must be > 0")
+
+    def with_overrides(self, **changes: Any) -> CoordinatorConfig:
+        """A copy with fields replaced; unknown names are an `InvalidUsage`."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise InvalidUsage(f"unknown configuration field(s): {', '.join(unknown)}")
+        return replace(self, **changes)
+
+
+CONFIGURATIONS: Final[dict[str, CoordinatorConfig]] = {
+    c.name: c
+    for c in (
+        CoordinatorConfig(
+            "event-loop",
+            Architecture.EVENT_LOOP,
+            OracleKind.MEMORY,
+            CatalogKind.STASH,
+            confirm_leadership=True,
+            batch_read_ts=False,
+            # Seed 000: today's loop "barely batches" writes into group commits.
+            group_commit=GroupCommitPolicy.IMMEDIATE,
+        ),
+        CoordinatorConfig(
+            "event-loop+pg-oracle",
+            Architecture.EVENT_LOOP,
+            OracleKind.POSTGRES,
+            CatalogKind.STASH,
+            confirm_leadership=False,
+            batch_read_ts=True,
+        ),
+        CoordinatorConfig(
+            "decoupled",
+            Architecture.DECOUPLED,
+            OracleKind.POSTGRES,
+            CatalogKind.PERSIST,
+            confirm_leadership=False,
+            batch_read_ts=True,
+        ),
+    )
+}
+
+
+def named(name: str) -> CoordinatorConfig:
+    """The named configuration; unknown names are an `InvalidUsage` listing the known."""
+    try:
+        return CONFIGURATIONS[name]
+    except KeyError:
+        raise InvalidUsage(
+            f"unknown configuration {name!r}; known: {', '.join(CONFIGURATIONS)}"
+        ) from None

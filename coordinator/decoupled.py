@@ -1,0 +1,386 @@
+"""The decoupled adapter of seed 001 (platform v2): no event loop; every client
+connection is its own task, and components coordinate only through timestamps —
+the oracle (one timeline for tables, one for the catalog), the catalog as a pTVC,
+and controllers that learn the catalog from a subscription.
+
+Tasks: one per connection (the caller's), one command task per controller
+(subscribe to the catalog, derive commands, forward them in order, advance the
+catalog frontier), one group-commit task, and the peek-batching worker inside
+`BatchingOracle`. CPU work runs on a pool of `cores` modeled cores.
+
+Paths:
+
+- **DDL**: 1. plan against the cached catalog; 2. `commit_transaction`:
+  `write_ts("catalog")`, `compare_and_append` at it, `apply_write("catalog")`;
+  3. on a conflict (another writer got there first) the cache is already
+  refreshed: re-plan and retry; 4. reply — never waiting for controllers, which
+  learn the change from their subscriptions.
+- **Query or write, first**: 1. the catalog `read_ts` (batched); 2. a catalog
+  snapshot at or beyond it (sync the cache if it is behind); 3. plan against it;
+  ephemeral commands carry that `catalog_ts`, so a controller acts on them only
+  once its catalog frontier has passed it.
+- **Peek**: 1. + the table `read_ts` (batched, concurrently with the catalog's);
+  2. `Peek(as_of=read_ts, catalog_ts)` to compute; 3. wait for that peek's
+  response; 4. reply — no `confirm_leadership()`.
+- **Insert**: 1. join the pending writes; 2. the group-commit task takes them
+  (at most one commit in flight): `write_ts`, the append to every table,
+  `apply_write`; 3. reply. A periodic commit advances idle tables.
+- **Update/Delete**: under the global write lock: a peek at a linearized
+  `read_ts`, then the diffs through group commit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from typing import TYPE_CHECKING, Self, final
+
+import anyio
+
+from catalog.api import Conflict, Fenced
+from controllers.commands import AdvanceCatalogFrontier, Peek
+from controllers.compute import PeekWaiters
+from controllers.derive import derive, derive_event
+from coordinator.config import GroupCommitPolicy
+from coordinator.environment import open_incarnation
+from coordinator.group_commit import GroupCommitStats, PendingWrite, group_commit
+from coordinator.peeks import peek_result
+from coordinator.planner import DDL, CatalogView, PeekPlan, apply_ddl
+from coordinator.session import Coordinator, CoordinatorStatistics, Result
+from coordinator.statements import Delete, Insert, Select, SqlError, SqlState, Update
+from oracle.api import CATALOG_TIMELINE
+from oracle.stash import Fenced as OracleFenced
+from persist.location import ExternalError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from types import TracebackType
+
+    from anyio.abc import TaskGroup
+
+    from controllers.commands import DeterministicCommand
+    from coordinator.config import CoordinatorConfig
+    from coordinator.environment import Environment, Incarnation
+    from coordinator.events import EventSink
+    from coordinator.session import Session
+    from coordinator.statements import Statement
+    from sim.runtime import Runtime
+
+__all__ = ["DecoupledCoordinator"]
+
+#: DDL retries on catalog conflicts before giving up with 40001.
+MAX_DDL_ATTEMPTS = 64
+
+
+@final
+class DecoupledCoordinator(Coordinator):
+    """See the module docstring. Own it with `async with`."""
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        env: Environment,
+        rt: Runtime,
+        *,
+        events: EventSink | None = None,
+        actor: str = "coordinator",
+    ) -> None:
+        super().__init__(config, events=events, actor=actor)
+        self._env = env
+        self._rt = rt
+        self._catalog_timeline = env.timeline(CATALOG_TIMELINE)
+        self._pool = rt.core_pool(config.cores, "adapter")
+        self._waiters = PeekWaiters()
+        self._inc: Incarnation | None = None
+        self._tg: TaskGroup | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._view: tuple[int, CatalogView] | None = None
+        self._peek_ids = itertools.count(1)
+        self._pending: list[PendingWrite] = []
+        self._gc_wake = anyio.Event()
+        self._gc_stats = GroupCommitStats()
+        self._write_lock = anyio.Lock()
+        self._fenced: SqlError | None = None
+        self._running = 0
+        self._counts = {"statements": 0, "peeks": 0, "writes": 0, "ddl": 0, "conflicts": 0}
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        async with contextlib.AsyncExitStack() as stack:
+            self._inc = await stack.enter_async_context(
+                open_incarnation(
+                    self._env, self.config, self._rt, self._waiters, derive_commands=False
+                )
+            )
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(self._tg.cancel_scope.cancel)
+            inc = self._inc
+            storage_ready, compute_ready = anyio.Event(), anyio.Event()
+
+            async def to_compute(cmd: DeterministicCommand) -> None:
+                inc.compute.send(cmd)
+
+            self._tg.start_soon(self._command_task, inc.storage.apply, storage_ready)
+            self._tg.start_soon(self._command_task, to_compute, compute_ready)
+            self._tg.start_soon(self._group_commit_task)
+            await storage_ready.wait()
+            await compute_ready.wait()
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        stack, self._stack = self._stack, None
+        assert stack is not None
+        shutdown = SqlError(SqlState.ADMIN_SHUTDOWN, "the coordinator shut down")
+        for w in self._pending:
+            w.resolve(None, shutdown)
+        return await stack.__aexit__(et, e, tb)
+
+    @property
+    def incarnation(self) -> Incarnation:
+        if self._inc is None:
+            raise RuntimeError("the coordinator is not running")
+        return self._inc
+
+    def statistics(self) -> CoordinatorStatistics:
+        c = self._counts
+        return CoordinatorStatistics(
+            statements=c["statements"],
+            peeks=c["peeks"],
+            writes=c["writes"],
+            ddl=c["ddl"],
+            group_commits=self._gc_stats.commits,
+            writes_group_committed=self._gc_stats.writes,
+            confirm_leadership_calls=0,
+            oracle_calls=self._inc.oracle_calls() if self._inc is not None else 0,
+            loop_busy_s=self._pool.statistics().busy_s,
+            loop_cores=self.config.cores,
+            ddl_conflicts=c["conflicts"],
+        )
+
+    # --- the controllers' command tasks ----------------------------------------------
+
+    async def _command_task(
+        self, apply: Callable[[DeterministicCommand], Awaitable[None]], ready: anyio.Event
+    ) -> None:
+        """Subscribes to the catalog and forwards the derived commands in order,
+        advancing the controller's catalog frontier as the subscription does."""
+        catalog = self.incarnation.catalog
+        as_of = catalog.cached_upper - 1
+        async with await catalog.subscribe_at(as_of) as sub:
+            for cmd in derive(sub.snapshot.as_updates(as_of)):
+                await apply(cmd)
+            await apply(AdvanceCatalogFrontier(as_of + 1))
+            ready.set()
+            async for event in sub:
+                # How long a catalog change takes to reach this controller
+                # (persist's pubsub or polling of the catalog shard).
+                await self._rt.delay("controller.catalog_feed")
+                for cmd in derive_event(event):
+                    await apply(cmd)
+
+    # --- the client API --------------------------------------------------------------
+
+    async def execute(self, session: Session, statement: Statement) -> Result:
+        if self._fenced is not None:
+            return Result.failed(self._fenced)
+        if self._inc is None:
+            return Result.failed(
+                SqlError(SqlState.ADMIN_SHUTDOWN, "the coordinator is not running")
+            )
+        self._counts["statements"] += 1
+        await self._cpu(self.config.costs.parse_plan)
+        try:
+            if isinstance(statement, DDL):
+                return await self._ddl(statement)
+            if isinstance(statement, Select):
+                return await self._select(statement)
+            if isinstance(statement, Insert):
+                return await self._insert(statement)
+            if isinstance(statement, Update | Delete):
+                return await self._read_then_write(statement)
+            raise SqlError(
+                SqlState.FEATURE_NOT_SUPPORTED, f"{type(statement).__name__} is not supported"
+            )
+        except SqlError as exc:
+            return Result.failed(exc)
+        except (Fenced, OracleFenced) as exc:
+            return Result.failed(self._fence(exc))
+
+    async def _cpu(self, seconds: float) -> None:
+        if seconds > 0:
+            await self._rt.cpu(seconds, self._pool)
+
+    def _fence(self, exc: BaseException) -> SqlError:
+        if self._fenced is None:
+            self._fenced = SqlError(
+                SqlState.ADMIN_SHUTDOWN, f"fenced by a newer coordinator: {exc}"
+            )
+        return self._fenced
+
+    def _catalog_view(self) -> CatalogView:
+        catalog = self.incarnation.catalog
+        upper = catalog.cached_upper
+        if self._view is None or self._view[0] != upper:
+            self._view = (upper, CatalogView(catalog.state()))
+        return self._view[1]
+
+    async def _catalog_at_read_ts(self) -> tuple[int, CatalogView]:
+        """The catalog `read_ts` and a snapshot at or beyond it."""
+        inc = self.incarnation
+        try:
+            catalog_ts = await inc.catalog_oracle.read_ts()
+        except ExternalError as exc:
+            raise SqlError(SqlState.SERIALIZATION_FAILURE, f"catalog read_ts: {exc}") from exc
+        if inc.catalog.cached_upper <= catalog_ts:
+            try:
+                await inc.catalog.sync()
+            except ExternalError as exc:
+                raise SqlError(SqlState.SERIALIZATION_FAILURE, f"catalog sync: {exc}") from exc
+        return catalog_ts, self._catalog_view()
+
+    async def _timestamps(self) -> tuple[int, int, CatalogView]:
+        """(table read_ts, catalog_ts, catalog snapshot), the two oracle calls
+        pipelined (seed 000: separate oracles, requested concurrently)."""
+        read: list[int] = []
+        snapshot: list[tuple[int, CatalogView]] = []
+
+        async def table_ts() -> None:
+            try:
+                read.append(await self.incarnation.oracle.read_ts())
+            except ExternalError as exc:
+                raise SqlError(SqlState.SERIALIZATION_FAILURE, f"read_ts: {exc}") from exc
+
+        async def catalog() -> None:
+            snapshot.append(await self._catalog_at_read_ts())
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(table_ts)
+                tg.start_soon(catalog)
+        except BaseExceptionGroup as group:
+            raise group.exceptions[0] from None
+        catalog_ts, view = snapshot[0]
+        return read[0], catalog_ts, view
+
+    # --- DDL ---------------------------------------------------------------------------
+
+    async def _ddl(self, stmt: Statement) -> Result:
+        self._counts["ddl"] += 1
+        inc = self.incarnation
+        for _ in range(MAX_DDL_ATTEMPTS):
+            await self._cpu(self.config.costs.ddl_sequence)
+            tx = inc.catalog.transaction()
+            apply_ddl(tx, CatalogView(tx.state), stmt)
+            if tx.is_empty():
+                return Result(catalog_ts=inc.catalog.cached_upper - 1)
+            start = self._rt.now()
+            try:
+                result = await inc.catalog.commit_transaction(tx)
+            except ExternalError as exc:
+                raise SqlError(SqlState.INDETERMINATE, f"catalog append: {exc}") from exc
+            if not isinstance(result, Conflict):
+                ts = result.upper - 1
+                inc.emit("catalog-append", "catalog", start, timeline=self._catalog_timeline, ts=ts)
+                return Result(catalog_ts=ts)
+            inc.emit("catalog-append", "catalog", start, ok=False, timeline=self._catalog_timeline)
+            self._counts["conflicts"] += 1
+        raise SqlError(SqlState.SERIALIZATION_FAILURE, f"DDL conflicted {MAX_DDL_ATTEMPTS} times")
+
+    # --- peeks ---------------------------------------------------------------------------
+
+    async def _select(self, stmt: Select) -> Result:
+        self._counts["peeks"] += 1
+        read_ts, catalog_ts, view = await self._timestamps()
+        plan = view.plan_select(stmt)
+        return await self._peek(plan, read_ts, catalog_ts)
+
+    async def _peek(self, plan: PeekPlan, read_ts: int, catalog_ts: int) -> Result:
+        costs = self.config.costs
+        await self._cpu(costs.peek_sequence)
+        peek_id = next(self._peek_ids)
+        self.incarnation.compute.send(
+            Peek(peek_id, plan.collection_id, plan.cluster_id, read_ts, catalog_ts, plan.transform)
+        )
+        response = await self._waiters.wait(peek_id)
+        result = peek_result(plan, response, read_ts=read_ts, catalog_ts=catalog_ts)
+        await self._cpu(costs.peek_finish + costs.per_row * len(result.rows))
+        return result
+
+    # --- writes -------------------------------------------------------------------------
+
+    async def _insert(self, stmt: Insert) -> Result:
+        self._counts["writes"] += 1
+        catalog_ts, view = await self._catalog_at_read_ts()
+        write = view.plan_insert(stmt)
+        costs = self.config.costs
+        await self._cpu(costs.write_sequence + costs.per_row * len(write.updates))
+        pending = PendingWrite(write.table_id, write.updates, catalog_ts)
+        await self._commit(pending)
+        if pending.error is not None:
+            return Result.failed(pending.error, write_ts=pending.write_ts, catalog_ts=catalog_ts)
+        return Result(
+            rows_affected=len(write.updates), write_ts=pending.write_ts, catalog_ts=catalog_ts
+        )
+
+    async def _commit(self, pending: PendingWrite) -> None:
+        self._pending.append(pending)
+        self._gc_wake.set()
+        await pending.done.wait()
+
+    async def _read_then_write(self, stmt: Update | Delete) -> Result:
+        self._counts["writes"] += 1
+        async with self._write_lock:
+            read_ts, catalog_ts, view = await self._timestamps()
+            rtw = view.plan_read_then_write(stmt)
+            read = await self._peek(rtw.read, read_ts, catalog_ts)
+            if not read.ok:
+                return read
+            diffs = rtw.diffs(read.rows)
+            if not diffs:
+                return Result(rows_affected=0, read_ts=read_ts, catalog_ts=catalog_ts)
+            costs = self.config.costs
+            await self._cpu(costs.write_sequence + costs.per_row * len(diffs))
+            pending = PendingWrite(rtw.table_id, diffs, catalog_ts)
+            await self._commit(pending)
+        if pending.error is not None:
+            return Result.failed(
+                pending.error, read_ts=read_ts, write_ts=pending.write_ts, catalog_ts=catalog_ts
+            )
+        return Result(
+            rows_affected=len(read.rows),
+            read_ts=read_ts,
+            write_ts=pending.write_ts,
+            catalog_ts=catalog_ts,
+        )
+
+    async def _group_commit_task(self) -> None:
+        """Commits pending writes (at most one commit in flight); every
+        `group_commit_interval_s` without writes, an empty commit advances idle
+        tables."""
+        inc = self.incarnation
+        bad = self.config.known_bad
+        while True:
+            if not self._pending:
+                with anyio.move_on_after(self.config.group_commit_interval_s):
+                    await self._gc_wake.wait()
+                self._gc_wake = anyio.Event()
+            if self.config.group_commit is GroupCommitPolicy.IMMEDIATE:
+                batch, self._pending = self._pending[:1], self._pending[1:]
+            else:
+                batch, self._pending = self._pending, []
+            await self._cpu(
+                self.config.costs.group_commit
+                + self.config.costs.per_row * sum(len(w.updates) for w in batch)
+            )
+            await group_commit(
+                inc,
+                batch,
+                apply_write_before_append=bad.apply_write_before_append,
+                stats=self._gc_stats,
+            )
+            if any(w.error is not None and w.error.code is SqlState.ADMIN_SHUTDOWN for w in batch):
+                self._fence(RuntimeError("a table append was fenced"))

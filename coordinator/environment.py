@@ -1,0 +1,310 @@
+"""Where a simulated deployment's durable state lives, and what one coordinator
+process (an *incarnation*) opens on it.
+
+An `Environment` outlives coordinators: a crash and restart, or a second
+coordinator started beside the first (split brain), opens the same stores —
+persist Blob/Consensus (tables and the persist catalog), the timestamp stash or
+the oracle's table, the catalog stash. In real mode they are PostgreSQL (and
+files or S3); in virtual mode they are in-memory objects with modeled latency,
+held by the `Environment` so a restarted coordinator finds them again.
+
+`open_incarnation` builds everything one coordinator runs on, in dependency
+order, and tears it down in reverse: persist client → oracles → catalog (opened:
+this bumps its epoch and fences older incarnations) → controllers (rebuilt from
+the catalog with the deterministic commands of `controllers.derive`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, final
+
+import anyio
+
+from catalog.persist_catalog import PersistCatalog
+from catalog.stash_catalog import MemStashStore, StashCatalog
+from controllers.commands import AdvanceCatalogFrontier
+from controllers.compute import ComputeConfig, ComputeController
+from controllers.derive import derive
+from controllers.storage import StorageConfig, StorageController
+from coordinator.config import CatalogKind, OracleKind
+from coordinator.events import CoordinatorEvent
+from oracle.api import CATALOG_TIMELINE, REALTIME_TIMELINE
+from oracle.batching import BatchingOracle
+from oracle.memory import MemoryOracle
+from oracle.modeled import ModeledOracle, ModeledOracleRows
+from oracle.observed import ObservedOracle, OracleCall
+from oracle.stash import MemTimestampStash
+from persist.client import PersistClient
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from catalog.api import DurableCatalog
+    from catalog.stash_catalog import StashStore
+    from controllers.compute import ResponseSink
+    from coordinator.config import CoordinatorConfig
+    from coordinator.events import EventSink
+    from oracle.api import TimestampOracle
+    from oracle.stash import TimestampStash
+    from persist.location import Blob, Consensus
+    from sim.runtime import Runtime
+
+__all__ = ["CATALOG_SHARD", "Environment", "Incarnation", "open_incarnation"]
+
+#: The persist shard of the persist-backed catalog (tables use `u<id>`).
+CATALOG_SHARD = "catalog"
+
+
+@final
+class Environment:
+    """The durable stores of one deployment (see the module docstring).
+
+    Args:
+        blob, consensus: persist's location (tables, persist catalog).
+        postgres_url: real mode: the database of the oracle, the timestamp stash
+            and the catalog stash; None: virtual mode, everything in memory.
+        name: keeps deployments apart in one database (stash names, timelines).
+    """
+
+    def __init__(
+        self,
+        rt: Runtime,
+        *,
+        blob: Blob,
+        consensus: Consensus,
+        postgres_url: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.blob = blob
+        self.consensus = consensus
+        self.postgres_url = postgres_url
+        # Derived from the Runtime's seed in virtual mode, so traces stay identical.
+        self.name = (
+            name or f"env-{uuid.UUID(int=rt.derive('environment').rng.getrandbits(128)).hex[:12]}"
+        )
+        # Virtual mode's in-memory stand-ins, shared by every incarnation.
+        self.timestamp_stash: MemTimestampStash | None = None
+        self.catalog_store: MemStashStore | None = None
+        self.oracle_rows: ModeledOracleRows | None = None
+        if postgres_url is None:
+            self.timestamp_stash = MemTimestampStash(rt)
+            self.catalog_store = MemStashStore(rt)
+            self.oracle_rows = ModeledOracleRows()
+
+    @property
+    def virtual(self) -> bool:
+        return self.postgres_url is None
+
+    def timeline(self, timeline: str) -> str:
+        """The oracle timeline name of this deployment (unique per database)."""
+        return timeline if self.virtual else f"{self.name}.{timeline}"
+
+
+@final
+@dataclass
+class Incarnation:
+    """What one coordinator process runs on (see `open_incarnation`)."""
+
+    persist: PersistClient
+    oracle: TimestampOracle  # realtime; batching in front if the config says so
+    catalog_oracle: TimestampOracle  # the `catalog` timeline (batching likewise)
+    memory_oracle: MemoryOracle | None  # today's oracle, for confirm_leadership
+    catalog: DurableCatalog
+    storage: StorageController
+    compute: ComputeController
+    rt: Runtime
+    events: EventSink | None = None
+    actor: str = "coordinator"
+
+    def emit(self, kind: str, component: str, start_s: float, **fields: Any) -> None:
+        """Reports an internal event that started at `start_s` and ends now."""
+        if self.events is not None:
+            self.events(
+                CoordinatorEvent(
+                    kind, component, start_s, self.rt.now(), actor=self.actor, **fields
+                )
+            )
+
+    def oracle_calls(self) -> int:
+        """Backing-store oracle operations so far (both timelines; batched read_ts
+        calls count once per backing call)."""
+        total = 0
+        for o in (self.oracle, self.catalog_oracle):
+            if isinstance(o, ObservedOracle):
+                o = o.inner
+            stats = (o.inner if isinstance(o, BatchingOracle) else o).statistics()
+            total += sum(stats.op(name).start_count for name in _ORACLE_OPS)
+        return total
+
+
+_ORACLE_OPS = ("write_ts", "peek_write_ts", "read_ts", "apply_write")
+
+
+@contextlib.asynccontextmanager
+async def open_incarnation(
+    env: Environment,
+    config: CoordinatorConfig,
+    rt: Runtime,
+    respond: ResponseSink,
+    *,
+    derive_commands: bool = True,
+    events: EventSink | None = None,
+    actor: str = "coordinator",
+) -> AsyncIterator[Incarnation]:
+    """Opens one coordinator's components on `env` (see the module docstring).
+
+    Args:
+        respond: where the compute controller's responses go.
+        derive_commands: feed the catalog's current contents to the controllers
+            (today's coordinator; the decoupled adapter's command tasks do it
+            from a subscription instead).
+        events, actor: where internal events go (every oracle call the
+            coordinator makes, as its callers see it, is one), and who made them.
+    """
+    bad = config.known_bad
+    async with contextlib.AsyncExitStack() as stack:
+        persist = await stack.enter_async_context(
+            PersistClient(env.blob, env.consensus, rt.derive("persist"))
+        )
+        raw_realtime, raw_catalog, memory = await _open_oracles(env, config, rt, stack)
+        # After the oracles: on exit the batching workers stop before their
+        # backends close.
+        tg = await stack.enter_async_context(anyio.create_task_group())
+        stack.callback(tg.cancel_scope.cancel)
+        oracle: TimestampOracle = raw_realtime
+        catalog_oracle: TimestampOracle = raw_catalog
+        if config.batch_read_ts:
+            oracle = BatchingOracle(
+                raw_realtime,
+                rt,
+                known_bad_join_in_flight=bad.batching_joins_in_flight,
+                owns_inner=False,
+            )
+            catalog_oracle = BatchingOracle(raw_catalog, rt, owns_inner=False)
+            for o in (oracle, catalog_oracle):
+                stack.push_async_callback(o.close)
+                await tg.start(o.serve)
+        if events is not None:
+
+            def observe(call: OracleCall) -> None:
+                events(
+                    CoordinatorEvent(
+                        f"oracle.{call.op}", f"oracle:{call.timeline}", call.start_s, call.end_s,
+                        ok=call.ok, timeline=call.timeline, ts=call.ts, actor=actor,
+                    )
+                )  # fmt: skip
+
+            oracle = ObservedOracle(oracle, rt, observe)
+            catalog_oracle = ObservedOracle(catalog_oracle, rt, observe)
+            raw_catalog = ObservedOracle(raw_catalog, rt, observe)
+        catalog = await _open_catalog(env, config, rt, persist, raw_catalog, stack)
+        await catalog.open()
+        storage = await stack.enter_async_context(
+            StorageController(
+                persist,
+                rt.derive("storage"),
+                config=StorageConfig(ignore_catalog_ts=bad.peeks_ignore_catalog_ts),
+            )
+        )
+        compute = await stack.enter_async_context(
+            ComputeController(
+                persist,
+                rt.derive("compute"),
+                respond,
+                config=ComputeConfig(ignore_catalog_ts=bad.peeks_ignore_catalog_ts),
+            )
+        )
+        inc = Incarnation(
+            persist, oracle, catalog_oracle, memory, catalog, storage, compute, rt, events, actor
+        )
+        if derive_commands:
+            await feed_catalog(inc, catalog.cached_upper)
+        yield inc
+
+
+async def feed_catalog(inc: Incarnation, upper: int) -> None:
+    """Brings both controllers to the catalog's cached state (at `upper - 1`)."""
+    if upper <= 0:
+        return
+    for cmd in derive(inc.catalog.state().as_updates(upper - 1)):
+        await inc.storage.apply(cmd)
+        inc.compute.send(cmd)
+    await advance_catalog_frontier(inc, upper)
+
+
+async def advance_catalog_frontier(inc: Incarnation, upper: int) -> None:
+    cmd = AdvanceCatalogFrontier(upper)
+    if upper > inc.storage.catalog_frontier:
+        await inc.storage.apply(cmd)
+    if upper > inc.compute.catalog_frontier:
+        inc.compute.send(cmd)
+
+
+async def _open_oracles(
+    env: Environment, config: CoordinatorConfig, rt: Runtime, stack: contextlib.AsyncExitStack
+) -> tuple[TimestampOracle, TimestampOracle, MemoryOracle | None]:
+    realtime, catalog_tl = env.timeline(REALTIME_TIMELINE), env.timeline(CATALOG_TIMELINE)
+    if config.oracle is OracleKind.MEMORY:
+        stash: TimestampStash
+        if env.timestamp_stash is not None:
+            stash = env.timestamp_stash
+        else:
+            from oracle.pgstash import PostgresTimestampStash
+
+            assert env.postgres_url is not None
+            stash = await PostgresTimestampStash.connect(env.postgres_url, rt, name=env.name)
+            stack.push_async_callback(stash.close)
+        epoch = await stash.open()  # a new process: fences every older one
+        a = await MemoryOracle.open(stash, realtime, rt, epoch=epoch)
+        b = await MemoryOracle.open(stash, catalog_tl, rt, epoch=epoch)
+        stack.push_async_callback(a.close)
+        stack.push_async_callback(b.close)
+        return a, b, a
+    if env.oracle_rows is not None:
+        return (
+            ModeledOracle(env.oracle_rows, realtime, rt),
+            ModeledOracle(env.oracle_rows, catalog_tl, rt),
+            None,
+        )
+    from oracle.pgclient import PostgresClient
+    from oracle.postgres import PostgresOracle
+
+    assert env.postgres_url is not None
+    client = await PostgresClient.connect(env.postgres_url, rt, application_name="coordsim-oracle")
+    stack.push_async_callback(client.close)
+    a_pg = await PostgresOracle.on(client, realtime, rt)
+    b_pg = await PostgresOracle.on(client, catalog_tl, rt)
+    return a_pg, b_pg, None
+
+
+async def _open_catalog(
+    env: Environment,
+    config: CoordinatorConfig,
+    rt: Runtime,
+    persist: PersistClient,
+    catalog_oracle: TimestampOracle,
+    stack: contextlib.AsyncExitStack,
+) -> DurableCatalog:
+    catalog: DurableCatalog
+    if config.catalog is CatalogKind.PERSIST:
+        # The pv2 catalog: a pTVC in the `catalog` timeline; each append applies
+        # its write on the catalog oracle (seed 001).
+        catalog = await PersistCatalog.connect(
+            persist, rt, shard_id=CATALOG_SHARD, oracle=catalog_oracle
+        )
+    else:
+        store: StashStore
+        if env.catalog_store is not None:
+            store = env.catalog_store
+        else:
+            from catalog.stash_postgres import PostgresStashStore
+
+            assert env.postgres_url is not None
+            store = await PostgresStashStore.connect(env.postgres_url, rt, env=env.name)
+            stack.push_async_callback(store.close)
+        catalog = StashCatalog(store, rt)
+    stack.push_async_callback(catalog.close)
+    return catalog

@@ -1,0 +1,554 @@
+"""Today's Coordinator: one loop task that owns all coordinator state and works
+off messages in strict priority — internal commands, then controller responses,
+then client commands (up to `max_batch` per wake) — on one modeled core.
+
+Every handler spends modeled CPU on the loop's single core, and every `await`
+inside a handler blocks the loop: that is the point of the model (seed 001).
+
+Paths (seed 000, seed 001, DESIGN.md §6):
+
+- **DDL**: 1. plan against the catalog; 2. catalog transaction (the stash by
+  default) on the loop; 3. derive the deterministic controller commands and send
+  them, advancing the controllers' catalog frontier; 4. reply.
+- **Peek, in-memory oracle** (`event-loop`): 1. `read_ts()` on the loop (free);
+  2. `Peek` to the compute controller; 3. the response arrives as a controller
+  message and is buffered; 4. once no controller message is waiting, one
+  `confirm_leadership()` (a durable stash transaction, on the loop) for the
+  whole buffer; 5. reply to every buffered peek.
+- **Peek, Postgres oracle** (`event-loop+pg-oracle`): 1. the peek waits off the
+  loop for a batched `read_ts()` (`BatchingOracle`); 2. an internal message
+  brings the timestamp back; 3. `Peek` to compute; 4. reply on the response —
+  no `confirm_leadership()`.
+- **Insert**: 1. the write joins the pending writes; 2. a group commit starts —
+  at once (`immediate`: one write per commit, what the seed says barely batches)
+  or once the client queue is drained (`after-draining`: every pending write) —
+  with at most one in flight; 3. off the loop: `write_ts`, the append to every
+  table, `apply_write`; 4. an internal message replies to its writers. A
+  periodic group commit (every `group_commit_interval_s`) advances idle tables.
+- **Update/Delete**: a task takes the global write lock, reads the matching rows
+  through the peek path at a linearized timestamp, writes their replacements
+  through group commit and replies: nothing amortizes, so each pays every
+  oracle round trip (seed 000 predicts these get slower with the Postgres oracle).
+
+Known-bad variants: `fifo_event_loop` (one queue in arrival order, no
+priorities) and `skip_confirm_leadership` (reply to peeks without the durable
+check, so a deposed coordinator's stale reads go unnoticed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Literal, Self, final
+
+import anyio
+
+from catalog.api import Conflict, Fenced
+from controllers.commands import Peek, PeekResponse
+from controllers.derive import derive
+from coordinator.config import GroupCommitPolicy
+from coordinator.environment import advance_catalog_frontier, open_incarnation
+from coordinator.group_commit import GroupCommitStats, PendingWrite, group_commit
+from coordinator.peeks import peek_result
+from coordinator.planner import DDL, CatalogView, PeekPlan, ReadThenWritePlan, apply_ddl
+from coordinator.session import Coordinator, CoordinatorStatistics, Result
+from coordinator.statements import Delete, Insert, Select, SqlError, SqlState, Update
+from oracle.api import CATALOG_TIMELINE
+from oracle.stash import Fenced as OracleFenced
+from persist.location import ExternalError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from types import TracebackType
+
+    from anyio.abc import TaskGroup
+
+    from controllers.commands import ComputeResponse
+    from coordinator.config import CoordinatorConfig
+    from coordinator.environment import Environment, Incarnation
+    from coordinator.events import EventSink
+    from coordinator.session import Session
+    from coordinator.statements import Statement
+    from sim.runtime import Runtime
+
+__all__ = ["EventLoopCoordinator"]
+
+_Queue = Literal["internal", "response", "external"]
+_PRIORITY: Final[tuple[_Queue, ...]] = ("internal", "response", "external")
+
+
+@final
+@dataclass(eq=False)
+class _Request:
+    """A client statement waiting for its reply."""
+
+    session: Session
+    statement: Statement
+    result: Result | None = None
+    done: anyio.Event = field(default_factory=anyio.Event)
+
+    def reply(self, result: Result) -> None:
+        if self.result is None:
+            self.result = result
+            self.done.set()
+
+
+@final
+@dataclass(eq=False)
+class _PeekJob:
+    """A peek in flight; `deliver` gets its rows (or error) and timestamps."""
+
+    plan: PeekPlan
+    deliver: Callable[[Result], None]
+    confirm: bool  # reply only after a confirm_leadership (today's linearized reads)
+    read_ts: int | None = None
+    catalog_ts: int | None = None
+
+
+@final
+class EventLoopCoordinator(Coordinator):
+    """See the module docstring. Own it with `async with`."""
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        env: Environment,
+        rt: Runtime,
+        *,
+        events: EventSink | None = None,
+        actor: str = "coordinator",
+    ) -> None:
+        super().__init__(config, events=events, actor=actor)
+        self._env = env
+        self._rt = rt
+        self._catalog_timeline = env.timeline(CATALOG_TIMELINE)
+        self._core = rt.core_pool(1, "event-loop")
+        self._queues: dict[_Queue, deque[tuple[int, Any]]] = {q: deque() for q in _PRIORITY}
+        self._arrivals = itertools.count()
+        self._wake = anyio.Event()
+        self._inc: Incarnation | None = None
+        self._tg: TaskGroup | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._view: tuple[int, CatalogView] | None = None
+        self._peek_ids = itertools.count(1)
+        self._peeks: dict[int, _PeekJob] = {}
+        self._confirm_buffer: list[tuple[_PeekJob, Result]] = []
+        self._pending_writes: list[tuple[PendingWrite, _Request | None]] = []
+        self._gc_in_flight = False
+        self._gc_stats = GroupCommitStats()
+        self._write_lock = anyio.Lock()
+        self._open_requests: list[_Request] = []
+        self._fenced: SqlError | None = None
+        self._busy_s = 0.0
+        self._counts = {"statements": 0, "peeks": 0, "writes": 0, "ddl": 0, "confirms": 0}
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        async with contextlib.AsyncExitStack() as stack:
+            self._inc = await stack.enter_async_context(
+                open_incarnation(
+                    self._env,
+                    self.config,
+                    self._rt,
+                    self._on_response,
+                    events=self.event_sink,
+                    actor=self.actor,
+                )
+            )
+            stack.callback(self._fail_open_requests)
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(self._tg.cancel_scope.cancel)
+            self._tg.start_soon(self._run_loop)
+            self._tg.start_soon(self._periodic_group_commit)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        stack, self._stack = self._stack, None
+        assert stack is not None
+        return await stack.__aexit__(et, e, tb)
+
+    def _fail_open_requests(self) -> None:
+        shutdown = SqlError(SqlState.ADMIN_SHUTDOWN, "the coordinator shut down")
+        for req in self._open_requests:
+            req.reply(Result.failed(shutdown))
+        self._open_requests.clear()
+
+    @property
+    def incarnation(self) -> Incarnation:
+        if self._inc is None:
+            raise RuntimeError("the coordinator is not running")
+        return self._inc
+
+    # --- the client API --------------------------------------------------------------
+
+    async def execute(self, session: Session, statement: Statement) -> Result:
+        if self._fenced is not None:
+            return Result.failed(self._fenced)
+        if self._tg is None:
+            return Result.failed(
+                SqlError(SqlState.ADMIN_SHUTDOWN, "the coordinator is not running")
+            )
+        req = _Request(session, statement)
+        self._open_requests.append(req)
+        self._post("external", req)
+        try:
+            await req.done.wait()
+        finally:
+            if req in self._open_requests:
+                self._open_requests.remove(req)
+        assert req.result is not None
+        return req.result
+
+    def statistics(self) -> CoordinatorStatistics:
+        c = self._counts
+        return CoordinatorStatistics(
+            statements=c["statements"],
+            peeks=c["peeks"],
+            writes=c["writes"],
+            ddl=c["ddl"],
+            group_commits=self._gc_stats.commits,
+            writes_group_committed=self._gc_stats.writes,
+            confirm_leadership_calls=c["confirms"],
+            oracle_calls=self._inc.oracle_calls() if self._inc is not None else 0,
+            loop_busy_s=self._busy_s,
+            loop_cores=1,
+            ddl_conflicts=0,
+        )
+
+    # --- the loop --------------------------------------------------------------------
+
+    def _post(self, queue: _Queue, msg: object) -> None:
+        self._queues[queue].append((next(self._arrivals), msg))
+        self._wake.set()
+
+    async def _next(self) -> tuple[_Queue, list[Any]]:
+        """The next message(s) to handle: by priority, or by arrival (FIFO variant).
+        Client messages come in batches of up to `max_batch`."""
+        while True:
+            if self.config.known_bad.fifo_event_loop:
+                heads = [(q[0][0], name) for name, q in self._queues.items() if q]
+                if heads:
+                    _, name = min(heads)
+                    return name, [self._queues[name].popleft()[1]]
+            else:
+                for name in _PRIORITY:
+                    q = self._queues[name]
+                    if q:
+                        if name != "external":
+                            return name, [q.popleft()[1]]
+                        n = min(len(q), self.config.max_batch)
+                        return name, [q.popleft()[1] for _ in range(n)]
+            self._wake = anyio.Event()
+            await self._wake.wait()
+
+    async def _run_loop(self) -> None:
+        while True:
+            queue, msgs = await self._next()
+            start = self._rt.now()
+            try:
+                for msg in msgs:
+                    if queue == "internal":
+                        await msg()
+                    elif queue == "response":
+                        await self._handle_response(msg)
+                    else:
+                        await self._handle_client(msg)
+                if queue == "response" and not self._queues["response"]:
+                    await self._flush_confirmed_peeks()
+                if (
+                    queue == "external"
+                    and not self._queues["external"]
+                    and self.config.group_commit is GroupCommitPolicy.AFTER_DRAINING
+                ):
+                    self._maybe_group_commit()
+            finally:
+                self._busy_s += self._rt.now() - start
+
+    async def _cpu(self, seconds: float) -> None:
+        if seconds > 0:
+            await self._rt.cpu(seconds, self._core)
+
+    def _on_response(self, response: ComputeResponse) -> None:
+        self._post("response", response)
+
+    def _internal(self, fn: Callable[[], Awaitable[None]]) -> None:
+        self._post("internal", fn)
+
+    # --- planning helpers ----------------------------------------------------------
+
+    def _catalog_view(self) -> CatalogView:
+        catalog = self.incarnation.catalog
+        upper = catalog.cached_upper
+        if self._view is None or self._view[0] != upper:
+            self._view = (upper, CatalogView(catalog.state()))
+        return self._view[1]
+
+    def _catalog_ts(self) -> int:
+        return self.incarnation.catalog.cached_upper - 1
+
+    def _fence(self, exc: BaseException) -> SqlError:
+        if self._fenced is None:
+            self._fenced = SqlError(
+                SqlState.ADMIN_SHUTDOWN, f"fenced by a newer coordinator: {exc}"
+            )
+        return self._fenced
+
+    # --- client messages -----------------------------------------------------------
+
+    async def _handle_client(self, req: _Request) -> None:
+        self._counts["statements"] += 1
+        costs = self.config.costs
+        await self._cpu(costs.parse_plan)
+        if self._fenced is not None:
+            req.reply(Result.failed(self._fenced))
+            return
+        stmt = req.statement
+        try:
+            if isinstance(stmt, DDL):
+                await self._ddl(req)
+            elif isinstance(stmt, Select):
+                self._counts["peeks"] += 1
+                plan = self._catalog_view().plan_select(stmt)
+                await self._cpu(costs.peek_sequence)
+                await self._start_peek(_PeekJob(plan, req.reply, self.config.confirm_leadership))
+            elif isinstance(stmt, Insert):
+                self._counts["writes"] += 1
+                write = self._catalog_view().plan_insert(stmt)
+                await self._cpu(costs.write_sequence + costs.per_row * len(write.updates))
+                pending = PendingWrite(write.table_id, write.updates, self._catalog_ts())
+                self._pending_writes.append((pending, req))
+                if self.config.group_commit is GroupCommitPolicy.IMMEDIATE:
+                    self._maybe_group_commit()
+            elif isinstance(stmt, Update | Delete):
+                self._counts["writes"] += 1
+                rtw = self._catalog_view().plan_read_then_write(stmt)
+                assert self._tg is not None
+                self._tg.start_soon(self._read_then_write, req, rtw)
+            else:
+                raise SqlError(
+                    SqlState.FEATURE_NOT_SUPPORTED, f"{type(stmt).__name__} is not supported"
+                )
+        except SqlError as exc:
+            req.reply(Result.failed(exc))
+
+    async def _ddl(self, req: _Request) -> None:
+        self._counts["ddl"] += 1
+        inc = self.incarnation
+        await self._cpu(self.config.costs.ddl_sequence)
+        tx = inc.catalog.transaction()
+        apply_ddl(tx, self._catalog_view(), req.statement)
+        if tx.is_empty():  # IF [NOT] EXISTS that changed nothing
+            req.reply(Result(catalog_ts=self._catalog_ts()))
+            return
+        start = self._rt.now()
+        try:
+            result = await inc.catalog.commit_transaction(tx)
+        except (Fenced, OracleFenced) as exc:
+            req.reply(Result.failed(self._fence(exc)))
+            return
+        except ExternalError as exc:
+            req.reply(
+                Result.failed(SqlError(SqlState.INDETERMINATE, f"catalog transaction: {exc}"))
+            )
+            return
+        if isinstance(result, Conflict):
+            # Only another writer moves the catalog under the loop: a newer
+            # coordinator whose epoch bump we have not seen yet.
+            req.reply(Result.failed(self._fence(RuntimeError("the catalog moved under the loop"))))
+            return
+        ts = result.upper - 1
+        inc.emit("catalog-append", "catalog", start, timeline=self._catalog_timeline, ts=ts)
+        for cmd in derive(tx.updates(ts)):
+            await inc.storage.apply(cmd)
+            inc.compute.send(cmd)
+        await advance_catalog_frontier(inc, result.upper)
+        req.reply(Result(catalog_ts=ts))
+
+    # --- peeks ----------------------------------------------------------------------
+
+    async def _start_peek(self, job: _PeekJob) -> None:
+        inc = self.incarnation
+        if self.config.batch_read_ts:
+            # Off the loop: the batching oracle joins this request to the next
+            # backing read_ts; an internal message brings the timestamp back.
+            async def timestamp() -> None:
+                try:
+                    ts = await inc.oracle.read_ts()
+                except ExternalError as exc:
+                    job.deliver(
+                        Result.failed(SqlError(SqlState.SERIALIZATION_FAILURE, f"read_ts: {exc}"))
+                    )
+                    return
+                self._internal(lambda: self._send_peek(job, ts))
+
+            assert self._tg is not None
+            self._tg.start_soon(timestamp)
+            return
+        try:
+            ts = await inc.oracle.read_ts()
+        except OracleFenced as exc:
+            job.deliver(Result.failed(self._fence(exc)))
+            return
+        await self._send_peek(job, ts)
+
+    async def _send_peek(self, job: _PeekJob, ts: int) -> None:
+        peek_id = next(self._peek_ids)
+        job.read_ts, job.catalog_ts = ts, self._catalog_ts()
+        self._peeks[peek_id] = job
+        plan = job.plan
+        self.incarnation.compute.send(
+            Peek(peek_id, plan.collection_id, plan.cluster_id, ts, job.catalog_ts, plan.transform)
+        )
+
+    async def _handle_response(self, response: ComputeResponse) -> None:
+        costs = self.config.costs
+        if not isinstance(response, PeekResponse):
+            await self._cpu(costs.controller_response)
+            return
+        job = self._peeks.pop(response.peek_id, None)
+        if job is None:
+            await self._cpu(costs.controller_response)
+            return
+        result = peek_result(job.plan, response, read_ts=job.read_ts, catalog_ts=job.catalog_ts)
+        await self._cpu(
+            costs.controller_response + costs.peek_finish + costs.per_row * len(result.rows)
+        )
+        if job.confirm and result.ok and not self.config.known_bad.skip_confirm_leadership:
+            self._confirm_buffer.append((job, result))
+        else:
+            job.deliver(result)
+
+    async def _flush_confirmed_peeks(self) -> None:
+        """One durable `confirm_leadership()` for every buffered peek result."""
+        if not self._confirm_buffer:
+            return
+        buffered, self._confirm_buffer = self._confirm_buffer, []
+        oracle = self.incarnation.memory_oracle
+        assert oracle is not None, "confirm_leadership needs today's in-memory oracle"
+        self._counts["confirms"] += 1
+        start = self._rt.now()
+        try:
+            await oracle.confirm_leadership()
+        except OracleFenced as exc:
+            self.incarnation.emit(
+                "confirm-leadership", "oracle", start, ok=False, batch_size=len(buffered)
+            )
+            error = self._fence(exc)
+            for job, _ in buffered:
+                job.deliver(Result.failed(error))
+            return
+        except ExternalError as exc:
+            self.incarnation.emit(
+                "confirm-leadership", "oracle", start, ok=False, batch_size=len(buffered)
+            )
+            error = SqlError(SqlState.SERIALIZATION_FAILURE, f"confirm_leadership: {exc}")
+            for job, _ in buffered:
+                job.deliver(Result.failed(error))
+            return
+        self.incarnation.emit("confirm-leadership", "oracle", start, batch_size=len(buffered))
+        for job, result in buffered:
+            job.deliver(result)
+
+    # --- writes ---------------------------------------------------------------------
+
+    def _maybe_group_commit(self, *, periodic: bool = False) -> None:
+        """Starts a group commit unless one is in flight (at most one)."""
+        if self._gc_in_flight or (not self._pending_writes and not periodic):
+            return
+        if self.config.group_commit is GroupCommitPolicy.IMMEDIATE:
+            batch, self._pending_writes = self._pending_writes[:1], self._pending_writes[1:]
+        else:
+            batch, self._pending_writes = self._pending_writes, []
+        self._gc_in_flight = True
+        inc = self.incarnation
+        bad = self.config.known_bad
+
+        async def commit() -> None:
+            try:
+                await group_commit(
+                    inc,
+                    [w for w, _ in batch],
+                    apply_write_before_append=bad.apply_write_before_append,
+                    stats=self._gc_stats,
+                )
+            finally:
+                self._internal(lambda: self._group_commit_done(batch))
+
+        assert self._tg is not None
+        self._tg.start_soon(commit)
+
+    async def _group_commit_done(self, batch: list[tuple[PendingWrite, _Request | None]]) -> None:
+        costs = self.config.costs
+        rows = sum(len(w.updates) for w, _ in batch)
+        await self._cpu(costs.group_commit + costs.per_row * rows)
+        self._gc_in_flight = False
+        for w, req in batch:
+            if req is None:
+                continue  # a read-then-write: its task replies
+            if w.error is not None:
+                req.reply(Result.failed(w.error, write_ts=w.write_ts))
+            else:
+                req.reply(Result(rows_affected=len(w.updates), write_ts=w.write_ts))
+        if any(w.error is not None and w.error.code is SqlState.ADMIN_SHUTDOWN for w, _ in batch):
+            self._fence(RuntimeError("a table append was fenced"))
+        self._maybe_group_commit()
+
+    async def _periodic_group_commit(self) -> None:
+        """Advances idle tables so reads at the oracle's read_ts never wait on them."""
+        while True:
+            await self._rt.sleep(self.config.group_commit_interval_s)
+
+            async def tick() -> None:
+                self._maybe_group_commit(periodic=True)
+
+            self._internal(tick)
+
+    async def _read_then_write(self, req: _Request, rtw: ReadThenWritePlan) -> None:
+        """UPDATE/DELETE under the global write lock (off the loop; each step is a
+        message to it)."""
+        async with self._write_lock:
+            read_done = anyio.Event()
+            read: list[Result] = []
+
+            def got(result: Result) -> None:
+                read.append(result)
+                read_done.set()
+
+            async def start() -> None:
+                await self._start_peek(_PeekJob(rtw.read, got, confirm=False))
+
+            self._internal(start)
+            await read_done.wait()
+            if not read[0].ok:
+                req.reply(read[0])
+                return
+            rows = read[0].rows
+            diffs = rtw.diffs(rows)
+            if not diffs:
+                req.reply(Result(rows_affected=0, read_ts=read[0].read_ts))
+                return
+            pending = PendingWrite(rtw.table_id, diffs, read[0].catalog_ts or 0)
+
+            async def submit() -> None:
+                await self._cpu(
+                    self.config.costs.write_sequence + self.config.costs.per_row * len(diffs)
+                )
+                self._pending_writes.append((pending, None))
+                self._maybe_group_commit()
+
+            self._internal(submit)
+            await pending.done.wait()
+        if pending.error is not None:
+            req.reply(
+                Result.failed(pending.error, read_ts=read[0].read_ts, write_ts=pending.write_ts)
+            )
+        else:
+            req.reply(
+                Result(rows_affected=len(rows), read_ts=read[0].read_ts, write_ts=pending.write_ts)
+            )

@@ -1,0 +1,39 @@
+"""Builds a coordinator of any configuration (DESIGN.md §2: a configuration is a
+value, not a code path chosen by `if` elsewhere)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from coordinator.config import Architecture
+from coordinator.decoupled import DecoupledCoordinator
+from coordinator.event_loop import EventLoopCoordinator
+
+if TYPE_CHECKING:
+    from coordinator.config import CoordinatorConfig
+    from coordinator.environment import Environment
+    from coordinator.events import EventSink
+    from coordinator.session import Coordinator
+    from sim.runtime import Runtime
+
+__all__ = ["build_coordinator"]
+
+
+def build_coordinator(
+    config: CoordinatorConfig,
+    env: Environment,
+    rt: Runtime,
+    *,
+    events: EventSink | None = None,
+    actor: str = "coordinator",
+) -> Coordinator:
+    """An unstarted coordinator: run it with `async with`. Two built on one
+    `Environment` are two processes on the same stores (the newer fences the older).
+
+    Args:
+        events: receives internal events (oracle calls, group commits, …).
+        actor: names this coordinator in those events.
+    """
+    if config.architecture is Architecture.EVENT_LOOP:
+        return EventLoopCoordinator(config, env, rt, events=events, actor=actor)
+    return DecoupledCoordinator(config, env, rt, events=events, actor=actor)

@@ -1,0 +1,160 @@
+"""The client API both architectures share: `Coordinator.connect() -> Session`,
+`Session.execute(statement) -> Result`.
+
+A `Result` is what a client sees — rows or an error with a SQLSTATE-like code —
+plus the timestamps the system used (`read_ts`, `write_ts`, `catalog_ts`), which
+histories record as annotations so the white-box checker can replay them.
+Nothing raised inside a coordinator reaches a client as a traceback: expected
+failures become `Result.error`; a bug propagates to the coordinator's owner.
+"""
+
+from __future__ import annotations
+
+import itertools
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Self, final
+
+from coordinator.sql import parse
+from coordinator.statements import SqlError, SqlState
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from controllers.transform import Row
+    from coordinator.config import CoordinatorConfig
+    from coordinator.events import CoordinatorEvent, EventSink
+    from coordinator.statements import Statement
+
+__all__ = ["Coordinator", "CoordinatorStatistics", "Result", "Session"]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Result:
+    """One statement's outcome as the client sees it.
+
+    `rows` for a SELECT (a row with multiplicity n appears n times);
+    `rows_affected` for INSERT/UPDATE/DELETE; `error` if it failed. `info` marks
+    an indeterminate outcome (the write may or may not have happened, DESIGN.md
+    §9): histories record it as `info`, never as a failure.
+    """
+
+    rows: tuple[Row, ...] = ()
+    columns: tuple[str, ...] = ()
+    rows_affected: int = 0
+    error: SqlError | None = None
+    read_ts: int | None = None
+    write_ts: int | None = None
+    catalog_ts: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def code(self) -> str | None:
+        return None if self.error is None else self.error.code.value
+
+    @property
+    def info(self) -> bool:
+        """True iff the outcome is unknown (the statement may have taken effect)."""
+        return self.error is not None and self.error.code is SqlState.INDETERMINATE
+
+    @classmethod
+    def failed(
+        cls,
+        error: SqlError,
+        *,
+        read_ts: int | None = None,
+        write_ts: int | None = None,
+        catalog_ts: int | None = None,
+    ) -> Result:
+        return cls(error=error, read_ts=read_ts, write_ts=write_ts, catalog_ts=catalog_ts)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class CoordinatorStatistics:
+    """Counters users compare across architectures (`coordsim compare`)."""
+
+    statements: int
+    peeks: int
+    writes: int
+    ddl: int
+    group_commits: int
+    writes_group_committed: int
+    confirm_leadership_calls: int
+    oracle_calls: int
+    loop_busy_s: float  # modeled CPU on the coordinator's cores
+    loop_cores: int
+    ddl_conflicts: int
+
+
+class Coordinator(ABC):
+    """A running coordinator of one architecture, owned via `async with`.
+
+    Contract: `connect()` gives independent sessions; `execute` on one session
+    is sequential (a session is one client connection); sessions run
+    concurrently. A statement's effects are visible to every statement that
+    *starts* after it returned ok (strict serializability, DESIGN.md §7). After
+    the owner's `async with` ends, every pending statement has returned.
+    """
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        *,
+        events: EventSink | None = None,
+        actor: str = "coordinator",
+    ) -> None:
+        self.config = config
+        self.actor = actor
+        self._events = events
+        self._session_ids = itertools.count(1)
+
+    def emit(self, event: CoordinatorEvent) -> None:
+        """Reports an internal event to the owner's sink, if any."""
+        if self._events is not None:
+            self._events(event)
+
+    @property
+    def event_sink(self) -> EventSink | None:
+        return self._events
+
+    def connect(self) -> Session:
+        """A new client connection."""
+        return Session(self, next(self._session_ids))
+
+    @abstractmethod
+    async def __aenter__(self) -> Self: ...
+
+    @abstractmethod
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> bool | None: ...
+
+    @abstractmethod
+    async def execute(self, session: Session, statement: Statement) -> Result:
+        """Runs `statement` for `session`; never raises for a client-visible error."""
+
+    @abstractmethod
+    def statistics(self) -> CoordinatorStatistics: ...
+
+
+@final
+class Session:
+    """One client connection; statements run one at a time."""
+
+    def __init__(self, coordinator: Coordinator, session_id: int) -> None:
+        self.coordinator = coordinator
+        self.id = session_id
+
+    async def execute(self, statement: Statement | str) -> Result:
+        """Runs a typed statement or one SQL statement of the supported subset."""
+        if isinstance(statement, str):
+            try:
+                statement = parse(statement)
+            except SqlError as exc:
+                return Result.failed(exc)
+        return await self.coordinator.execute(self, statement)

@@ -1,0 +1,95 @@
+"""An oracle wrapper that reports every call — operation, timeline, start and end
+on the Runtime clock, the timestamp involved, success — to an observer.
+
+Traces record these as internal events, so the checker can verify the oracle
+guarantees of seed 000 on what clients were actually handed (put it in front of
+`BatchingOracle` to see batched answers, the known-bad variant's included).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar, final
+
+from oracle.api import TimestampOracle, WriteTimestamp
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from oracle.metrics import OracleStatistics
+    from sim.runtime import Runtime
+
+__all__ = ["ObservedOracle", "OracleCall", "OracleObserver"]
+
+T = TypeVar("T")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class OracleCall:
+    """One finished call: `ts` is the timestamp returned (`write_ts`, `read_ts`,
+    `peek_write_ts`) or given (`apply_write`); None if the call failed."""
+
+    op: str
+    timeline: str
+    start_s: float
+    end_s: float
+    ts: int | None
+    ok: bool
+
+
+#: Receives each finished call; must not block.
+OracleObserver = "Callable[[OracleCall], None]"
+
+
+@final
+class ObservedOracle(TimestampOracle):
+    """Passes every call to `inner` and reports it to `observer` (which must not
+    block). Closing it closes `inner`."""
+
+    def __init__(self, inner: TimestampOracle, rt: Runtime, observer: Callable[[OracleCall], None]) -> None:
+        self._inner = inner
+        self._rt = rt
+        self._observer = observer
+
+    @property
+    def timeline(self) -> str:
+        return self._inner.timeline
+
+    @property
+    def inner(self) -> TimestampOracle:
+        return self._inner
+
+    def __repr__(self) -> str:
+        return f"ObservedOracle({self._inner!r})"
+
+    async def _observe(self, op: str, call: Callable[[], Awaitable[T]], ts_of: Callable[[T], int | None]) -> T:
+        start = self._rt.now()
+        try:
+            result = await call()
+        except BaseException:
+            self._observer(OracleCall(op, self.timeline, start, self._rt.now(), None, False))
+            raise
+        self._observer(OracleCall(op, self.timeline, start, self._rt.now(), ts_of(result), True))
+        return result
+
+    async def write_ts(self) -> WriteTimestamp:
+        return await self._observe("write_ts", self._inner.write_ts, lambda w: w.ts)
+
+    async def peek_write_ts(self) -> int:
+        return await self._observe("peek_write_ts", self._inner.peek_write_ts, lambda t: t)
+
+    async def read_ts(self) -> int:
+        return await self._observe("read_ts", self._inner.read_ts, lambda t: t)
+
+    async def apply_write(self, ts: int) -> None:
+        async def call() -> None:
+            await self._inner.apply_write(ts)
+
+        await self._observe("apply_write", call, lambda _: ts)
+
+    def statistics(self) -> OracleStatistics:
+        return self._inner.statistics()
+
+    async def close(self) -> None:
+        await self._inner.close()
