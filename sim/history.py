@@ -1,0 +1,994 @@
+"""Histories: the client-operation table and the internal-event table of a trace.
+
+A history is the evidence the checkers (`sim.checker`) judge, so it is recorded
+exactly as clients saw it — invoke and complete times, `ok` / `fail` + code /
+`info` (indeterminate) — with the system's own timestamps only as annotations.
+Operations are stored column-wise (`array` columns, one row per operation) so a
+million-operation history fits in memory and checks fast; `Op` is the row view.
+Traces are Parquet files written under a temporary name and renamed, so a
+reader never sees half a trace. DESIGN.md §7 is the contract.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from array import array
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from persist.location import InvalidUsage
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+
+    from coordinator.statements import Statement
+
+__all__ = [
+    "EVENTS_FILE",
+    "EVENTS_SCHEMA",
+    "META_FILE",
+    "NONE",
+    "OPS_FILE",
+    "OPS_SCHEMA",
+    "SCHEMA_VERSION",
+    "Clock",
+    "Event",
+    "EventKind",
+    "History",
+    "HistoryBuilder",
+    "HistoryError",
+    "HistoryRecorder",
+    "Kind",
+    "Op",
+    "StatementOp",
+    "Status",
+    "Trace",
+    "read_trace",
+    "statement_op",
+    "validate",
+    "write_trace",
+]
+
+#: Version of the Parquet schemas below; bump on any incompatible change.
+SCHEMA_VERSION: Final = 1
+OPS_FILE: Final = "ops.parquet"
+EVENTS_FILE: Final = "events.parquet"
+META_FILE: Final = "meta.json"
+
+#: The "absent" value of an integer column (a null in Arrow). Timestamps and
+#: times are never negative, so the sentinel cannot collide with data.
+NONE: Final = -(2**63)
+
+#: The recorder's time source (`Runtime.now`, seconds); stored as integer ns.
+Clock: TypeAlias = "Callable[[], float]"
+
+
+@final
+class HistoryError(InvalidUsage):
+    """A history is malformed (bad input, not an anomaly): the message names the
+    offending operation so the producer can be fixed."""
+
+
+class Kind(StrEnum):
+    """What a client operation does. `add`/`read` on a table of unique integer
+    elements is the set workload the black-box checker reasons about; `update`
+    and `delete` are checked by the white-box replay; the rest is DDL."""
+
+    CREATE_TABLE = "create-table"
+    DROP_TABLE = "drop-table"
+    CREATE_INDEX = "create-index"
+    DROP_INDEX = "drop-index"
+    CREATE_VIEW = "create-view"
+    DROP_VIEW = "drop-view"
+    CREATE_CLUSTER = "create-cluster"
+    DROP_CLUSTER = "drop-cluster"
+    ADD = "add"
+    READ = "read"
+    UPDATE = "update"
+    DELETE = "delete"
+
+
+class Status(StrEnum):
+    """`info` = indeterminate: the operation may or may not have taken effect,
+    at any time after its invoke; its process does nothing afterwards."""
+
+    OK = "ok"
+    FAIL = "fail"
+    INFO = "info"
+
+
+class EventKind(StrEnum):
+    """Internal events: what the oracle, group commit, catalog, controllers and
+    nemesis did, so explanations and checker 4 can refer to them."""
+
+    ORACLE_WRITE_TS = "oracle.write_ts"
+    ORACLE_READ_TS = "oracle.read_ts"
+    ORACLE_PEEK_WRITE_TS = "oracle.peek_write_ts"
+    ORACLE_APPLY_WRITE = "oracle.apply_write"
+    CONFIRM_LEADERSHIP = "confirm-leadership"
+    GROUP_COMMIT = "group-commit"
+    PEEK_BATCH = "peek-batch"
+    CATALOG_APPEND = "catalog-append"
+    CONTROLLER_COMMAND = "controller-command"
+    FAULT = "fault"
+
+
+KINDS: Final[tuple[Kind, ...]] = tuple(Kind)
+STATUSES: Final[tuple[Status, ...]] = tuple(Status)
+KIND_CODE: Final[dict[Kind, int]] = {k: i for i, k in enumerate(KINDS)}
+ADD: Final = KIND_CODE[Kind.ADD]
+READ: Final = KIND_CODE[Kind.READ]
+UPDATE: Final = KIND_CODE[Kind.UPDATE]
+DELETE: Final = KIND_CODE[Kind.DELETE]
+CREATE_TABLE: Final = KIND_CODE[Kind.CREATE_TABLE]
+DROP_TABLE: Final = KIND_CODE[Kind.DROP_TABLE]
+OK: Final = 0
+FAIL: Final = 1
+INFO: Final = 2
+#: The SQLSTATE of "relation does not exist": the error the named anomalies of
+#: seed 001 are about.
+UNKNOWN_TABLE: Final = "42P01"
+DDL_KINDS: Final = frozenset(
+    KIND_CODE[k] for k in KINDS if k not in (Kind.ADD, Kind.READ, Kind.UPDATE, Kind.DELETE)
+)
+
+
+def _opt(v: int) -> int | None:
+    return None if v == NONE else v
+
+
+def _raw(v: int | None) -> int:
+    return NONE if v is None else v
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One client operation (invoke and completion merged), the row view of
+    `History`. `complete_ns` is None for an `info` that never completed.
+
+    `elements` are the values an `add` inserts; `result` the set a `read`
+    returned (None unless an ok read); `count` the rows an update/delete
+    touched; `args` the statement's other arguments (JSON-able: `where`,
+    `set`, `add`, `on`, …)."""
+
+    op_id: int
+    process: int
+    kind: Kind
+    obj: str | None
+    invoke_ns: int
+    complete_ns: int | None
+    status: Status
+    elements: tuple[int, ...] = ()
+    result: tuple[int, ...] | None = None
+    count: int | None = None
+    args: Mapping[str, Any] | None = None
+    error_code: str | None = None
+    error: str | None = None
+    read_ts: int | None = None
+    write_ts: int | None = None
+    catalog_ts: int | None = None
+    client: str | None = None
+
+
+@final
+class History:
+    """Operations column-wise, indexed 0..n-1 in op-id order.
+
+    Integer columns use `NONE` for null; `elements`/`result` are flattened with
+    offsets, as Arrow list arrays are, so a million operations cost tens of MB."""
+
+    __slots__ = (
+        "args",
+        "catalog_ts",
+        "client",
+        "complete",
+        "count",
+        "el",
+        "el_off",
+        "error",
+        "error_code",
+        "invoke",
+        "kind",
+        "n",
+        "names",
+        "obj",
+        "op_id",
+        "process",
+        "read_ts",
+        "res",
+        "res_off",
+        "status",
+        "write_ts",
+    )
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.op_id = array("q")
+        self.process = array("q")
+        self.kind = array("b")
+        self.obj = array("q")  # index into names, -1 = none
+        self.names: list[str] = []
+        self.invoke = array("q")
+        self.complete = array("q")
+        self.status = array("b")
+        self.el_off = array("q", [0])
+        self.el = array("q")
+        self.res_off = array("q", [0])
+        self.res = array("q")
+        self.count = array("q")
+        self.read_ts = array("q")
+        self.write_ts = array("q")
+        self.catalog_ts = array("q")
+        self.error_code: list[str | None] = []
+        self.error: list[str | None] = []
+        self.args: list[str | None] = []  # JSON text
+        self.client: list[str | None] = []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def elements(self, i: int) -> array[int]:
+        return self.el[self.el_off[i] : self.el_off[i + 1]]
+
+    def result(self, i: int) -> array[int] | None:
+        if self.kind[i] != READ or self.status[i] != OK:
+            return None
+        return self.res[self.res_off[i] : self.res_off[i + 1]]
+
+    def name(self, i: int) -> str | None:
+        o = self.obj[i]
+        return None if o < 0 else self.names[o]
+
+    def op(self, i: int) -> Op:
+        res = self.result(i)
+        a = self.args[i]
+        return Op(
+            op_id=self.op_id[i],
+            process=self.process[i],
+            kind=KINDS[self.kind[i]],
+            obj=self.name(i),
+            invoke_ns=self.invoke[i],
+            complete_ns=_opt(self.complete[i]),
+            status=STATUSES[self.status[i]],
+            elements=tuple(self.elements(i)),
+            result=None if res is None else tuple(res),
+            count=_opt(self.count[i]),
+            args=None if a is None else json.loads(a),
+            error_code=self.error_code[i],
+            error=self.error[i],
+            read_ts=_opt(self.read_ts[i]),
+            write_ts=_opt(self.write_ts[i]),
+            catalog_ts=_opt(self.catalog_ts[i]),
+            client=self.client[i],
+        )
+
+    def ops(self) -> Iterator[Op]:
+        return (self.op(i) for i in range(self.n))
+
+    def index_of(self) -> dict[int, int]:
+        """op id -> row."""
+        return {oid: i for i, oid in enumerate(self.op_id)}
+
+    @staticmethod
+    def from_ops(ops: Iterable[Op]) -> History:
+        b = HistoryBuilder()
+        for op in ops:
+            b.append(op)
+        return b.build()
+
+
+@final
+class HistoryBuilder:
+    """Appends rows to a `History`; `build()` sorts by op id if needed."""
+
+    def __init__(self) -> None:
+        self._h = History()
+        self._name_ix: dict[str, int] = {}
+
+    def _name(self, name: str | None) -> int:
+        if name is None:
+            return -1
+        ix = self._name_ix.get(name)
+        if ix is None:
+            ix = self._name_ix[name] = len(self._h.names)
+            self._h.names.append(name)
+        return ix
+
+    def add_row(
+        self,
+        op_id: int,
+        process: int,
+        kind: int,
+        obj: str | None,
+        invoke: int,
+        complete: int,
+        status: int,
+        elements: Sequence[int] = (),
+        result: Sequence[int] | None = None,
+        count: int = NONE,
+        args: str | None = None,
+        error_code: str | None = None,
+        error: str | None = None,
+        read_ts: int = NONE,
+        write_ts: int = NONE,
+        catalog_ts: int = NONE,
+        client: str | None = None,
+    ) -> None:
+        """The fast path (codes and raw integers); `append` is the typed one."""
+        h = self._h
+        h.op_id.append(op_id)
+        h.process.append(process)
+        h.kind.append(kind)
+        h.obj.append(self._name(obj))
+        h.invoke.append(invoke)
+        h.complete.append(complete)
+        h.status.append(status)
+        h.el.extend(elements)
+        h.el_off.append(len(h.el))
+        if result is not None:
+            h.res.extend(result)
+        h.res_off.append(len(h.res))
+        h.count.append(count)
+        h.args.append(args)
+        h.error_code.append(error_code)
+        h.error.append(error)
+        h.read_ts.append(read_ts)
+        h.write_ts.append(write_ts)
+        h.catalog_ts.append(catalog_ts)
+        h.client.append(client)
+        h.n += 1
+
+    def append(self, op: Op) -> None:
+        self.add_row(
+            op.op_id,
+            op.process,
+            KIND_CODE[Kind(op.kind)],
+            op.obj,
+            op.invoke_ns,
+            _raw(op.complete_ns),
+            STATUSES.index(Status(op.status)),
+            op.elements,
+            op.result,
+            _raw(op.count),
+            None if op.args is None else json.dumps(op.args, sort_keys=True),
+            op.error_code,
+            op.error,
+            _raw(op.read_ts),
+            _raw(op.write_ts),
+            _raw(op.catalog_ts),
+            op.client,
+        )
+
+    def build(self) -> History:
+        h = self._h
+        if any(h.op_id[i] >= h.op_id[i + 1] for i in range(h.n - 1)):
+            order = sorted(range(h.n), key=h.op_id.__getitem__)
+            b = HistoryBuilder()
+            for i in order:
+                b.add_row(
+                    h.op_id[i], h.process[i], h.kind[i], h.name(i), h.invoke[i],
+                    h.complete[i], h.status[i], h.elements(i),
+                    h.res[h.res_off[i] : h.res_off[i + 1]] if h.kind[i] == READ and h.status[i] == OK else None,
+                    h.count[i], h.args[i], h.error_code[i], h.error[i],
+                    h.read_ts[i], h.write_ts[i], h.catalog_ts[i], h.client[i],
+                )  # fmt: skip
+            return b._h
+        return h
+
+
+# --- statements -----------------------------------------------------------------------------
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class StatementOp:
+    """What `HistoryRecorder.invoke` needs to record a statement."""
+
+    kind: Kind
+    obj: str | None
+    elements: tuple[int, ...] = ()
+    args: Mapping[str, Any] | None = None
+
+
+def statement_op(stmt: Statement) -> StatementOp:
+    """How a coordinator statement appears in a history. An INSERT's elements
+    are the first column of its rows (the set workload's tables have one
+    integer column); a WHERE becomes `args.where` as `[[op, value], …]` over
+    that column; `SELECT count(*)` or of some columns is recorded as a `read`
+    with those args, which checkers 1 and 2 leave to checker 3.
+
+    Raises:
+        HistoryError: an INSERT of a non-integer first column (not the set
+            workload: record it with explicit `Kind`/`args` instead).
+    """
+    from coordinator import statements as st
+
+    def where(p: st.Predicate) -> dict[str, Any]:
+        return {"where": [[c.op, c.value] for c in p.terms]} if p.terms else {}
+
+    if isinstance(stmt, st.Insert):
+        els = []
+        for row in stmt.rows:
+            v = row[0] if row else None
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise HistoryError(f"INSERT INTO {stmt.table}: first column {v!r} is not an integer element")
+            els.append(v)
+        return StatementOp(Kind.ADD, stmt.table, tuple(els))
+    if isinstance(stmt, st.Select):
+        args: dict[str, Any] = where(stmt.where)
+        if stmt.count:
+            args["count"] = True
+        if stmt.columns is not None:
+            args["columns"] = list(stmt.columns)
+        return StatementOp(Kind.READ, stmt.source, (), args or None)
+    if isinstance(stmt, st.Update):
+        args = where(stmt.where)
+        for a in stmt.assignments[:1]:
+            if a.add is not None:
+                args["add"] = a.add
+            else:
+                args["set"] = a.value
+        return StatementOp(Kind.UPDATE, stmt.table, (), args)
+    if isinstance(stmt, st.Delete):
+        return StatementOp(Kind.DELETE, stmt.table, (), where(stmt.where) or None)
+    if isinstance(stmt, st.CreateTable):
+        return StatementOp(Kind.CREATE_TABLE, stmt.name)
+    if isinstance(stmt, st.DropTable):
+        return StatementOp(Kind.DROP_TABLE, stmt.name)
+    if isinstance(stmt, st.CreateIndex):
+        return StatementOp(Kind.CREATE_INDEX, stmt.name, (), {"on": stmt.on, "cluster": stmt.cluster})
+    if isinstance(stmt, st.DropIndex):
+        return StatementOp(Kind.DROP_INDEX, stmt.name)
+    if isinstance(stmt, st.CreateMaterializedView):
+        return StatementOp(Kind.CREATE_VIEW, stmt.name, (), {"on": stmt.query.source, "cluster": stmt.cluster})
+    if isinstance(stmt, st.DropMaterializedView):
+        return StatementOp(Kind.DROP_VIEW, stmt.name)
+    if isinstance(stmt, st.CreateCluster):
+        return StatementOp(Kind.CREATE_CLUSTER, stmt.name, (), {"replicas": stmt.replicas})
+    return StatementOp(Kind.DROP_CLUSTER, stmt.name)
+
+
+# --- validation ---------------------------------------------------------------------------
+
+
+def validate(h: History) -> None:
+    """Checks that `h` is a well-formed history, raising `HistoryError` naming the
+    first offending operation: ids unique; ok/fail completions not before their
+    invoke; a process never overlaps its own operations nor acts after an `info`;
+    `add`s carry elements and ok `read`s a result; values an `add` may have
+    inserted are unique per table (the set workload's premise: one write per
+    value, so a read reveals which write it saw)."""
+    ids = h.op_id
+    if len(set(ids)) != h.n:
+        seen: set[int] = set()
+        for oid in ids:
+            if oid in seen:
+                raise HistoryError(f"op {oid}: duplicate op id")
+            seen.add(oid)
+    no_obj_ok = (KIND_CODE[Kind.CREATE_CLUSTER], KIND_CODE[Kind.DROP_CLUSTER])
+    inv_col, end_col, status, kind, obj = h.invoke, h.complete, h.status, h.kind, h.obj
+    el_off, process = h.el_off, h.process
+    last: dict[int, int] = {}  # process -> its latest row
+    # Rows are in op-id order; a stable sort by invoke keeps that order for ties.
+    for i in sorted(range(h.n), key=inv_col.__getitem__):
+        st, c, inv = status[i], end_col[i], inv_col[i]
+        if inv < 0:
+            raise HistoryError(f"op {ids[i]}: negative invoke time {inv}")
+        if c == NONE:
+            if st != INFO:
+                raise HistoryError(f"op {ids[i]}: {STATUSES[st]} without a completion time")
+        elif c < inv:
+            raise HistoryError(f"op {ids[i]}: completes at {c} ns before its invoke at {inv} ns")
+        k = kind[i]
+        if obj[i] < 0 and k not in no_obj_ok:
+            raise HistoryError(f"op {ids[i]}: {KINDS[k]} names no object")
+        if k == ADD and el_off[i] == el_off[i + 1]:
+            raise HistoryError(f"op {ids[i]}: add without elements")
+        p = process[i]
+        pi = last.get(p)
+        if pi is not None:
+            if status[pi] == INFO:
+                raise HistoryError(
+                    f"op {ids[i]}: process {p} acts after its op {ids[pi]} ended `info` "
+                    "(an indeterminate op's process must not be reused)"
+                )
+            if inv < end_col[pi]:
+                raise HistoryError(
+                    f"op {ids[i]}: process {p} invokes it at {inv} ns while its op "
+                    f"{ids[pi]} is still running (until {end_col[pi]} ns)"
+                )
+        last[p] = i
+    values: dict[int, dict[int, int]] = {}  # table -> value -> row
+    el = h.el
+    for i, k in enumerate(kind):
+        if k != ADD or status[i] == FAIL:
+            continue
+        vs = values.get(obj[i])
+        if vs is None:
+            vs = values[obj[i]] = {}
+        for e in el[el_off[i] : el_off[i + 1]]:
+            other = vs.setdefault(e, i)
+            if other != i:
+                raise HistoryError(
+                    f"op {ids[i]}: adds {e} to {h.names[obj[i]]!r}, which op "
+                    f"{ids[other]} already added (values must be unique per table)"
+                )
+
+
+# --- internal events -----------------------------------------------------------------------
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One internal event. `ts` is the timestamp returned (write_ts, read_ts,
+    peek) or passed (apply_write, catalog append's new upper, AdvanceCatalogFrontier);
+    `ops` the client operations it served (a group commit's inserts, a peek batch)."""
+
+    seq: int
+    kind: str
+    component: str
+    start_ns: int
+    end_ns: int | None = None
+    status: Status = Status.OK
+    timeline: str | None = None
+    ts: int | None = None
+    batch_size: int | None = None
+    actor: str | None = None
+    ops: tuple[int, ...] = ()
+    detail: str | None = None
+
+
+# --- recording --------------------------------------------------------------------------------
+
+
+@final
+class HistoryRecorder:
+    """Records a run as it goes: `invoke` returns an op id, one of `ok`/`fail`/
+    `info` completes it; `event` records an internal event. Misuse (completing
+    an unknown or finished op, reusing a process after `info`) raises
+    `HistoryError` at once, so a broken producer is caught where it breaks.
+
+    Args:
+        clock: seconds, normally `Runtime.now`; recorded as integer ns."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._ops: list[list[Any]] = []
+        self._pending: dict[int, int] = {}  # op id -> process
+        self._busy: dict[int, int] = {}  # process -> op id
+        self._dead: set[int] = set()
+        self._next_process = 0
+        self._events: list[Event] = []
+
+    def _now(self) -> int:
+        return round(self._clock() * 1e9)
+
+    def now_ns(self) -> int:
+        """The clock in ns, e.g. to pass as an event's `start_ns` later."""
+        return self._now()
+
+    def fresh_process(self) -> int:
+        """A process id never used so far: a client whose op ended `info`
+        continues under a new one (Jepsen's convention)."""
+        return self._next_process
+
+    def invoke(
+        self,
+        process: int,
+        kind: Kind,
+        obj: str | None,
+        *,
+        elements: Sequence[int] = (),
+        args: Mapping[str, Any] | None = None,
+        client: str | None = None,
+    ) -> int:
+        if process in self._dead:
+            raise HistoryError(f"process {process} acts after an `info`; use a fresh process id")
+        if process in self._busy:
+            raise HistoryError(f"process {process} is still running op {self._busy[process]}")
+        self._next_process = max(self._next_process, process + 1)
+        oid = len(self._ops)
+        self._ops.append(
+            [oid, process, KIND_CODE[Kind(kind)], obj, self._now(), NONE, INFO, tuple(elements),
+             None, NONE, None if args is None else json.dumps(args, sort_keys=True),
+             None, None, NONE, NONE, NONE, client]
+        )  # fmt: skip
+        self._pending[oid] = process
+        self._busy[process] = oid
+        return oid
+
+    def _complete(
+        self,
+        oid: int,
+        status: int,
+        *,
+        read_ts: int | None,
+        write_ts: int | None,
+        catalog_ts: int | None,
+    ) -> list[Any]:
+        process = self._pending.pop(oid, None)
+        if process is None:
+            raise HistoryError(f"op {oid} completes but was not invoked or already completed")
+        del self._busy[process]
+        if status == INFO:
+            self._dead.add(process)
+        row = self._ops[oid]
+        row[5], row[6] = self._now(), status
+        row[13], row[14], row[15] = _raw(read_ts), _raw(write_ts), _raw(catalog_ts)
+        return row
+
+    def ok(
+        self,
+        oid: int,
+        *,
+        result: Iterable[int] | None = None,
+        count: int | None = None,
+        read_ts: int | None = None,
+        write_ts: int | None = None,
+        catalog_ts: int | None = None,
+    ) -> None:
+        row = self._complete(oid, OK, read_ts=read_ts, write_ts=write_ts, catalog_ts=catalog_ts)
+        if row[2] == READ:
+            if result is None:
+                raise HistoryError(f"op {oid}: an ok read needs its result")
+            row[8] = tuple(sorted(result))
+        row[9] = _raw(count)
+
+    def fail(
+        self,
+        oid: int,
+        code: str,
+        message: str = "",
+        *,
+        read_ts: int | None = None,
+        write_ts: int | None = None,
+        catalog_ts: int | None = None,
+    ) -> None:
+        row = self._complete(oid, FAIL, read_ts=read_ts, write_ts=write_ts, catalog_ts=catalog_ts)
+        row[11], row[12] = code, message
+
+    def info(
+        self,
+        oid: int,
+        message: str = "",
+        *,
+        read_ts: int | None = None,
+        write_ts: int | None = None,
+        catalog_ts: int | None = None,
+    ) -> None:
+        row = self._complete(oid, INFO, read_ts=read_ts, write_ts=write_ts, catalog_ts=catalog_ts)
+        row[12] = message or None
+
+    def event(
+        self,
+        kind: EventKind | str,
+        component: str,
+        *,
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+        status: Status = Status.OK,
+        timeline: str | None = None,
+        ts: int | None = None,
+        batch_size: int | None = None,
+        actor: str | None = None,
+        ops: Sequence[int] = (),
+        detail: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Records an internal event; times default to now (an instant)."""
+        now = self._now()
+        self._events.append(
+            Event(
+                seq=len(self._events),
+                kind=str(kind),
+                component=component,
+                start_ns=now if start_ns is None else start_ns,
+                end_ns=now if end_ns is None and start_ns is None else end_ns,
+                status=status,
+                timeline=timeline,
+                ts=ts,
+                batch_size=batch_size,
+                actor=actor,
+                ops=tuple(ops),
+                detail=None if detail is None else json.dumps(detail, sort_keys=True),
+            )
+        )
+
+    def history(self) -> History:
+        """The operations so far; still-pending ones appear as `info` without a
+        completion (they may or may not take effect)."""
+        b = HistoryBuilder()
+        for row in self._ops:
+            b.add_row(*row)
+        return b.build()
+
+    def events(self) -> list[Event]:
+        return list(self._events)
+
+
+# --- Arrow / Parquet ------------------------------------------------------------------------
+
+_I64 = pa.int64()
+_STR = pa.string()
+_DICT = pa.dictionary(pa.int32(), pa.string())
+
+OPS_SCHEMA: Final = pa.schema(
+    [
+        pa.field("run", _DICT, nullable=False),
+        pa.field("config", _DICT, nullable=False),
+        pa.field("seed", _I64, nullable=False),
+        pa.field("op_id", _I64, nullable=False),
+        pa.field("process", _I64, nullable=False),
+        pa.field("client", _STR),
+        pa.field("kind", _DICT, nullable=False),
+        pa.field("object", _STR),
+        pa.field("elements", pa.list_(_I64)),
+        pa.field("args", _STR),
+        pa.field("invoke_ns", _I64, nullable=False),
+        pa.field("complete_ns", _I64),
+        pa.field("status", _DICT, nullable=False),
+        pa.field("error_code", _STR),
+        pa.field("error", _STR),
+        pa.field("result", pa.list_(_I64)),
+        pa.field("count", _I64),
+        pa.field("read_ts", _I64),
+        pa.field("write_ts", _I64),
+        pa.field("catalog_ts", _I64),
+    ],
+    metadata={"coordsim.schema": "ops", "coordsim.schema_version": str(SCHEMA_VERSION)},
+)
+
+EVENTS_SCHEMA: Final = pa.schema(
+    [
+        pa.field("run", _DICT, nullable=False),
+        pa.field("seq", _I64, nullable=False),
+        pa.field("kind", _DICT, nullable=False),
+        pa.field("component", _DICT, nullable=False),
+        pa.field("start_ns", _I64, nullable=False),
+        pa.field("end_ns", _I64),
+        pa.field("status", _DICT, nullable=False),
+        pa.field("timeline", _STR),
+        pa.field("ts", _I64),
+        pa.field("batch_size", _I64),
+        pa.field("actor", _STR),
+        pa.field("ops", pa.list_(_I64)),
+        pa.field("detail", _STR),
+    ],
+    metadata={"coordsim.schema": "events", "coordsim.schema_version": str(SCHEMA_VERSION)},
+)
+
+
+def _i64(col: array[int], nullable: bool) -> Any:
+    a = pa.Array.from_buffers(_I64, len(col), [None, pa.py_buffer(col)])
+    if nullable:
+        a = pc.if_else(pc.equal(a, NONE), pa.scalar(None, _I64), a)
+    return a
+
+
+def _list(offsets: array[int], values: array[int], valid: list[bool] | None) -> Any:
+    if offsets[-1] >= 2**31:
+        raise HistoryError("more than 2**31 elements in one history column; split the run")
+    off = pa.array(array("i", offsets), type=pa.int32())
+    vals = pa.Array.from_buffers(_I64, len(values), [None, pa.py_buffer(values)])
+    mask = None if valid is None else pa.array([not v for v in valid], type=pa.bool_())
+    return pa.ListArray.from_arrays(off, vals, mask=mask)
+
+
+def _const(value: str, n: int) -> Any:
+    return pa.DictionaryArray.from_arrays(
+        pa.array(array("i", bytes(4 * n)), type=pa.int32()), pa.array([value])
+    )
+
+
+def _strings(values: Sequence[str]) -> Any:
+    return pa.array(values, type=_STR).dictionary_encode()
+
+
+def _ops_table(h: History, run: str, config: str, seed: int) -> Any:
+    n = h.n
+    is_res = [h.kind[i] == READ and h.status[i] == OK for i in range(n)]
+    cols = [
+        _const(run, n),
+        _const(config, n),
+        pa.array(array("q", [seed]) * n, type=_I64),
+        _i64(h.op_id, False),
+        _i64(h.process, False),
+        pa.array(h.client, type=_STR),
+        _strings([KINDS[k].value for k in h.kind]),
+        pa.array([h.name(i) for i in range(n)], type=_STR),
+        _list(h.el_off, h.el, None),
+        pa.array(h.args, type=_STR),
+        _i64(h.invoke, False),
+        _i64(h.complete, True),
+        _strings([STATUSES[s].value for s in h.status]),
+        pa.array(h.error_code, type=_STR),
+        pa.array(h.error, type=_STR),
+        _list(h.res_off, h.res, is_res),
+        _i64(h.count, True),
+        _i64(h.read_ts, True),
+        _i64(h.write_ts, True),
+        _i64(h.catalog_ts, True),
+    ]
+    return pa.Table.from_arrays(cols, schema=OPS_SCHEMA)
+
+
+def _events_table(events: Sequence[Event], run: str) -> Any:
+    rows = [
+        {
+            "run": run, "seq": e.seq, "kind": e.kind, "component": e.component,
+            "start_ns": e.start_ns, "end_ns": e.end_ns, "status": str(e.status),
+            "timeline": e.timeline, "ts": e.ts, "batch_size": e.batch_size, "actor": e.actor,
+            "ops": list(e.ops), "detail": e.detail,
+        }
+        for e in events
+    ]  # fmt: skip
+    return pa.Table.from_pylist(rows, schema=EVENTS_SCHEMA)
+
+
+def _read_i64(col: Any) -> array[int]:
+    a = pc.fill_null(col, NONE).combine_chunks() if col.null_count else col.combine_chunks()
+    if isinstance(a, pa.ChunkedArray):
+        a = a.combine_chunks()
+    out = array("q")
+    buf = a.buffers()[1]
+    out.frombytes(memoryview(buf)[a.offset * 8 : (a.offset + len(a)) * 8])
+    return out
+
+
+def _read_codes(col: Any, codes: dict[str, int]) -> array[int]:
+    """A (dictionary-encoded) string column as small integer codes."""
+    enc = col.combine_chunks()
+    if not pa.types.is_dictionary(enc.type):
+        enc = pc.dictionary_encode(enc)
+    trans = [codes[v] for v in enc.dictionary.to_pylist()]
+    return array("b", map(trans.__getitem__, enc.indices.to_pylist()))
+
+
+def _read_list(col: Any) -> tuple[array[int], array[int]]:
+    a = col.combine_chunks()
+    if isinstance(a, pa.ChunkedArray):
+        a = a.combine_chunks()
+    offs = a.offsets
+    width = 8 if pa.types.is_large_list(a.type) else 4
+    raw = array("q" if width == 8 else "i")
+    raw.frombytes(memoryview(offs.buffers()[1])[offs.offset * width : (offs.offset + len(offs)) * width])
+    offsets = array("q", raw)
+    base = offsets[0] if offsets else 0
+    if base:
+        offsets = array("q", (o - base for o in offsets))
+    values = a.flatten()
+    out = array("q")
+    if len(values):
+        out.frombytes(memoryview(values.buffers()[1])[values.offset * 8 : (values.offset + len(values)) * 8])
+    return offsets, out
+
+
+def _history_from_table(t: Any) -> History:
+    missing = [f.name for f in OPS_SCHEMA if f.name not in t.column_names]
+    if missing:
+        raise HistoryError(f"ops table lacks columns {missing}")
+    h = History()
+    h.n = t.num_rows
+    h.op_id = _read_i64(t["op_id"])
+    h.process = _read_i64(t["process"])
+    try:
+        h.kind = _read_codes(t["kind"], {k.value: KIND_CODE[k] for k in KINDS})
+        h.status = _read_codes(t["status"], {s.value: i for i, s in enumerate(STATUSES)})
+    except KeyError as exc:
+        raise HistoryError(f"ops table: unknown kind or status {exc}") from exc
+    # Object names: dictionary-encode once, then one index per row.
+    enc = pc.dictionary_encode(t["object"]).combine_chunks()
+    h.names = enc.dictionary.to_pylist()
+    h.obj = array("q", (-1 if x is None else x for x in enc.indices.to_pylist()))
+    h.invoke = _read_i64(t["invoke_ns"])
+    h.complete = _read_i64(t["complete_ns"])
+    h.el_off, h.el = _read_list(t["elements"])
+    h.res_off, h.res = _read_list(t["result"])
+    h.count = _read_i64(t["count"])
+    h.read_ts = _read_i64(t["read_ts"])
+    h.write_ts = _read_i64(t["write_ts"])
+    h.catalog_ts = _read_i64(t["catalog_ts"])
+    h.error_code = t["error_code"].to_pylist()
+    h.error = t["error"].to_pylist()
+    h.args = t["args"].to_pylist()
+    h.client = t["client"].to_pylist()
+    return h
+
+
+@final
+@dataclass(frozen=True)
+class Trace:
+    """A trace directory's contents."""
+
+    history: History
+    events: list[Event] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _write_text(path: Path, text: str) -> None:
+    path.write_text(text)
+
+
+def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_trace(
+    directory: Path | str,
+    history: History,
+    events: Sequence[Event] = (),
+    *,
+    run: str = "run",
+    config: str = "unknown",
+    seed: int = 0,
+    extra_meta: Mapping[str, Any] | None = None,
+) -> Path:
+    """Writes `ops.parquet`, `events.parquet` and, last, `meta.json` into
+    `directory`, each under a temporary name then renamed: a reader that finds
+    `meta.json` finds complete files."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    ops = _ops_table(history, run, config, seed)
+    evs = _events_table(events, run)
+    _atomic_write(d / OPS_FILE, lambda p: pq.write_table(ops, p, compression="zstd"))
+    _atomic_write(d / EVENTS_FILE, lambda p: pq.write_table(evs, p, compression="zstd"))
+    meta = {
+        "schema_version": SCHEMA_VERSION,
+        "run": run,
+        "config": config,
+        "seed": seed,
+        "ops": history.n,
+        "events": len(events),
+        **(extra_meta or {}),
+    }
+    text = json.dumps(meta, indent=2, sort_keys=True) + "\n"
+    _atomic_write(d / META_FILE, lambda p: _write_text(p, text))
+    return d
+
+
+def read_trace(directory: Path | str) -> Trace:
+    """Reads a trace directory; `HistoryError` if it is incomplete or of another
+    schema version."""
+    d = Path(directory)
+    meta_path = d / META_FILE
+    if not meta_path.is_file():
+        raise HistoryError(f"{d}: no {META_FILE} (not a trace directory, or a half-written one)")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise HistoryError(f"{meta_path}: unreadable: {exc}") from exc
+    version = meta.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise HistoryError(f"{d}: schema version {version!r}, this coordsim reads {SCHEMA_VERSION}")
+    try:
+        history = _history_from_table(pq.read_table(d / OPS_FILE))
+        ev_path = d / EVENTS_FILE
+        events: list[Event] = []
+        if ev_path.exists():
+            for r in pq.read_table(ev_path).to_pylist():
+                events.append(
+                    Event(
+                        seq=r["seq"], kind=r["kind"], component=r["component"],
+                        start_ns=r["start_ns"], end_ns=r["end_ns"], status=Status(r["status"]),
+                        timeline=r["timeline"], ts=r["ts"], batch_size=r["batch_size"],
+                        actor=r["actor"], ops=tuple(r["ops"] or ()), detail=r["detail"],
+                    )
+                )  # fmt: skip
+    except (OSError, pa.ArrowException, KeyError, ValueError) as exc:
+        if isinstance(exc, HistoryError):
+            raise
+        raise HistoryError(f"{d}: unreadable trace: {exc}") from exc
+    return Trace(history, events, meta)
