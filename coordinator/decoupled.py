@@ -110,7 +110,13 @@ class DecoupledCoordinator(Coordinator):
         async with contextlib.AsyncExitStack() as stack:
             self._inc = await stack.enter_async_context(
                 open_incarnation(
-                    self._env, self.config, self._rt, self._waiters, derive_commands=False
+                    self._env,
+                    self.config,
+                    self._rt,
+                    self._waiters,
+                    derive_commands=False,
+                    events=self.event_sink,
+                    actor=self.actor,
                 )
             )
             self._tg = await stack.enter_async_context(anyio.create_task_group())

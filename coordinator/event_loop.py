@@ -492,9 +492,13 @@ class EventLoopCoordinator(Coordinator):
             if req is None:
                 continue  # a read-then-write: its task replies
             if w.error is not None:
-                req.reply(Result.failed(w.error, write_ts=w.write_ts))
+                req.reply(Result.failed(w.error, write_ts=w.write_ts, catalog_ts=w.catalog_ts))
             else:
-                req.reply(Result(rows_affected=len(w.updates), write_ts=w.write_ts))
+                req.reply(
+                    Result(
+                        rows_affected=len(w.updates), write_ts=w.write_ts, catalog_ts=w.catalog_ts
+                    )
+                )
         if any(w.error is not None and w.error.code is SqlState.ADMIN_SHUTDOWN for w, _ in batch):
             self._fence(RuntimeError("a table append was fenced"))
         self._maybe_group_commit()
@@ -531,7 +535,9 @@ class EventLoopCoordinator(Coordinator):
             rows = read[0].rows
             diffs = rtw.diffs(rows)
             if not diffs:
-                req.reply(Result(rows_affected=0, read_ts=read[0].read_ts))
+                req.reply(
+                    Result(rows_affected=0, read_ts=read[0].read_ts, catalog_ts=read[0].catalog_ts)
+                )
                 return
             pending = PendingWrite(rtw.table_id, diffs, read[0].catalog_ts or 0)
 
@@ -544,11 +550,8 @@ class EventLoopCoordinator(Coordinator):
 
             self._internal(submit)
             await pending.done.wait()
+        rts, wts, cts = read[0].read_ts, pending.write_ts, pending.catalog_ts
         if pending.error is not None:
-            req.reply(
-                Result.failed(pending.error, read_ts=read[0].read_ts, write_ts=pending.write_ts)
-            )
+            req.reply(Result.failed(pending.error, read_ts=rts, write_ts=wts, catalog_ts=cts))
         else:
-            req.reply(
-                Result(rows_affected=len(rows), read_ts=read[0].read_ts, write_ts=pending.write_ts)
-            )
+            req.reply(Result(rows_affected=len(rows), read_ts=rts, write_ts=wts, catalog_ts=cts))
