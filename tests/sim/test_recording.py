@@ -68,12 +68,9 @@ def test_recorded_scenario_is_valid_and_round_trips(name: str, tmp_path: Path) -
 def test_checker_names_the_anomaly_of_peeks_ignoring_catalog_ts() -> None:
     found: set[str] = set()
     for seed in range(6):
-        report = check_history(*_histories("decoupled", seed, KnownBad(peeks_ignore_catalog_ts=True)))
+        rec = _record("decoupled", seed, KnownBad(peeks_ignore_catalog_ts=True))
+        report = check_history(rec.history(), rec.events())
         if report.outcome is Outcome.INVALID:
             found |= set(report.names)
     assert {"insert-unknown-table", "select-unknown-table"} & found, found
 
-
-def _histories(name: str, seed: int, bad: KnownBad) -> tuple[object, ...]:
-    rec = _record(name, seed, bad)
-    return rec.history(), rec.events()
