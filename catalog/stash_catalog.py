@@ -279,7 +279,7 @@ class StashCatalog(CachedCatalog):
     async def _write(
         self, expected_upper: int, new_upper: int, updates: Sequence[CatalogUpdate], epoch: int | None
     ) -> AppendResult:
-        token = f"{self._rt.rng.getrandbits(64):016x}"
+        token = self._rt.unique_hex(64)
         return await self._call(
             lambda: self.store.append(expected_upper, new_upper, updates, epoch, self._writer, token)
         )

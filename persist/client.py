@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import uuid
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Self, final
@@ -162,7 +161,7 @@ class PersistClient:
         return result
 
     def _new_id(self, prefix: str) -> str:
-        return f"{prefix}-{uuid.UUID(int=self.rt.rng.getrandbits(128)).hex[:16]}"
+        return f"{prefix}-{self.rt.unique_hex(64)}"
 
     async def machine(self, shard_id: str) -> Machine:
         m = self._machines.get(shard_id)
@@ -389,7 +388,7 @@ class WriteHandle:
             raise LeaseExpiredError(f"writer {self.writer_id} of shard {self.shard_id} expired; reopen it")
         async with self._lock:
             rt, blob, counters = self._client.rt, self._client.blob, self._client._counters
-            token = uuid.UUID(int=rt.rng.getrandbits(128)).hex
+            token = rt.unique_hex()
             key: str | None = None
             size = 0
             if rows:

@@ -16,7 +16,6 @@ discarded (its blob deleted) if its inputs were replaced meanwhile.
 from __future__ import annotations
 
 import functools
-import uuid
 from typing import TYPE_CHECKING
 
 from persist.codec import Update, consolidate, decode_batch, encode_batch
@@ -83,7 +82,7 @@ async def compact_once(machine: Machine, compactor_id: str) -> bool | None:
     out_key: str | None = None
     size = 0
     if merged:
-        out_key = f"{machine.shard_id}/b/{compactor_id}/{uuid.UUID(int=rt.rng.getrandbits(128)).hex}"
+        out_key = f"{machine.shard_id}/b/{compactor_id}/{rt.unique_hex()}"
         data = encode_batch(merged)
         size = len(data)
         await retry_external(rt, functools.partial(blob.set, out_key, data), idempotent=True)

@@ -663,6 +663,17 @@ class Runtime:
         """One sample of the latency named `name`, without sleeping."""
         return self.latency.distribution(name).sample(self.rng)
 
+    def unique_hex(self, bits: int = 128) -> str:
+        """A random id that no other process draws: from `rng` on the virtual
+        loop (so traces stay identical), from the OS otherwise — two real-mode
+        processes started with the same seed must never pick the same writer
+        id or blob key on shared stores."""
+        if bits < 1:
+            raise ValueError(f"bits must be >= 1, got {bits}")
+        on_virtual = isinstance(asyncio.events._get_running_loop(), VirtualEventLoop)
+        value = self.rng.getrandbits(bits) if on_virtual else _SYSTEM_RANDOM.getrandbits(bits)
+        return f"{value:0{(bits + 3) // 4}x}"
+
     # CPU.
 
     def core_pool(self, cores: int, name: str) -> CorePool:
@@ -673,6 +684,10 @@ class Runtime:
         core first)."""
         async with pool.core():
             await self.sleep(seconds)
+
+
+#: The OS's randomness, for ids that must be unique across processes (real mode).
+_SYSTEM_RANDOM: Final = random.SystemRandom()
 
 
 def _stream_seed(seed: int, name: str) -> int:
