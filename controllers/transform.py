@@ -31,6 +31,7 @@ __all__ = [
     "decode_row",
     "encode_row",
     "parse_select",
+    "sql_literal",
 ]
 
 #: A SQL scalar as coordsim stores it (NULL is None); JSON keeps bool and int apart.
@@ -160,7 +161,7 @@ class Transform:
         sql = f"SELECT {what} FROM {source}"
         if self.predicate:
             sql += " WHERE " + " AND ".join(
-                f"{c.column} {c.op} {_literal(c.value)}" for c in self.predicate
+                f"{c.column} {c.op} {sql_literal(c.value)}" for c in self.predicate
             )
         return sql
 
@@ -169,7 +170,8 @@ def _same(row: Row) -> Row:
     return row
 
 
-def _literal(v: Scalar) -> str:
+def sql_literal(v: Scalar) -> str:
+    """`v` as a SQL literal (the inverse of the subset's literal syntax)."""
     if v is None:
         return "NULL"
     if isinstance(v, bool):

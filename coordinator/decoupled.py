@@ -43,12 +43,12 @@ from controllers.compute import PeekWaiters
 from controllers.derive import derive, derive_event
 from coordinator.config import GroupCommitPolicy
 from coordinator.environment import open_incarnation
-from coordinator.group_commit import GroupCommitStats, PendingWrite, group_commit
+from coordinator.group_commit import PendingWrite, group_commit
 from coordinator.peeks import peek_result
 from coordinator.planner import DDL, CatalogView, PeekPlan, apply_ddl
-from coordinator.session import Coordinator, CoordinatorStatistics, Result
+from coordinator.running import RunningCoordinator
+from coordinator.session import Result
 from coordinator.statements import Delete, Insert, Select, SqlError, SqlState, Update
-from oracle.api import CATALOG_TIMELINE
 from oracle.stash import Fenced as OracleFenced
 from persist.location import ExternalError
 
@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
     from controllers.commands import DeterministicCommand
     from coordinator.config import CoordinatorConfig
-    from coordinator.environment import Environment, Incarnation
+    from coordinator.environment import Environment
     from coordinator.events import EventSink
     from coordinator.session import Session
     from coordinator.statements import Statement
@@ -73,7 +73,7 @@ MAX_DDL_ATTEMPTS = 64
 
 
 @final
-class DecoupledCoordinator(Coordinator):
+class DecoupledCoordinator(RunningCoordinator):
     """See the module docstring. Own it with `async with`."""
 
     def __init__(
@@ -85,24 +85,15 @@ class DecoupledCoordinator(Coordinator):
         events: EventSink | None = None,
         actor: str = "coordinator",
     ) -> None:
-        super().__init__(config, events=events, actor=actor)
-        self._env = env
-        self._rt = rt
-        self._catalog_timeline = env.timeline(CATALOG_TIMELINE)
-        self._pool = rt.core_pool(config.cores, "adapter")
+        super().__init__(config, env, rt, cores=config.cores, events=events, actor=actor)
         self._waiters = PeekWaiters()
-        self._inc: Incarnation | None = None
         self._tg: TaskGroup | None = None
         self._stack: contextlib.AsyncExitStack | None = None
-        self._view: tuple[int, CatalogView] | None = None
         self._peek_ids = itertools.count(1)
         self._pending: list[PendingWrite] = []
         self._gc_wake = anyio.Event()
-        self._gc_stats = GroupCommitStats()
         self._write_lock = anyio.Lock()
-        self._fenced: SqlError | None = None
         self._running = 0
-        self._counts = {"statements": 0, "peeks": 0, "writes": 0, "ddl": 0, "conflicts": 0}
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -144,28 +135,6 @@ class DecoupledCoordinator(Coordinator):
         for w in self._pending:
             w.resolve(None, shutdown)
         return await stack.__aexit__(et, e, tb)
-
-    @property
-    def incarnation(self) -> Incarnation:
-        if self._inc is None:
-            raise RuntimeError("the coordinator is not running")
-        return self._inc
-
-    def statistics(self) -> CoordinatorStatistics:
-        c = self._counts
-        return CoordinatorStatistics(
-            statements=c["statements"],
-            peeks=c["peeks"],
-            writes=c["writes"],
-            ddl=c["ddl"],
-            group_commits=self._gc_stats.commits,
-            writes_group_committed=self._gc_stats.writes,
-            confirm_leadership_calls=0,
-            oracle_calls=self._inc.oracle_calls() if self._inc is not None else 0,
-            loop_busy_s=self._pool.statistics().busy_s,
-            loop_cores=self.config.cores,
-            ddl_conflicts=c["conflicts"],
-        )
 
     # --- the controllers' command tasks ----------------------------------------------
 
@@ -215,24 +184,6 @@ class DecoupledCoordinator(Coordinator):
             return Result.failed(exc)
         except (Fenced, OracleFenced) as exc:
             return Result.failed(self._fence(exc))
-
-    async def _cpu(self, seconds: float) -> None:
-        if seconds > 0:
-            await self._rt.cpu(seconds, self._pool)
-
-    def _fence(self, exc: BaseException) -> SqlError:
-        if self._fenced is None:
-            self._fenced = SqlError(
-                SqlState.ADMIN_SHUTDOWN, f"fenced by a newer coordinator: {exc}"
-            )
-        return self._fenced
-
-    def _catalog_view(self) -> CatalogView:
-        catalog = self.incarnation.catalog
-        upper = catalog.cached_upper
-        if self._view is None or self._view[0] != upper:
-            self._view = (upper, CatalogView(catalog.state()))
-        return self._view[1]
 
     async def _catalog_at_read_ts(self) -> tuple[int, CatalogView]:
         """The catalog `read_ts` and a snapshot at or beyond it."""

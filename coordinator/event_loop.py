@@ -50,12 +50,12 @@ from controllers.commands import Peek, PeekResponse
 from controllers.derive import derive
 from coordinator.config import GroupCommitPolicy
 from coordinator.environment import advance_catalog_frontier, open_incarnation
-from coordinator.group_commit import GroupCommitStats, PendingWrite, group_commit
+from coordinator.group_commit import PendingWrite, group_commit
 from coordinator.peeks import peek_result
-from coordinator.planner import DDL, CatalogView, PeekPlan, ReadThenWritePlan, apply_ddl
-from coordinator.session import Coordinator, CoordinatorStatistics, Result
+from coordinator.planner import DDL, PeekPlan, ReadThenWritePlan, apply_ddl
+from coordinator.running import RunningCoordinator
+from coordinator.session import Result
 from coordinator.statements import Delete, Insert, Select, SqlError, SqlState, Update
-from oracle.api import CATALOG_TIMELINE
 from oracle.stash import Fenced as OracleFenced
 from persist.location import ExternalError
 
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 
     from controllers.commands import ComputeResponse
     from coordinator.config import CoordinatorConfig
-    from coordinator.environment import Environment, Incarnation
+    from coordinator.environment import Environment
     from coordinator.events import EventSink
     from coordinator.session import Session
     from coordinator.statements import Statement
@@ -108,7 +108,7 @@ class _PeekJob:
 
 
 @final
-class EventLoopCoordinator(Coordinator):
+class EventLoopCoordinator(RunningCoordinator):
     """See the module docstring. Own it with `async with`."""
 
     def __init__(
@@ -120,29 +120,20 @@ class EventLoopCoordinator(Coordinator):
         events: EventSink | None = None,
         actor: str = "coordinator",
     ) -> None:
-        super().__init__(config, events=events, actor=actor)
-        self._env = env
-        self._rt = rt
-        self._catalog_timeline = env.timeline(CATALOG_TIMELINE)
-        self._core = rt.core_pool(1, "event-loop")
+        super().__init__(config, env, rt, cores=1, events=events, actor=actor)
         self._queues: dict[_Queue, deque[tuple[int, Any]]] = {q: deque() for q in _PRIORITY}
         self._arrivals = itertools.count()
         self._wake = anyio.Event()
-        self._inc: Incarnation | None = None
         self._tg: TaskGroup | None = None
         self._stack: contextlib.AsyncExitStack | None = None
-        self._view: tuple[int, CatalogView] | None = None
         self._peek_ids = itertools.count(1)
         self._peeks: dict[int, _PeekJob] = {}
         self._confirm_buffer: list[tuple[_PeekJob, Result]] = []
         self._pending_writes: list[tuple[PendingWrite, _Request | None]] = []
         self._gc_in_flight = False
-        self._gc_stats = GroupCommitStats()
         self._write_lock = anyio.Lock()
         self._open_requests: list[_Request] = []
-        self._fenced: SqlError | None = None
-        self._busy_s = 0.0
-        self._counts = {"statements": 0, "peeks": 0, "writes": 0, "ddl": 0, "confirms": 0}
+        self._handler_s = 0.0  # time in handlers: CPU and every await that blocks the loop
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -179,11 +170,8 @@ class EventLoopCoordinator(Coordinator):
             req.reply(Result.failed(shutdown))
         self._open_requests.clear()
 
-    @property
-    def incarnation(self) -> Incarnation:
-        if self._inc is None:
-            raise RuntimeError("the coordinator is not running")
-        return self._inc
+    def _busy_s(self) -> float:
+        return self._handler_s
 
     # --- the client API --------------------------------------------------------------
 
@@ -204,22 +192,6 @@ class EventLoopCoordinator(Coordinator):
                 self._open_requests.remove(req)
         assert req.result is not None
         return req.result
-
-    def statistics(self) -> CoordinatorStatistics:
-        c = self._counts
-        return CoordinatorStatistics(
-            statements=c["statements"],
-            peeks=c["peeks"],
-            writes=c["writes"],
-            ddl=c["ddl"],
-            group_commits=self._gc_stats.commits,
-            writes_group_committed=self._gc_stats.writes,
-            confirm_leadership_calls=c["confirms"],
-            oracle_calls=self._inc.oracle_calls() if self._inc is not None else 0,
-            loop_busy_s=self._busy_s,
-            loop_cores=1,
-            ddl_conflicts=0,
-        )
 
     # --- the loop --------------------------------------------------------------------
 
@@ -268,11 +240,7 @@ class EventLoopCoordinator(Coordinator):
                 ):
                     self._maybe_group_commit()
             finally:
-                self._busy_s += self._rt.now() - start
-
-    async def _cpu(self, seconds: float) -> None:
-        if seconds > 0:
-            await self._rt.cpu(seconds, self._core)
+                self._handler_s += self._rt.now() - start
 
     def _on_response(self, response: ComputeResponse) -> None:
         self._post("response", response)
@@ -282,22 +250,8 @@ class EventLoopCoordinator(Coordinator):
 
     # --- planning helpers ----------------------------------------------------------
 
-    def _catalog_view(self) -> CatalogView:
-        catalog = self.incarnation.catalog
-        upper = catalog.cached_upper
-        if self._view is None or self._view[0] != upper:
-            self._view = (upper, CatalogView(catalog.state()))
-        return self._view[1]
-
     def _catalog_ts(self) -> int:
         return self.incarnation.catalog.cached_upper - 1
-
-    def _fence(self, exc: BaseException) -> SqlError:
-        if self._fenced is None:
-            self._fenced = SqlError(
-                SqlState.ADMIN_SHUTDOWN, f"fenced by a newer coordinator: {exc}"
-            )
-        return self._fenced
 
     # --- client messages -----------------------------------------------------------
 

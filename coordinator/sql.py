@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Final, NamedTuple
 
+from controllers.transform import sql_literal
 from coordinator.statements import (
     Assignment,
     Column,
@@ -405,7 +406,7 @@ def render(stmt: Statement) -> str:
             return f"DROP CLUSTER {_if_exists(if_exists)}{_name(name)}"
         case Insert(table, rows, columns):
             cols = f" ({', '.join(map(_name, columns))})" if columns is not None else ""
-            values = ", ".join("(" + ", ".join(map(_literal, row)) + ")" for row in rows)
+            values = ", ".join("(" + ", ".join(map(sql_literal, row)) + ")" for row in rows)
             return f"INSERT INTO {_name(table)}{cols} VALUES {values}"
         case Update(table, assignments, where):
             sets = ", ".join(_assignment(a) for a in assignments)
@@ -435,16 +436,6 @@ _RESERVED: Final = frozenset(
 )
 
 
-def _literal(v: Value) -> str:
-    if v is None:
-        return "NULL"
-    if isinstance(v, bool):
-        return "TRUE" if v else "FALSE"
-    if isinstance(v, int):
-        return str(v)
-    return "'" + v.replace("'", "''") + "'"
-
-
 def _cluster(cluster: str | None) -> str:
     return f" IN CLUSTER {_name(cluster)}" if cluster is not None else ""
 
@@ -455,7 +446,7 @@ def _if_exists(flag: bool) -> str:
 
 def _assignment(a: Assignment) -> str:
     if a.add is None:
-        return f"{_name(a.column)} = {_literal(a.value)}"
+        return f"{_name(a.column)} = {sql_literal(a.value)}"
     sign = "+" if a.add >= 0 else "-"
     return f"{_name(a.column)} = {_name(a.column)} {sign} {abs(a.add)}"
 
@@ -464,5 +455,5 @@ def _where(p: Predicate) -> str:
     if not p.terms:
         return ""
     return " WHERE " + " AND ".join(
-        f"{_name(t.column)} {t.op} {_literal(t.value)}" for t in p.terms
+        f"{_name(t.column)} {t.op} {sql_literal(t.value)}" for t in p.terms
     )
