@@ -26,6 +26,7 @@ from persist.testing import ConformanceFailure, check_blob, check_consensus
 from persist.urls import parse_url, redact_url
 from sim.catalog_cli import catalog_app
 from sim.check_cli import register as register_check
+from sim.compare_cli import register as register_compare
 from sim.logs import configure_logging
 from sim.runtime import Runtime, run
 
@@ -42,6 +43,7 @@ postgres_app = typer.Typer(help="The embedded throwaway PostgreSQL server.")
 app.add_typer(location_app, name="location")
 app.add_typer(postgres_app, name="postgres")
 register_check(app)
+register_compare(app)
 app.add_typer(catalog_app, name="catalog")
 
 _out = Console()

@@ -577,9 +577,12 @@ class HistoryRecorder:
         return self._now()
 
     def fresh_process(self) -> int:
-        """A process id never used so far: a client whose op ended `info`
-        continues under a new one (Jepsen's convention)."""
-        return self._next_process
+        """Reserves a process id never used or handed out before: each client
+        takes one, and a client whose op ended `info` continues under a new
+        one (Jepsen's convention)."""
+        process = self._next_process
+        self._next_process += 1
+        return process
 
     def invoke(
         self,

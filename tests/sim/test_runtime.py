@@ -721,3 +721,27 @@ def test_unique_hex_is_seeded_in_virtual_time_and_unique_in_real_time() -> None:
     a, b = run(draw, seed=5, virtual=False), run(draw, seed=5, virtual=False)
     assert a != b  # real: two processes with one seed never share writer ids
     assert len(a) == 32
+
+
+def test_real_time_cpu_is_slept_in_quanta_not_per_cost() -> None:
+    """A thousand 50 µs costs are slept off in about fifty 1 ms sleeps, not a
+    thousand timer rounds (each at least a millisecond on the stock loop), and
+    the total slept plus what is still owed is exactly what was spent."""
+
+    async def main(rt: Runtime) -> tuple[list[float], float]:
+        slept: list[float] = []
+        sleep = rt.sleep
+
+        async def counting_sleep(seconds: float) -> None:
+            slept.append(seconds)
+            await sleep(seconds)
+
+        rt.sleep = counting_sleep  # type: ignore[method-assign]
+        pool = rt.core_pool(1, "loop")
+        for _ in range(1000):
+            await rt.cpu(50e-6, pool)
+        return slept, pool.owed_s
+
+    slept, owed = run(main, virtual=False)
+    assert 45 <= len(slept) <= 51
+    assert sum(slept) + owed == pytest.approx(0.05)
