@@ -39,7 +39,7 @@ from controllers.commands import (
 from controllers.transform import encode_row
 from persist.client import Appended, UpperMismatch
 from persist.codec import Update
-from persist.location import InvalidUsage
+from persist.location import ExternalError, InvalidUsage
 from persist.machine import LeaseExpiredError
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ class StorageController:
         self._tg: TaskGroup | None = None
         self._dirty: list[int] = []
         self._wake = anyio.Event()
-        self._stats = {"appends": 0, "table_appends": 0, "empty": 0, "conflicts": 0, "foreign": 0, "downgrades": 0}
+        self._stats = {"appends": 0, "table_appends": 0, "empty": 0, "conflicts": 0, "foreign": 0, "downgrades": 0, "downgrade_failures": 0}
 
     async def __aenter__(self) -> Self:
         self._tg = anyio.create_task_group()
@@ -349,6 +349,12 @@ class StorageController:
                     if table_id in self._tables:
                         raise
                     continue  # dropped (its reader expired) while we downgraded
+                except ExternalError:
+                    # The store failed past persist's retries: the since stays
+                    # where it is (safe, only less compaction) and is retried
+                    # with the table's next append.
+                    self._stats["downgrade_failures"] += 1
+                    continue
                 self._stats["downgrades"] += 1
 
     def statistics(self) -> StorageStatistics:

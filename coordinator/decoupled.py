@@ -93,6 +93,8 @@ class DecoupledCoordinator(RunningCoordinator):
         self._pending: list[PendingWrite] = []
         self._gc_wake = anyio.Event()
         self._write_lock = anyio.Lock()
+        #: Statements in flight (insertion-ordered: shutdown cancels them in order).
+        self._statements: dict[anyio.CancelScope, None] = {}
         self._running = 0
 
     # --- lifecycle -------------------------------------------------------------------
@@ -131,6 +133,11 @@ class DecoupledCoordinator(RunningCoordinator):
     ) -> bool | None:
         stack, self._stack = self._stack, None
         assert stack is not None
+        # Statements in flight run in their callers' tasks: cancel them first, so
+        # each answers (57P01, or 08007 if it may have taken effect) before the
+        # components it waits on close under it.
+        for scope in list(self._statements):
+            scope.cancel()
         shutdown = SqlError(SqlState.ADMIN_SHUTDOWN, "the coordinator shut down")
         for w in self._pending:
             w.resolve(None, shutdown)
@@ -167,6 +174,19 @@ class DecoupledCoordinator(RunningCoordinator):
                 SqlError(SqlState.ADMIN_SHUTDOWN, "the coordinator is not running")
             )
         self._counts["statements"] += 1
+        with anyio.CancelScope() as scope:
+            self._statements[scope] = None
+            try:
+                return await self._execute(statement)
+            finally:
+                del self._statements[scope]
+        # Cancelled by shutdown: a read certainly did nothing; a write or DDL
+        # may have been applied.
+        if isinstance(statement, Select):
+            return Result.failed(SqlError(SqlState.ADMIN_SHUTDOWN, "the coordinator shut down"))
+        return Result.failed(SqlError(SqlState.INDETERMINATE, "the coordinator shut down mid-statement"))
+
+    async def _execute(self, statement: Statement) -> Result:
         await self._cpu(self.config.costs.parse_plan)
         try:
             if isinstance(statement, DDL):

@@ -24,6 +24,7 @@ from persist.location import CoordsimError, InvalidUsage
 from persist.open import S3_ENDPOINT_ENV, open_blob, open_consensus
 from persist.testing import ConformanceFailure, check_blob, check_consensus
 from persist.urls import parse_url, redact_url
+from sim.anomaly_cli import register as register_anomalies
 from sim.catalog_cli import catalog_app
 from sim.check_cli import register as register_check
 from sim.compare_cli import register as register_compare
@@ -43,6 +44,7 @@ postgres_app = typer.Typer(help="The embedded throwaway PostgreSQL server.")
 app.add_typer(location_app, name="location")
 app.add_typer(postgres_app, name="postgres")
 register_check(app)
+register_anomalies(app)
 register_compare(app)
 app.add_typer(catalog_app, name="catalog")
 

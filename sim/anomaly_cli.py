@@ -1,0 +1,149 @@
+"""`coordsim anomalies run|list` and `coordsim shrink`: run one anomaly scenario
+for one seed and check it, or shrink a failing one to its smallest reproduction.
+
+Exit codes follow `coordsim check`: 0 valid, 1 invalid, 3 unknown, 2 bad input.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path  # noqa: TC003 - typer reads the annotations at run time
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from sim.anomalies import SCENARIOS, Spec, default_spec, parse_known_bad, run_spec
+from sim.checker import check_history
+from sim.checker.verdict import Outcome
+from sim.faults import FaultPlan
+from sim.history import write_trace
+from sim.shrink import shrink
+
+__all__ = ["register"]
+
+_out = Console(soft_wrap=True)
+EXIT = {Outcome.VALID: 0, Outcome.INVALID: 1, Outcome.UNKNOWN: 3}
+
+anomalies_app = typer.Typer(help="Anomaly scenarios: run and check one scenario for one seed.")
+
+_Config = Annotated[str, typer.Option("--config", help="Coordinator configuration name.")]
+_Seed = Annotated[int, typer.Option("--seed", help="The seed (same seed, same history).")]
+_KnownBad = Annotated[
+    list[str] | None,
+    typer.Option("--known-bad", help="Switch on a known-bad variant (repeatable)."),
+]
+_Clients = Annotated[int | None, typer.Option(help="Clients (default: the scenario's).")]
+_Size = Annotated[
+    int | None, typer.Option(help="Operations or rounds per client (default: the scenario's).")
+]
+_Faults = Annotated[
+    str | None,
+    typer.Option(help="Fault plan, e.g. 'crash-restart@12ms+3ms,oracle-slow@20ms+5msx20' or 'none' "
+                 "(default: drawn from the seed)."),
+]  # fmt: skip
+
+
+def _spec(
+    scenario: str, config: str, seed: int, known_bad: list[str] | None,
+    clients: int | None, size: int | None, faults: str | None,
+) -> Spec:  # fmt: skip
+    spec = default_spec(scenario, config, seed, known_bad=parse_known_bad(known_bad or []))
+    if clients is not None:
+        spec = Spec(
+            spec.scenario, spec.config, seed, spec.known_bad, clients, spec.size, spec.faults
+        )
+    if size is not None:
+        spec = Spec(
+            spec.scenario, spec.config, seed, spec.known_bad, spec.clients, size, spec.faults
+        )
+    if faults is not None:
+        spec = Spec(spec.scenario, spec.config, seed, spec.known_bad, spec.clients, spec.size,
+                    FaultPlan.parse(faults))  # fmt: skip
+    return spec
+
+
+def _print_report(
+    spec: Spec, n_ops: int, report_names: list[str], anomalies: list[tuple[str, str, str]]
+) -> None:
+    _out.print(f"[bold]{spec.scenario}[/bold] on {spec.config}, seed {spec.seed}: {n_ops} operations, "
+               f"faults: {spec.faults}")  # fmt: skip
+    for name, checker, explanation in anomalies:
+        _out.print(f"\n[bold red]{name}[/bold red] [dim]({checker})[/dim]")
+        _out.print(escape(explanation))
+    _out.print(f"\nanomalies: {', '.join(report_names) or 'none'}")
+    _out.print(f"replay: {escape(spec.command())}")
+
+
+@anomalies_app.command("run")
+def anomalies_run(
+    scenario: Annotated[str, typer.Argument(help=f"One of: {', '.join(SCENARIOS)}.")],
+    config: _Config = "event-loop",
+    seed: _Seed = 0,
+    known_bad: _KnownBad = None,
+    clients: _Clients = None,
+    size: _Size = None,
+    faults: _Faults = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Write the run's trace here.")] = None,
+) -> None:
+    """Run one scenario for one seed in virtual mode and check its history."""
+    spec = _spec(scenario, config, seed, known_bad, clients, size, faults)
+    history, events = run_spec(spec)
+    report = check_history(history, events)
+    shown = [(a.name, v.checker, a.explanation) for v in report.verdicts for a in v.anomalies[:2]]
+    _print_report(spec, history.n, report.names, shown)
+    if out is not None:
+        write_trace(out, history, events, run=f"{spec.scenario}-{spec.seed}", config=spec.config,
+                    seed=spec.seed, extra_meta={"scenario": spec.scenario, "replay": spec.command()})  # fmt: skip
+        _out.print(f"trace: {escape(str(out))}")
+    _out.print(f"verdict: [bold]{report.outcome.value}[/bold]")
+    raise typer.Exit(EXIT[report.outcome])
+
+
+@anomalies_app.command("list")
+def anomalies_list() -> None:
+    """List the scenarios."""
+    for name, sc in SCENARIOS.items():
+        _out.print(f"[bold]{name}[/bold] (clients {sc.clients}, size {sc.size}): {escape(sc.doc)}")
+
+
+def shrink_command(
+    scenario: Annotated[str, typer.Argument(help=f"One of: {', '.join(SCENARIOS)}.")],
+    config: _Config = "event-loop",
+    seed: _Seed = 0,
+    known_bad: _KnownBad = None,
+    clients: _Clients = None,
+    size: _Size = None,
+    faults: _Faults = None,
+    anomaly: Annotated[
+        str | None, typer.Option(help="Keep this anomaly (default: the most specific found).")
+    ] = None,
+    max_runs: Annotated[int, typer.Option(help="At most this many scenario runs.")] = 200,
+) -> None:
+    """Shrink a failing scenario (fewer clients, operations, faults) while the
+    same anomaly still appears; print the smallest reproduction."""
+    spec = _spec(scenario, config, seed, known_bad, clients, size, faults)
+    result = shrink(
+        spec,
+        anomaly=anomaly,
+        max_runs=max_runs,
+        progress=lambda s: _out.print(f"[dim]{escape(s)}[/dim]"),
+    )
+    if result is None:
+        _out.print(f"{escape(spec.command())}: no {anomaly or 'anomaly'} to shrink")
+        raise typer.Exit(0)
+    shown = [
+        (a.name, v.checker, a.explanation)
+        for v in result.report.verdicts
+        for a in v.anomalies
+        if a.name == result.anomaly
+    ][:1]
+    _out.print(f"smallest reproduction of [bold]{result.anomaly}[/bold] after {result.runs} runs:")
+    _print_report(result.spec, result.history.n, result.report.names, shown)
+    raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Adds `anomalies` and `shrink` to the `coordsim` app (sim/cli.py calls this)."""
+    app.add_typer(anomalies_app, name="anomalies")
+    app.command("shrink")(shrink_command)
