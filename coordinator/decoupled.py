@@ -184,7 +184,9 @@ class DecoupledCoordinator(RunningCoordinator):
         # may have been applied.
         if isinstance(statement, Select):
             return Result.failed(SqlError(SqlState.ADMIN_SHUTDOWN, "the coordinator shut down"))
-        return Result.failed(SqlError(SqlState.INDETERMINATE, "the coordinator shut down mid-statement"))
+        return Result.failed(
+            SqlError(SqlState.INDETERMINATE, "the coordinator shut down mid-statement")
+        )
 
     async def _execute(self, statement: Statement) -> Result:
         await self._cpu(self.config.costs.parse_plan)
@@ -298,7 +300,9 @@ class DecoupledCoordinator(RunningCoordinator):
         pending = PendingWrite(write.table_id, write.updates, catalog_ts)
         await self._commit(pending)
         if pending.error is not None:
-            return Result.failed(pending.error, write_ts=pending.write_ts, catalog_ts=catalog_ts)
+            return Result.failed(
+                pending.error, write_ts=pending.write_ts, catalog_ts=pending.catalog_ts
+            )
         return Result(
             rows_affected=len(write.updates), write_ts=pending.write_ts, catalog_ts=catalog_ts
         )
@@ -325,7 +329,10 @@ class DecoupledCoordinator(RunningCoordinator):
             await self._commit(pending)
         if pending.error is not None:
             return Result.failed(
-                pending.error, read_ts=read_ts, write_ts=pending.write_ts, catalog_ts=catalog_ts
+                pending.error,
+                read_ts=read_ts,
+                write_ts=pending.write_ts,
+                catalog_ts=pending.catalog_ts,
             )
         return Result(
             rows_affected=len(read.rows),

@@ -126,6 +126,10 @@ async def _commit(
         conflicted = {tid for tid, _ in result.conflicts}
     for w in writes:
         if w.table_id in unknown:
+            # Dropped between planning and commit: the failure is stamped with
+            # the catalog time at which storage found the table gone, not the
+            # earlier one the write was planned at (where it still existed).
+            w.catalog_ts = max(w.catalog_ts, inc.storage.catalog_frontier - 1)
             w.resolve(
                 ts, SqlError(SqlState.UNDEFINED_TABLE, f"table {w.table_id} does not exist at {ts}")
             )

@@ -81,13 +81,11 @@ def _insert_racing_drop(seed: int) -> HistoryRecorder:
     return run(main, seed=seed, latency=latency_model())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an INSERT racing a DROP of its table fails 42P01 at write time but is annotated with "
-    "the catalog_ts it was planned at (where the table exists); checker 3 flags it although the "
-    "history is serializable (insert after drop): tests/anomalies/test_pinned.py seed 20",
-)
 def test_insert_racing_drop_table() -> None:
+    """Was: an INSERT racing a DROP failed 42P01 at write time but carried the
+    catalog_ts it was planned at (where the table exists), so the replay
+    flagged a serializable history. It now carries the catalog time at which
+    storage found the table gone."""
     rec = _insert_racing_drop(20)
     history = rec.history()
     assert any(history.op(i).error_code == "42P01" for i in range(history.n))
