@@ -39,6 +39,7 @@ from controllers.commands import (
 from controllers.transform import encode_row
 from persist.client import Appended, UpperMismatch
 from persist.codec import Update
+from persist.frontier import Frontier
 from persist.location import ExternalError, InvalidUsage
 from persist.machine import LeaseExpiredError
 
@@ -48,7 +49,6 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from persist.client import PersistClient, ReadHandle, WriteHandle
-    from persist.frontier import Frontier
     from sim.runtime import Runtime
 
 __all__ = [
@@ -160,7 +160,7 @@ class StorageController:
         self._tg: TaskGroup | None = None
         self._dirty: list[int] = []
         self._wake = anyio.Event()
-        self._stats = {"appends": 0, "table_appends": 0, "empty": 0, "conflicts": 0, "foreign": 0, "downgrades": 0, "downgrade_failures": 0}
+        self._stats = {"appends": 0, "table_appends": 0, "empty": 0, "conflicts": 0, "foreign": 0, "downgrades": 0, "downgrade_failures": 0, "finalize_failures": 0}
 
     async def __aenter__(self) -> Self:
         self._tg = anyio.create_task_group()
@@ -226,8 +226,25 @@ class StorageController:
             else:
                 t = self._tables.pop(cmd.id, None)
                 if t is not None:
+                    await self._finalize(t)
                     await t.write.expire()
                     await t.read.expire()
+
+    async def _finalize(self, t: _Table) -> None:
+        """Closes a dropped table's shard for writes for good (its upper becomes
+        the empty frontier), as Materialize finalizes dropped shards: a deposed
+        coordinator that still believes in the table gets an upper mismatch
+        (fenced) instead of acknowledging a write nobody can read. Best effort:
+        a failing store leaves the shard open, which only matters to a zombie."""
+        expected = t.write.upper
+        try:
+            while not expected.is_empty:
+                result = await t.write.compare_and_append([], expected, Frontier.EMPTY)
+                if isinstance(result, Appended):
+                    return
+                expected = result.current
+        except ExternalError:
+            self._stats["finalize_failures"] += 1
 
     # --- group commit ------------------------------------------------------------------
 

@@ -162,15 +162,11 @@ def test_zombie_insert_into_dropped_table_decoupled() -> None:
     assert not names, names
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="event-loop configs: after a second coordinator opened the same stores and dropped "
-    "table t, the old coordinator still acknowledges INSERT INTO t (and event-loop+pg-oracle "
-    "still serves SELECT from it): its catalog is fenced only on its next DDL. Repro: "
-    "tests/anomalies/test_pinned.py::_zombie_insert",
-)
 @pytest.mark.parametrize("config", ["event-loop", "event-loop+pg-oracle"])
 def test_zombie_insert_into_dropped_table(config: str) -> None:
+    """Was: the deposed event-loop coordinator acknowledged INSERT INTO a table
+    the new one had dropped. Dropped tables' shards are now finalized (their
+    upper closed), so the zombie's append is fenced."""
     code, names = _zombie_insert(config)
     print(f"{config}: insert after drop -> {code}; checker: {names}")
     assert code is not None, f"acknowledged an insert into a dropped table; checker: {names}"
