@@ -30,6 +30,7 @@ from sim.check_cli import register as register_check
 from sim.compare_cli import register as register_compare
 from sim.logs import configure_logging
 from sim.runtime import Runtime, run
+from sim.spark_cli import register as register_spark
 
 app = typer.Typer(
     name="coordsim",
@@ -46,6 +47,7 @@ app.add_typer(postgres_app, name="postgres")
 register_check(app)
 register_anomalies(app)
 register_compare(app)
+register_spark(app)
 app.add_typer(catalog_app, name="catalog")
 
 _out = Console()

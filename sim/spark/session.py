@@ -1,0 +1,92 @@
+"""Starting Spark: one place that checks Java, builds the session and keeps
+Spark's own logging at WARN, so every entry point (CLI, spark-submit script,
+tests, benchmark) fails the same way — one line naming what is missing — when
+a local session cannot start.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from typing import TYPE_CHECKING, Any, Final
+
+from persist.location import CoordsimError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = ["DEFAULT_MASTER", "SparkUnavailable", "java_problem", "spark_session"]
+
+DEFAULT_MASTER: Final = "local[*]"
+
+
+class SparkUnavailable(CoordsimError):
+    """No Spark session could start (no Java, or the JVM failed to launch)."""
+
+
+def java_problem() -> str | None:
+    """Why a local Spark session cannot start, or None if Java is there. Spark
+    4 needs Java 17 or 21; a missing `java` is the usual failure on a fresh
+    machine and the JVM's own error for it is a page of stack trace."""
+    home = os.environ.get("JAVA_HOME")
+    if home and os.path.exists(os.path.join(home, "bin", "java")):
+        return None
+    if shutil.which("java") is None:
+        return "no Java runtime: Spark needs Java 17 or 21 (e.g. apt-get install -y openjdk-17-jre-headless)"
+    return None
+
+
+def spark_session(
+    master: str | None = None,
+    *,
+    app_name: str = "coordsim-replay",
+    verbose: bool = False,
+    shuffle_partitions: int | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> Any:
+    """A SparkSession (the active one if it exists, which `spark-submit` made).
+
+    Args:
+        master: `local[*]`, `local[2]`, `spark://host:7077`, …; None keeps what
+            `spark-submit` configured (or `local[*]` when run directly).
+        verbose: Spark's INFO logs instead of WARN.
+        shuffle_partitions: small for small inputs (Spark's 200 default makes
+            a test spend its time scheduling empty tasks).
+
+    Raises:
+        SparkUnavailable: Java is missing or the JVM did not start.
+    """
+    problem = java_problem()
+    if problem is not None and (master is None or master.startswith("local")):
+        raise SparkUnavailable(problem)
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:  # pragma: no cover - pyspark is a dependency
+        raise SparkUnavailable(f"pyspark is not installed: {exc}") from exc
+    b = SparkSession.builder.appName(app_name)
+    if master is not None:
+        b = b.master(master)
+    elif not os.environ.get("SPARK_ENV_LOADED") and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        b = b.master(DEFAULT_MASTER)
+    b = b.config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+    # Parquet from pyarrow writes dictionary-encoded strings and nanosecond
+    # integers; nothing needs Spark's legacy date rebasing.
+    b = b.config("spark.sql.session.timeZone", "UTC")
+    if shuffle_partitions is not None:
+        b = b.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    if (master or DEFAULT_MASTER).startswith("local") and "spark.driver.memory" not in (conf or {}):
+        # In local mode the driver is the executor; Spark's 1 GB default runs
+        # out on a million-operation trace.
+        b = b.config("spark.driver.memory", os.environ.get("COORDSIM_SPARK_DRIVER_MEMORY", "4g"))
+    for k, v in (conf or {}).items():
+        b = b.config(k, v)
+    if not verbose:
+        # Quiet from the first line: the JVM logs at INFO until setLogLevel runs.
+        b = b.config("spark.driver.extraJavaOptions", "-Dlog4j2.level=warn")
+    try:
+        spark = b.getOrCreate()
+    except Exception as exc:  # the JVM's errors are not typed from Python
+        first = str(exc).strip().splitlines()[:1]
+        raise SparkUnavailable(f"Spark did not start: {first[0] if first else type(exc).__name__}") from exc
+    spark.sparkContext.setLogLevel("INFO" if verbose else "WARN")
+    return spark

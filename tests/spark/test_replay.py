@@ -1,0 +1,93 @@
+"""The Spark replay job agrees with the in-process checkers on the golden traces
+(a valid seeded run and a known-bad one), anomaly for anomaly, op id for op id;
+its metrics equal the same numbers computed with pyarrow."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from tests.spark.conftest import GOLDEN, GOLDEN_RUNS
+from tests.spark.expected import in_process, spark_rows
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+# Spark on a shared 2-core machine: the first test also starts the JVM and runs
+# the whole replay (its fixture), which can exceed the default per-test limit.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
+
+
+def test_golden_anomalies_equal_the_in_process_checkers(golden_out: Path) -> None:
+    want = set().union(*(in_process(GOLDEN / r) for r in GOLDEN_RUNS))
+    assert want, "the known-bad golden trace must show anomalies"
+    assert spark_rows(golden_out) == want
+
+
+def test_golden_verdicts(golden_out: Path) -> None:
+    rows = {r["run"]: r for r in pq.read_table(golden_out / "verdicts.parquet").to_pylist()}
+    assert rows["seed001-valid"]["verdict"] == "valid"
+    bad = rows["seed001-peeks-ignore-catalog-ts"]
+    assert bad["verdict"] == "invalid"
+    want = in_process(GOLDEN / "seed001-peeks-ignore-catalog-ts")
+    assert bad["anomalies"] == len(want)
+    assert bad["workload"] == "ddl-dml"
+    assert bad["concurrency"] == "4"
+    assert (golden_out / "report.md").read_text().count("seed001-") >= 2
+    for png in ("throughput.png", "latency.png", "windows.png"):
+        assert (golden_out / png).stat().st_size > 1000
+
+
+def _ops() -> pa.Table:
+    return pa.concat_tables(
+        [pq.read_table(GOLDEN / r / "ops.parquet").select(["invoke_ns", "complete_ns", "status"])
+         for r in GOLDEN_RUNS]
+    )  # fmt: skip
+
+
+def test_metrics_equal_pyarrow(golden_out: Path) -> None:
+    (m,) = pq.read_table(golden_out / "metrics.parquet").to_pylist()  # both runs: one group
+    ops = _ops()
+    ok = ops.filter(pc.equal(ops["status"].cast(pa.string()), "ok"))
+    lat = pc.divide(pc.subtract(ok["complete_ns"], ok["invoke_ns"]).cast(pa.float64()), 1e6)
+    s = pc.sort_indices(lat)
+    sorted_lat = pc.take(lat, s).to_pylist()
+    n = len(sorted_lat)
+    for q in (50, 95, 99):
+        # percentile_approx (exact at this size): the smallest value with at
+        # least q% of the values at or below it.
+        assert m[f"latency_p{q}_ms"] == pytest.approx(sorted_lat[max(0, math.ceil(q / 100 * n) - 1)])
+    assert m["ok_ops"] == ok.num_rows
+    assert m["ops"] == ops.num_rows
+    assert m["latency_max_ms"] == pytest.approx(sorted_lat[-1])
+    dur = 0.0
+    windows: list[int] = []
+    events = 0
+    oracle = 0
+    batches: list[int] = []
+    for r in GOLDEN_RUNS:
+        t = pq.read_table(GOLDEN / r / "ops.parquet")
+        start = pc.min(t["invoke_ns"]).as_py()
+        dur += (pc.max(t["complete_ns"]).as_py() - start) / 1e9
+        okr = t.filter(pc.equal(t["status"].cast(pa.string()), "ok"))
+        sec = pc.floor(pc.divide(pc.subtract(okr["complete_ns"], start).cast(pa.float64()), 1e9))
+        windows += [c["counts"] for c in pc.value_counts(sec).to_pylist()]
+        ev = pq.read_table(GOLDEN / r / "events.parquet")
+        kinds = ev["kind"].cast(pa.string())
+        events += ev.num_rows
+        oracle += pc.sum(pc.starts_with(kinds, "oracle.").cast(pa.int64())).as_py()
+        gc = ev.filter(pc.equal(kinds, "group-commit"))
+        batches += [b for b in gc["batch_size"].to_pylist() if b is not None]
+    assert m["duration_s"] == pytest.approx(dur)
+    assert m["throughput_ops_s"] == pytest.approx(ok.num_rows / dur)
+    assert m["oracle_calls_per_op"] == pytest.approx(oracle / ops.num_rows)
+    assert (m["window_ops_min"], m["window_ops_max"]) == (min(windows), max(windows))
+    assert m["window_ops_mean"] == pytest.approx(sum(windows) / len(windows))
+    assert m["group_commits"] == len(batches) > 0
+    assert m["group_commit_batch_mean"] == pytest.approx(sum(batches) / len(batches))
+    assert m["group_commit_batch_max"] == max(batches)
