@@ -104,19 +104,11 @@ class _Injector:
         )
 
 
-@final
-class UnreliableBlob(Blob):
-    """A Blob that fails with probability `p_fail` and times out with `p_timeout`.
+class _FaultControls:
+    """The knobs both wrappers share: switch faults on and off, change the rates,
+    read the counts."""
 
-    Set `enabled = False` (or rates of 0) to let every call through, e.g. to
-    inspect the state a faulty run left behind.
-    """
-
-    def __init__(
-        self, inner: Blob, rng: random.Random, *, p_fail: float = 0.05, p_timeout: float = 0.05
-    ) -> None:
-        self.inner = inner
-        self._faults = _Injector("blob", rng, p_fail, p_timeout)
+    _faults: _Injector
 
     @property
     def enabled(self) -> bool:
@@ -131,6 +123,21 @@ class UnreliableBlob(Blob):
 
     def statistics(self) -> FaultStatistics:
         return self._faults.statistics()
+
+
+@final
+class UnreliableBlob(_FaultControls, Blob):
+    """A Blob that fails with probability `p_fail` and times out with `p_timeout`.
+
+    Set `enabled = False` (or rates of 0) to let every call through, e.g. to
+    inspect the state a faulty run left behind.
+    """
+
+    def __init__(
+        self, inner: Blob, rng: random.Random, *, p_fail: float = 0.05, p_timeout: float = 0.05
+    ) -> None:
+        self.inner = inner
+        self._faults = _Injector("blob", rng, p_fail, p_timeout)
 
     async def get(self, key: str) -> bytes | None:
         check_blob_key(key)
@@ -152,7 +159,7 @@ class UnreliableBlob(Blob):
 
 
 @final
-class UnreliableConsensus(Consensus):
+class UnreliableConsensus(_FaultControls, Consensus):
     """A Consensus that fails with probability `p_fail` and times out with
     `p_timeout` (see `UnreliableBlob`)."""
 
@@ -166,20 +173,6 @@ class UnreliableConsensus(Consensus):
     ) -> None:
         self.inner = inner
         self._faults = _Injector("consensus", rng, p_fail, p_timeout)
-
-    @property
-    def enabled(self) -> bool:
-        return self._faults.enabled
-
-    @enabled.setter
-    def enabled(self, value: bool) -> None:
-        self._faults.enabled = value
-
-    def set_rates(self, *, p_fail: float, p_timeout: float) -> None:
-        self._faults.set_rates(p_fail, p_timeout)
-
-    def statistics(self) -> FaultStatistics:
-        return self._faults.statistics()
 
     async def head(self, key: str) -> VersionedData | None:
         check_consensus_key(key)
