@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Self, TypeAlias, final
+from typing import TYPE_CHECKING, TypeAlias, final
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
@@ -67,10 +67,10 @@ from controllers.replica import (
 )
 from persist.frontier import Frontier
 from persist.location import InvalidUsage
+from sim.runtime import TaskOwner
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from types import TracebackType
 
     from anyio.abc import TaskGroup
 
@@ -169,7 +169,7 @@ class _InFlight:
 
 
 @final
-class ComputeController:
+class ComputeController(TaskOwner):
     """Owned via `async with`: replicas run as tasks in its task group."""
 
     def __init__(
@@ -197,20 +197,6 @@ class ComputeController:
         self._peek_ids: set[int] = set()  # membership only
         self._tg: TaskGroup | None = None
         self._stats = collections.Counter[str]()
-
-    async def __aenter__(self) -> Self:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        assert self._tg is not None
-        self._tg.cancel_scope.cancel()
-        result = await self._tg.__aexit__(et, e, tb)
-        self._tg = None
-        return result
 
     # --- inspection ------------------------------------------------------------------------
 

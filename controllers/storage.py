@@ -24,7 +24,7 @@ the caller must surface.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Self, TypeAlias, final
+from typing import TYPE_CHECKING, TypeAlias, final
 
 import anyio
 
@@ -42,9 +42,9 @@ from persist.codec import Update
 from persist.frontier import Frontier
 from persist.location import ExternalError, InvalidUsage
 from persist.machine import LeaseExpiredError
+from sim.runtime import TaskOwner
 
 if TYPE_CHECKING:
-    from types import TracebackType
 
     from anyio.abc import TaskGroup
 
@@ -146,7 +146,7 @@ class ReadHold:
 
 
 @final
-class StorageController:
+class StorageController(TaskOwner):
     """Tables as persist shards; owned via `async with` (its compaction task)."""
 
     def __init__(self, persist: PersistClient, rt: Runtime, *, config: StorageConfig = StorageConfig()) -> None:
@@ -162,20 +162,8 @@ class StorageController:
         self._wake = anyio.Event()
         self._stats = {"appends": 0, "table_appends": 0, "empty": 0, "conflicts": 0, "foreign": 0, "downgrades": 0, "downgrade_failures": 0, "finalize_failures": 0}
 
-    async def __aenter__(self) -> Self:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        self._tg.start_soon(self._compaction_loop)
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        assert self._tg is not None
-        self._tg.cancel_scope.cancel()
-        result = await self._tg.__aexit__(et, e, tb)
-        self._tg = None
-        return result
+    def _start_background(self, tg: TaskGroup) -> None:
+        tg.start_soon(self._compaction_loop)
 
     # --- catalog frontier ---------------------------------------------------------------
 

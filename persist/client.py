@@ -18,7 +18,7 @@ import contextlib
 import functools
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Self, final
+from typing import TYPE_CHECKING, final
 
 import anyio
 
@@ -46,10 +46,10 @@ from persist.machine import (
 )
 from persist.retry import retry_external
 from persist.state import HollowBatch, ShardState
+from sim.runtime import TaskOwner
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-    from types import TracebackType
 
     from anyio.abc import TaskGroup
 
@@ -126,7 +126,7 @@ class _Counters:
     pending: list[str] = field(default_factory=list)
 
 
-class PersistClient:
+class PersistClient(TaskOwner):
     """Opens shards on one Blob + Consensus location."""
 
     def __init__(
@@ -145,20 +145,8 @@ class PersistClient:
         self._truncated_below: dict[str, int] = {}
         self._compactor_id = self._new_id("c")
 
-    async def __aenter__(self) -> Self:
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        self._tg.start_soon(self._maintenance)
-        return self
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        assert self._tg is not None
-        self._tg.cancel_scope.cancel()
-        result = await self._tg.__aexit__(et, e, tb)
-        self._tg = None
-        return result
+    def _start_background(self, tg: TaskGroup) -> None:
+        tg.start_soon(self._maintenance)
 
     def _new_id(self, prefix: str) -> str:
         return f"{prefix}-{self.rt.unique_hex(64)}"

@@ -22,7 +22,12 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, NoReturn, TypeVar, final
+from typing import TYPE_CHECKING, Any, Final, NoReturn, Self, TypeVar, final
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from anyio.abc import TaskGroup
 
 __all__ = [
     "VIRTUAL_EPOCH_MS",
@@ -35,6 +40,7 @@ __all__ = [
     "LatencySpecError",
     "LogNormal",
     "Runtime",
+    "TaskOwner",
     "Uniform",
     "VirtualDeadlock",
     "VirtualEventLoop",
@@ -582,6 +588,40 @@ class CorePool:
 
     def statistics(self) -> CorePoolStatistics:
         return CorePoolStatistics(self.name, self.cores, self._busy_s, self._acquisitions, self._wait_s)
+
+
+# --- Owning background tasks -----------------------------------------------------------
+
+
+class TaskOwner:
+    """A component that owns background tasks for the span of its `async with`
+    (structured concurrency: leaving the block cancels them and waits for them).
+
+    Subclasses start their long-running tasks in `_start_background` and may
+    spawn more into `self._tg` while running.
+    """
+
+    _tg: TaskGroup | None = None
+
+    def _start_background(self, tg: TaskGroup) -> None:
+        """Starts the component's own tasks (none by default)."""
+
+    async def __aenter__(self) -> Self:
+        import anyio
+
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        self._start_background(tg)
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        tg, self._tg = self._tg, None
+        assert tg is not None, "__aexit__ without __aenter__"
+        tg.cancel_scope.cancel()
+        return await tg.__aexit__(et, e, tb)
 
 
 # --- Runtime ----------------------------------------------------------------------------
