@@ -14,11 +14,16 @@ Paths (seed 000, seed 001, DESIGN.md §6):
   2. `Peek` to the compute controller; 3. the response arrives as a controller
   message and is buffered; 4. once no controller message is waiting, one
   `confirm_leadership()` (a durable stash transaction, on the loop) for the
-  whole buffer; 5. reply to every buffered peek.
+  whole buffer; 5. reply to every buffered peek. A statement that finds its
+  table unknown is answered through the same buffer: that answer read the
+  in-memory catalog, which is current only while this coordinator leads.
 - **Peek, Postgres oracle** (`event-loop+pg-oracle`): 1. the peek waits off the
   loop for a batched `read_ts()` (`BatchingOracle`); 2. an internal message
   brings the timestamp back; 3. `Peek` to compute; 4. reply on the response —
-  no `confirm_leadership()`.
+  no `confirm_leadership()` (seed 000's end state; `confirm_leadership=True`
+  keeps the check, through the catalog's epoch, as its rollout did — without
+  it a deposed coordinator serves reads from a stale catalog, see
+  tests/anomalies/test_findings.py).
 - **Insert**: 1. the write joins the pending writes; 2. a group commit starts —
   at once (`immediate`: one write per commit, what the seed says barely batches)
   or once the client queue is drained (`after-draining`: every pending write) —
@@ -128,7 +133,9 @@ class EventLoopCoordinator(RunningCoordinator):
         self._stack: contextlib.AsyncExitStack | None = None
         self._peek_ids = itertools.count(1)
         self._peeks: dict[int, _PeekJob] = {}
-        self._confirm_buffer: list[tuple[_PeekJob, Result]] = []
+        # Answers that read coordinator state and wait for one confirm_leadership:
+        # peek results, and "unknown table" (a read of the in-memory catalog).
+        self._confirm_buffer: list[tuple[Callable[[Result], None], Result]] = []
         self._pending_writes: list[tuple[PendingWrite, _Request | None]] = []
         self._gc_in_flight = False
         self._write_lock = anyio.Lock()
@@ -231,7 +238,7 @@ class EventLoopCoordinator(RunningCoordinator):
                         await self._handle_response(msg)
                     else:
                         await self._handle_client(msg)
-                if queue == "response" and not self._queues["response"]:
+                if queue != "internal" and not self._queues["response"]:
                     await self._flush_confirmed_peeks()
                 if (
                     queue == "external"
@@ -289,7 +296,15 @@ class EventLoopCoordinator(RunningCoordinator):
                     SqlState.FEATURE_NOT_SUPPORTED, f"{type(stmt).__name__} is not supported"
                 )
         except SqlError as exc:
-            req.reply(Result.failed(exc))
+            if (
+                exc.code is SqlState.UNDEFINED_TABLE
+                and self.config.confirm_leadership
+                and not self.config.known_bad.skip_confirm_leadership
+            ):
+                # The catalog said no: only true if we still lead.
+                self._confirm_buffer.append((req.reply, Result.failed(exc)))
+            else:
+                req.reply(Result.failed(exc))
 
     async def _ddl(self, req: _Request) -> None:
         self._counts["ddl"] += 1
@@ -374,7 +389,7 @@ class EventLoopCoordinator(RunningCoordinator):
             costs.controller_response + costs.peek_finish + costs.per_row * len(result.rows)
         )
         if job.confirm and result.ok and not self.config.known_bad.skip_confirm_leadership:
-            self._confirm_buffer.append((job, result))
+            self._confirm_buffer.append((job.deliver, result))
         else:
             job.deliver(result)
 
@@ -383,31 +398,32 @@ class EventLoopCoordinator(RunningCoordinator):
         if not self._confirm_buffer:
             return
         buffered, self._confirm_buffer = self._confirm_buffer, []
-        oracle = self.incarnation.memory_oracle
-        assert oracle is not None, "confirm_leadership needs today's in-memory oracle"
+        # Today's oracle confirms through its stash epoch; with the Postgres
+        # oracle (seed 000's rollout kept the check) the catalog's epoch does.
+        confirmer = self.incarnation.memory_oracle or self.incarnation.catalog
         self._counts["confirms"] += 1
         start = self._rt.now()
         try:
-            await oracle.confirm_leadership()
-        except OracleFenced as exc:
+            await confirmer.confirm_leadership()
+        except (OracleFenced, Fenced) as exc:
             self.incarnation.emit(
                 "confirm-leadership", "oracle", start, ok=False, batch_size=len(buffered)
             )
             error = self._fence(exc)
-            for job, _ in buffered:
-                job.deliver(Result.failed(error))
+            for deliver, _ in buffered:
+                deliver(Result.failed(error))
             return
         except ExternalError as exc:
             self.incarnation.emit(
                 "confirm-leadership", "oracle", start, ok=False, batch_size=len(buffered)
             )
             error = SqlError(SqlState.SERIALIZATION_FAILURE, f"confirm_leadership: {exc}")
-            for job, _ in buffered:
-                job.deliver(Result.failed(error))
+            for deliver, _ in buffered:
+                deliver(Result.failed(error))
             return
         self.incarnation.emit("confirm-leadership", "oracle", start, batch_size=len(buffered))
-        for job, result in buffered:
-            job.deliver(result)
+        for deliver, result in buffered:
+            deliver(result)
 
     # --- writes ---------------------------------------------------------------------
 

@@ -62,8 +62,8 @@ def check_replay(h: History) -> Verdict:
     e = ends(h)
     stats = {"reads-checked": 0, "reads-unchecked": 0, "timestamped": 0, "unannotated": 0}
     _realtime(h, e, col, stats)
-    inc = _catalog(h, col, stats)
-    _data(h, inc, col, stats)
+    inc, floating = _catalog(h, col, stats)
+    _data(h, inc, floating, col, stats)
     unknown = None
     if stats["timestamped"] == 0 and h.n:
         unknown = "no operation carries system timestamps (read_ts/write_ts/catalog_ts)"
@@ -92,7 +92,9 @@ def _realtime(h: History, e: array[int], col: Collector, stats: dict[str, int]) 
     stats["unannotated"] = n - annotated
     _sweep(h, e, d_rows, [dts[i] for i in d_rows], d_write, col, None, "data")
     rows = [i for i, _ in c_rows_ok]
-    _sweep(h, e, rows, [cts[i] for i in rows], [w for _, w in c_rows_ok], col, "catalog_ts", "catalog")
+    _sweep(
+        h, e, rows, [cts[i] for i in rows], [w for _, w in c_rows_ok], col, "catalog_ts", "catalog"
+    )
 
 
 def _tsname(h: History, i: int) -> str:
@@ -150,15 +152,22 @@ def _sweep(
 # --- catalog ------------------------------------------------------------------------------------
 
 
-def _catalog(h: History, col: Collector, stats: dict[str, int]) -> list[int]:
+def _catalog(
+    h: History, col: Collector, stats: dict[str, int]
+) -> tuple[list[int], list[tuple[int, tuple[int, ...]]]]:
     """Incarnation per row (-1: none or unchecked), checking each table op's
-    view of the catalog at its `catalog_ts`."""
+    view of the catalog at its `catalog_ts`; and the `info` writes without a
+    catalog_ts (cut off before planning finished, e.g. by a crash) with the
+    incarnations of their table they may have landed in."""
     inc = [-1] * h.n
+    floating: list[tuple[int, tuple[int, ...]]] = []
     next_inc = 0
     ct = h.catalog_ts
     for t in index_tables(h).values():
         table_ops = t.adds + t.reads + t.other_ok + t.unknown + t.info_other
-        ok_cts = [ct[x] for x in t.adds + t.reads + t.other_ok if h.status[x] == OK and ct[x] != NONE]
+        ok_cts = [
+            ct[x] for x in t.adds + t.reads + t.other_ok if h.status[x] == OK and ct[x] != NONE
+        ]
         unk_cts = [ct[x] for x in t.unknown if ct[x] != NONE]
         ddl: list[tuple[int, int, int]] = []  # (catalog_ts, row, is create)
         for c in t.creates:
@@ -174,10 +183,12 @@ def _catalog(h: History, col: Collector, stats: dict[str, int]) -> list[int]:
                 continue
             ddl.append((ct[d], d, 0))
         ddl.sort()
-        if any(ct[x] == NONE and h.status[x] == OK for x in t.creates + t.drops) or (
+        if any(ct[x] == NONE and h.status[x] != FAIL for x in t.creates + t.drops) or (
             not ddl and (t.creates or t.drops)
         ):
-            # DDL we cannot place on the catalog timeline: existence is unknowable.
+            # DDL we cannot place on the catalog timeline (an ok one without a
+            # catalog_ts, or an `info` one cut off before it got one, which may
+            # have happened at any point): existence is unknowable.
             stats["tables-unchecked"] = stats.get("tables-unchecked", 0) + 1
             continue
         # Without DDL in the history, the table existed all along iff some op
@@ -189,6 +200,7 @@ def _catalog(h: History, col: Collector, stats: dict[str, int]) -> list[int]:
         states: list[int] = []  # incarnation or -1
         causes: list[int] = []  # the DDL row
         initial = cur
+        incarnations = [cur] if cur >= 0 else []
         for ts, row, is_create in ddl:
             if is_create and cur >= 0:
                 col.add(NAME, (row,), f"{describe(h, row)} created {t.name!r} at catalog_ts {ts}, "
@@ -199,6 +211,7 @@ def _catalog(h: History, col: Collector, stats: dict[str, int]) -> list[int]:
             if is_create:
                 cur = next_inc
                 next_inc += 1
+                incarnations.append(cur)
             else:
                 cur = -1
             keys.append(ts)
@@ -209,6 +222,9 @@ def _catalog(h: History, col: Collector, stats: dict[str, int]) -> list[int]:
             if c == NONE:
                 if not ddl:
                     inc[x] = initial
+                elif h.status[x] == INFO:
+                    if incarnations and h.kind[x] not in DDL_KINDS and h.kind[x] != READ:
+                        floating.append((x, tuple(incarnations)))
                 else:
                     stats["unannotated-table-ops"] = stats.get("unannotated-table-ops", 0) + 1
                 continue
@@ -239,13 +255,19 @@ def _catalog(h: History, col: Collector, stats: dict[str, int]) -> list[int]:
                 )
                 continue
             inc[x] = state
-    return inc
+    return inc, floating
 
 
 # --- data -------------------------------------------------------------------------------------
 
 
-def _data(h: History, inc: list[int], col: Collector, stats: dict[str, int]) -> None:
+def _data(
+    h: History,
+    inc: list[int],
+    floating: list[tuple[int, tuple[int, ...]]],
+    col: Collector,
+    stats: dict[str, int],
+) -> None:
     """Applies writes in write_ts order and compares each read with the state
     at its read_ts (writes at a timestamp come before reads at it)."""
     kind, status = h.kind, h.status
@@ -289,23 +311,40 @@ def _data(h: History, inc: list[int], col: Collector, stats: dict[str, int]) -> 
             continue
         keys.append(2 * w)
         rows.append(i)
-    if info_adds:
+    for i, cands in floating:
+        # An indeterminate UPDATE/DELETE of unknown incarnation: each candidate
+        # is unknowable from its write_ts on.
+        if kind[i] != ADD:
+            w = wts[i]
+            for c in cands:
+                mutated.add(c)
+                uncertain_from[c] = min(uncertain_from.get(c, INF), -1 if w == NONE else w)
+    float_adds = [(i, cands) for i, cands in floating if kind[i] == ADD]
+    if info_adds or float_adds:
         # An indeterminate add happened iff some read returned its element —
         # unless an UPDATE/DELETE may have removed it unseen: then unknowable.
+        # One without a catalog_ts landed in the incarnation whose read saw it.
         seen: dict[int, set[int]] = {inc[i]: set() for i in info_adds}
+        for _, cands in float_adds:
+            seen.update((c, set()) for c in cands if c not in seen)
         for i, c in enumerate(inc):
             if c in seen and kind[i] == READ and status[i] == OK:
                 seen[c].update(rs[ro[i] : ro[i + 1]])
-        for i in info_adds:
-            c, w = inc[i], wts[i]
-            if any(x in seen[c] for x in h.elements(i)):
+        placed = [(i, (inc[i],)) for i in info_adds] + float_adds
+        for i, cands in placed:
+            w = wts[i]
+            hit = [c for c in cands if any(x in seen[c] for x in h.elements(i))]
+            for c in hit[:1]:
                 if w == NONE:
                     uncertain_from[c] = -1
                 else:
+                    inc[i] = c
                     keys.append(2 * w)
                     rows.append(i)
-            elif c in mutated:
-                uncertain_from[c] = min(uncertain_from.get(c, INF), -1 if w == NONE else w)
+            if not hit:
+                for c in cands:
+                    if c in mutated:
+                        uncertain_from[c] = min(uncertain_from.get(c, INF), -1 if w == NONE else w)
     order = sorted(range(len(rows)), key=keys.__getitem__)
     state: dict[int, set[int]] = {}
     checked = 0
@@ -390,7 +429,11 @@ def _mismatch(
     parts = []
     if missing:
         a = writer.get(missing[0])
-        src = f", e.g. {missing[0]} added by {describe(h, a)} at write_ts {wts[a]}" if a is not None else ""
+        src = (
+            f", e.g. {missing[0]} added by {describe(h, a)} at write_ts {wts[a]}"
+            if a is not None
+            else ""
+        )
         parts.append(f"it misses {elements_text(missing)}{src}")
     if extra:
         a = writer.get(extra[0])

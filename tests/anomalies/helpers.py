@@ -16,13 +16,8 @@ if TYPE_CHECKING:
 #: Checkers left out for a (scenario, config), each for a reported issue that a
 #: pinned test in test_pinned.py reproduces; the other checkers still run.
 EXCLUDED: Final[dict[tuple[str, str], tuple[str, ...]]] = {
-    # Checker 3 drops an `info` add without catalog_ts instead of making its
-    # table's replay uncertain (test_pinned: info-add-without-catalog-ts).
-    ("crash-restart", "event-loop"): ("replay",),
-    ("crash-restart", "event-loop+pg-oracle"): ("replay",),
-    ("crash-restart", "decoupled"): ("replay",),
-    # The old coordinator is not fenced for DML/reads and keeps stamping its
-    # stale catalog_ts (test_pinned: split-brain-stale-catalog-ts).
+    # A finding, not a bug: without confirm_leadership the deposed coordinator
+    # keeps stamping its stale catalog_ts (tests/anomalies/test_findings.py).
     ("split-brain", "event-loop+pg-oracle"): ("replay",),
 }
 

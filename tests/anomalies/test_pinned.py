@@ -30,26 +30,11 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.virtual
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="checker 3 (replay) drops an `info` add that carries no catalog_ts (its statement was "
-    "cut off by the crash), so reads that saw its element are flagged: `uv run coordsim anomalies "
-    "run crash-restart --config event-loop --seed 1`",
-)
 def test_info_add_without_catalog_ts_is_not_a_replay_anomaly() -> None:
+    """Was: checker 3 (replay) dropped an `info` add that carried no catalog_ts
+    (its statement was cut off by the crash), so reads that saw its element
+    were flagged. It now lands in the incarnation whose read saw it."""
     history, events = run_scenario("crash-restart", "event-loop", 1)
-    report = check_history(history, events)
-    assert report.outcome is Outcome.VALID, report.names
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="after a split, the old event-loop+pg-oracle coordinator is not fenced for reads and "
-    "writes and stamps its stale catalog_ts (catalog_ts goes backwards in real time): `uv run "
-    "coordsim anomalies run split-brain --config event-loop+pg-oracle --seed 4`",
-)
-def test_split_brain_stale_catalog_ts() -> None:
-    history, events = run_scenario("split-brain", "event-loop+pg-oracle", 4)
     report = check_history(history, events)
     assert report.outcome is Outcome.VALID, report.names
 
