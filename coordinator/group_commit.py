@@ -34,6 +34,7 @@ from persist.location import ExternalError
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from controllers.storage import AppendResult
     from controllers.transform import Row
     from coordinator.environment import Incarnation
 
@@ -90,6 +91,19 @@ async def group_commit(
         )  # fmt: skip
 
 
+async def _append(inc: Incarnation, append: Append) -> AppendResult:
+    """The storage append, reported as a `table-append` event: checker 4 holds
+    `apply_write(ts)` to starting only after the append at `ts` is durable."""
+    start = inc.rt.now()
+    ok = False
+    try:
+        result = await inc.storage.append(append)
+        ok = True  # returned: what it wrote is durable (a conflict fenced the rest)
+        return result
+    finally:
+        inc.emit("table-append", "storage", start, ok=ok, ts=append.ts, timeline=inc.oracle.timeline)
+
+
 async def _commit(
     inc: Incarnation, writes: Sequence[PendingWrite], *, apply_write_before_append: bool
 ) -> int | None:
@@ -111,7 +125,7 @@ async def _commit(
     try:
         if apply_write_before_append:
             await inc.oracle.apply_write(ts)
-        result = await inc.storage.append(Append(ts, merged, catalog_ts))
+        result = await _append(inc, Append(ts, merged, catalog_ts))
         if not apply_write_before_append:
             await inc.oracle.apply_write(ts)
     except Fenced as exc:

@@ -114,6 +114,7 @@ class EventKind(StrEnum):
     ORACLE_APPLY_WRITE = "oracle.apply_write"
     CONFIRM_LEADERSHIP = "confirm-leadership"
     GROUP_COMMIT = "group-commit"
+    TABLE_APPEND = "table-append"
     PEEK_BATCH = "peek-batch"
     CATALOG_APPEND = "catalog-append"
     CONTROLLER_COMMAND = "controller-command"

@@ -11,6 +11,13 @@ event table, per timeline and in real-time order:
 A successful catalog append applies its new upper on the `catalog` timeline
 (seed 001), so it counts as an `apply_write` there. Violations are
 `timestamp-regression`.
+
+And the contract of `apply_write` itself ("marks a write at write_ts as
+completed"): an `apply_write(ts)` must start only after the same coordinator's
+table append at `ts` on that timeline (a `table-append` event) completed successfully. Reads
+block on the tables' uppers, so one that runs early costs latency rather than
+answers — but from then on `read_ts` names a timestamp whose data may never
+exist, which is exactly what the oracle promises not to hand out.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ _R: Final = str(EventKind.ORACLE_READ_TS)
 _P: Final = str(EventKind.ORACLE_PEEK_WRITE_TS)
 _A: Final = str(EventKind.ORACLE_APPLY_WRITE)
 _C: Final = str(EventKind.CATALOG_APPEND)
+_T: Final = str(EventKind.TABLE_APPEND)
 #: For each call, the released kinds whose maximum bounds its result, and
 #: whether the bound is strict.
 _BOUNDS: Final = {_W: ((_W, _R, _P, _A), True), _R: ((_R, _A), False), _P: ((_W, _P, _A), False)}
@@ -47,9 +55,15 @@ def check_oracle_events(events: Sequence[Event]) -> Verdict:
     t0 = time.perf_counter()
     col = Collector("oracle")
     per: dict[str, list[Event]] = {}
+    appends: dict[tuple[str | None, str | None, int], Event] = {}
+    applies: list[Event] = []
     for ev in events:
+        if ev.kind == _T and ev.ts is not None:
+            appends.setdefault((ev.actor, ev.timeline, ev.ts), ev)
         if ev.status != Status.OK or ev.ts is None:
             continue
+        if ev.kind == _A:
+            applies.append(ev)
         k = ev.kind
         if k == _C:
             k = _A
@@ -63,7 +77,9 @@ def check_oracle_events(events: Sequence[Event]) -> Verdict:
     for tl in sorted(per):
         evs = per[tl]
         by_start = sorted(evs, key=lambda x: (x.start_ns, x.seq))
-        by_end = sorted((x for x in evs if x.end_ns is not None), key=lambda x: (x.end_ns or 0, x.seq))
+        by_end = sorted(
+            (x for x in evs if x.end_ns is not None), key=lambda x: (x.end_ns or 0, x.seq)
+        )
         best: dict[str, Event] = {}
         p = 0
         for ev in by_start:
@@ -94,9 +110,45 @@ def check_oracle_events(events: Sequence[Event]) -> Verdict:
                     "oracle's operations must be linearizable (seed 000).",
                     events=(top.seq, ev.seq),
                 )
+    checked += _apply_after_append(applies, appends, col)
     return col.verdict(
         stats={"oracle-calls": checked, "timelines": len(per)},
         unknown=None if checked else "no oracle calls in the internal-event table",
         seconds=time.perf_counter() - t0,
         skipped=checked == 0,
     )
+
+
+def _apply_after_append(
+    applies: list[Event],
+    appends: dict[tuple[str | None, str | None, int], Event],
+    col: Collector,
+) -> int:
+    """Flags each `apply_write(ts)` that started before its coordinator's
+    table append at `ts` had durably completed. Returns how many it checked."""
+    checked = 0
+    for ev in applies:
+        app = appends.get((ev.actor, ev.timeline, ev.ts or 0))
+        if app is None:
+            continue  # not a group commit's timestamp (e.g. the catalog timeline)
+        checked += 1
+        durable = app.status == Status.OK and app.end_ns is not None
+        # Events are recorded as they end: at one instant, seq says which came first.
+        if durable and ((app.end_ns or 0), app.seq) < (ev.start_ns, ev.seq):
+            continue
+        when = (
+            f"completed only at {fmt_t(app.end_ns or 0)}"
+            if durable
+            else "never completed"
+            if app.end_ns is None
+            else f"failed at {fmt_t(app.end_ns)}"
+        )
+        col.add(
+            "timestamp-regression",
+            app.ops + ev.ops,
+            f"{_ev(ev)} started at {fmt_t(ev.start_ns)}, but the table append at {ev.ts} "
+            f"({_ev(app)}) {when}: apply_write marks a write as completed (seed 000), so from "
+            f"then on read_ts could name a timestamp whose data was not durable.",
+            events=(app.seq, ev.seq),
+        )
+    return checked

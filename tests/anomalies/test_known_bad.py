@@ -36,6 +36,13 @@ CAUGHT = [
         {"stale-read", "not-strict-serializable", "timestamp-regression"}, 8,
         id="batching-joins-in-flight-decoupled",
     ),
+    *(
+        pytest.param(
+            "apply_write_before_append", "seed001", config, {"timestamp-regression"}, 4,
+            id=f"apply-write-before-append-{config}",
+        )
+        for config in ("event-loop", "event-loop+pg-oracle", "decoupled")
+    ),
 ]  # fmt: skip
 
 
