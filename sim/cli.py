@@ -182,12 +182,26 @@ def doctor() -> None:
 
 
 def main() -> None:
-    """Entry point: runs the app, turning expected errors into one line + exit 2."""
+    """Entry point: runs the app, turning expected errors — bad options and
+    arguments included — into one line + exit 2."""
     try:
-        app()
+        rc = app(standalone_mode=False)
+    except typer.Abort:
+        sys.exit(130)
+    except typer.TyperException as exc:
+        # Typer's (vendored click's) usage errors; caught by their public base.
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            print(ctx.get_help())  # noqa: T201 - bare `coordsim`: the help is the answer
+            sys.exit(2)
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        print(f"coordsim: invalid input: {message}{hint}", file=sys.stderr)  # noqa: T201
+        sys.exit(2)
     except CoordsimError as exc:
         tag = "invalid input" if isinstance(exc, InvalidUsage) else "error"
         print(f"coordsim: {tag}: {exc}", file=sys.stderr)  # noqa: T201 - the CLI's error channel
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)
+    sys.exit(rc if isinstance(rc, int) else 0)

@@ -152,6 +152,9 @@ def _coordsim(
         (["--concurrency", "0"], "concurrency levels must be >= 1"),
         (["--mode", "real", "--env-url"], "cannot reach Postgres"),
         (["--output", "{file}/out"], "not writable"),
+        # Typer's own usage errors: one line too, not a boxed usage screen.
+        (["--bogus"], "No such option: --bogus"),
+        (["--seed", "abc"], "Invalid value for '--seed'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
