@@ -13,8 +13,8 @@ from tests.anomalies.helpers import sweep
 pytestmark = pytest.mark.virtual
 
 #: Seeds per (scenario, config) in the default run: 5 scenarios x 3 configs x
-#: 12 seeds + busy-reads = ~190 runs, ~40 s on two cores.
-SEEDS = range(12)
+#: 16 seeds + busy-reads = ~250 runs, about a minute on two cores.
+SEEDS = range(16)
 SCENARIOS = ("seed001", "seed001-index", "ddl-dml", "crash-restart", "split-brain")
 
 
