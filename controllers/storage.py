@@ -298,6 +298,11 @@ class StorageController(TaskOwner):
         """The least time at which the table can still be read."""
         return self._table(table_id).since
 
+    def read_floor(self, table_id: int) -> int | None:
+        """The table's since if this controller knows the table, else None."""
+        t = self._tables.get(table_id)
+        return None if t is None else t.since
+
     def read_hold(self, table_id: int, ts: int) -> ReadHold:
         """Holds the table readable at `ts`; `ts` below its since is `InvalidUsage`."""
         t = self._table(table_id)

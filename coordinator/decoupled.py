@@ -20,8 +20,10 @@ Paths:
   ephemeral commands carry that `catalog_ts`, so a controller acts on them only
   once its catalog frontier has passed it.
 - **Peek**: 1. + the table `read_ts` (batched, concurrently with the catalog's);
-  2. `Peek(as_of=read_ts, catalog_ts)` to compute; 3. wait for that peek's
-  response; 4. reply — no `confirm_leadership()`.
+  2. a read hold on the table at `read_ts` (below its since: first wait for the
+  oracle to reach it, see `peeks.py`); 3. `Peek(as_of=read_ts, catalog_ts)` to
+  compute; 4. wait for that peek's response, release the hold; 5. reply — no
+  `confirm_leadership()`.
 - **Insert**: 1. join the pending writes; 2. the group-commit task takes them
   (at most one commit in flight): `write_ts`, the append to every table,
   `apply_write`; 3. reply. A periodic commit advances idle tables.
@@ -44,7 +46,7 @@ from controllers.derive import derive, derive_event
 from coordinator.config import GroupCommitPolicy
 from coordinator.environment import open_incarnation
 from coordinator.group_commit import PendingWrite, group_commit
-from coordinator.peeks import peek_result
+from coordinator.peeks import hold_table, peek_result, read_ts_at_least
 from coordinator.planner import DDL, CatalogView, PeekPlan, apply_ddl
 from coordinator.running import RunningCoordinator
 from coordinator.session import Result
@@ -279,12 +281,23 @@ class DecoupledCoordinator(RunningCoordinator):
 
     async def _peek(self, plan: PeekPlan, read_ts: int, catalog_ts: int) -> Result:
         costs = self.config.costs
+        inc = self.incarnation
         await self._cpu(costs.peek_sequence)
-        peek_id = next(self._peek_ids)
-        self.incarnation.compute.send(
-            Peek(peek_id, plan.collection_id, plan.cluster_id, read_ts, catalog_ts, plan.transform)
-        )
-        response = await self._waiters.wait(peek_id)
+        # Storage must know the catalog as of catalog_ts to hold the table.
+        await inc.storage.wait_catalog_frontier(catalog_ts)
+        hold = hold_table(inc.storage, plan, read_ts)
+        while isinstance(hold, int):  # read_ts below the table's since: catch up
+            read_ts = await read_ts_at_least(inc.oracle, self._rt, hold)
+            hold = hold_table(inc.storage, plan, read_ts)
+        try:
+            peek_id = next(self._peek_ids)
+            inc.compute.send(
+                Peek(peek_id, plan.collection_id, plan.cluster_id, read_ts, catalog_ts, plan.transform)
+            )
+            response = await self._waiters.wait(peek_id)
+        finally:
+            if hold is not None:
+                hold.release()
         result = peek_result(plan, response, read_ts=read_ts, catalog_ts=catalog_ts)
         await self._cpu(costs.peek_finish + costs.per_row * len(result.rows))
         return result

@@ -11,7 +11,8 @@ Paths (seed 000, seed 001, DESIGN.md §6):
   default) on the loop; 3. derive the deterministic controller commands and send
   them, advancing the controllers' catalog frontier; 4. reply.
 - **Peek, in-memory oracle** (`event-loop`): 1. `read_ts()` on the loop (free);
-  2. `Peek` to the compute controller; 3. the response arrives as a controller
+  2. a read hold on the table at it (below the table's since: wait off the loop
+  for the oracle to reach it, see `peeks.py`), `Peek` to the compute controller; 3. the response arrives as a controller
   message and is buffered; 4. once no controller message is waiting, one
   `confirm_leadership()` (a durable stash transaction, on the loop) for the
   whole buffer; 5. reply to every buffered peek. A statement that finds its
@@ -56,7 +57,7 @@ from controllers.derive import derive
 from coordinator.config import GroupCommitPolicy
 from coordinator.environment import advance_catalog_frontier, open_incarnation
 from coordinator.group_commit import PendingWrite, group_commit
-from coordinator.peeks import peek_result
+from coordinator.peeks import hold_table, peek_result, read_ts_at_least
 from coordinator.planner import DDL, PeekPlan, ReadThenWritePlan, apply_ddl
 from coordinator.running import RunningCoordinator
 from coordinator.session import Result
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from controllers.commands import ComputeResponse
+    from controllers.storage import ReadHold
     from coordinator.config import CoordinatorConfig
     from coordinator.environment import Environment
     from coordinator.events import EventSink
@@ -110,6 +112,7 @@ class _PeekJob:
     confirm: bool  # reply only after a confirm_leadership (today's linearized reads)
     read_ts: int | None = None
     catalog_ts: int | None = None
+    hold: ReadHold | None = None  # the table held at read_ts until the answer
 
 
 @final
@@ -367,6 +370,33 @@ class EventLoopCoordinator(RunningCoordinator):
         await self._send_peek(job, ts)
 
     async def _send_peek(self, job: _PeekJob, ts: int) -> None:
+        inc = self.incarnation
+        hold = hold_table(inc.storage, job.plan, ts)
+        if isinstance(hold, int):
+            # read_ts is below the table's since: wait off the loop for the
+            # oracle to catch up, then come back with the new read_ts.
+            floor = hold
+
+            async def catch_up() -> None:
+                try:
+                    later = await read_ts_at_least(inc.oracle, self._rt, floor)
+                except OracleFenced as exc:
+                    job.deliver(Result.failed(self._fence(exc)))
+                    return
+                except ExternalError as exc:
+                    job.deliver(
+                        Result.failed(SqlError(SqlState.SERIALIZATION_FAILURE, f"read_ts: {exc}"))
+                    )
+                    return
+                except SqlError as exc:
+                    job.deliver(Result.failed(exc))
+                    return
+                self._internal(lambda: self._send_peek(job, later))
+
+            assert self._tg is not None
+            self._tg.start_soon(catch_up)
+            return
+        job.hold = hold
         peek_id = next(self._peek_ids)
         job.read_ts, job.catalog_ts = ts, self._catalog_ts()
         self._peeks[peek_id] = job
@@ -381,6 +411,8 @@ class EventLoopCoordinator(RunningCoordinator):
             await self._cpu(costs.controller_response)
             return
         job = self._peeks.pop(response.peek_id, None)
+        if job is not None and job.hold is not None:
+            job.hold.release()
         if job is None:
             await self._cpu(costs.controller_response)
             return

@@ -1,11 +1,13 @@
-"""Anomaly scenarios: short, seeded client programs (virtual mode) whose recorded
-histories the checkers judge — seed 001's three steps (and its index variant),
-concurrent DDL + DML + reads, coordinator crash/restart, split brain, and busy
-batched reads — optionally under a nemesis (`sim.faults`).
+"""Anomaly scenarios: short, seeded client programs whose recorded histories the
+checkers judge — seed 001's three steps (and its index variant), concurrent DDL
++ DML + reads, coordinator crash/restart, split brain, and busy batched reads —
+optionally under a nemesis (`sim.faults`).
 
 `run_scenario` is the one entry point the regression suite, `coordsim anomalies`,
-`coordsim shrink` and the Spark sweep call: same arguments ⇒ same history.
-Importing this module has no side effects.
+`coordsim shrink` and the Spark sweep call. In virtual mode (the default) same
+arguments ⇒ same history; real mode runs the same bodies on the stock loop
+against a fresh Postgres database, where the seed fixes the statements and the
+fault plan but not the interleaving. Importing this module has no side effects.
 """
 
 from __future__ import annotations
@@ -20,7 +22,17 @@ from coordinator.config import KnownBad, named
 from coordinator.session import Result
 from coordinator.statements import SqlError, SqlState
 from persist.location import InvalidUsage
-from sim.faults import Deployment, FaultKind, FaultPlan, Nemesis, switchable_latency
+from sim.faults import (
+    MODES,
+    Deployment,
+    FaultKind,
+    FaultPlan,
+    Mode,
+    Nemesis,
+    check_plan,
+    kinds_for,
+    switchable_latency,
+)
 from sim.history import HistoryRecorder
 from sim.recording import RecordingSession
 from sim.runtime import Constant, LatencyModel, LogNormal, Runtime, run
@@ -33,6 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONFIG_NAMES",
+    "MODES",
     "SCENARIOS",
     "Scenario",
     "Spec",
@@ -44,7 +57,7 @@ __all__ = [
 ]
 
 CONFIG_NAMES: Final = ("event-loop", "event-loop+pg-oracle", "decoupled")
-#: Virtual seconds after which a run counts as stuck.
+#: Seconds (virtual, or wall in real mode) after which a run counts as stuck.
 STUCK_AFTER_S: Final = 30.0
 
 
@@ -67,8 +80,8 @@ def latency_model() -> LatencyModel:
 @dataclass(frozen=True)
 class Scenario:
     """A scenario's defaults: how many clients and operations, which faults the
-    seed draws (`fault_kinds`, `fault_count` over the first `horizon_s`), and
-    latency overrides."""
+    seed draws (`fault_kinds` that can act in the run's mode, `fault_count`
+    over the first `horizon_s`), and latency overrides."""
 
     name: str
     doc: str
@@ -102,6 +115,8 @@ SCENARIOS: Final[dict[str, Scenario]] = {
                 FaultKind.ORACLE_SLOW,
                 FaultKind.REPLICA_CRASH,
                 FaultKind.STORE_ERRORS,
+                # Last, so virtual mode (which drops it) draws the plans it always drew.
+                FaultKind.PG_KILL,
             ),
             fault_count=2,
         ),
@@ -150,7 +165,13 @@ def parse_known_bad(names: list[str] | tuple[str, ...]) -> KnownBad:
 @final
 @dataclass(frozen=True)
 class Spec:
-    """Everything one run depends on: same spec ⇒ same history."""
+    """Everything one run depends on: same spec ⇒ same history (virtual mode;
+    real mode replays the same statements and faults, not the same interleaving).
+
+    Raises:
+        InvalidUsage: an unknown mode, or a fault that cannot act in it
+            (`pg-kill` needs real mode, `oracle-slow` virtual).
+    """
 
     scenario: str
     config: str
@@ -159,6 +180,10 @@ class Spec:
     clients: int = 2
     size: int = 4
     faults: FaultPlan = field(default_factory=FaultPlan)
+    mode: Mode = "virtual"
+
+    def __post_init__(self) -> None:
+        check_plan(self.faults, self.mode)
 
     def command(self) -> str:
         """A one-line shell command replaying this run."""
@@ -173,6 +198,8 @@ class Spec:
             self.config,
         ]
         parts += ["--seed", str(self.seed)]
+        if self.mode != "virtual":
+            parts += ["--mode", self.mode]
         for k in self.known_bad.enabled():
             parts += ["--known-bad", k.replace("_", "-")]
         parts += ["--clients", str(self.clients), "--size", str(self.size)]
@@ -181,15 +208,25 @@ class Spec:
 
 
 def default_spec(
-    name: str, config_name: str, seed: int, *, known_bad: KnownBad | None = None
+    name: str,
+    config_name: str,
+    seed: int,
+    *,
+    known_bad: KnownBad | None = None,
+    mode: Mode = "virtual",
 ) -> Spec:
     """The spec `run_scenario` uses when given only a scenario, config and seed:
-    the scenario's sizes and a fault plan drawn from the seed."""
+    the scenario's sizes and a fault plan drawn from the seed (from the fault
+    kinds that can act in `mode`)."""
     sc = _scenario(name)
     named(config_name)  # unknown names fail here, with the list of known ones
+    if mode not in MODES:
+        raise InvalidUsage(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
     rt_rng = _plan_rng(seed)
-    plan = FaultPlan.random(rt_rng, sc.fault_kinds, count=sc.fault_count, horizon_s=sc.horizon_s)
-    return Spec(name, config_name, seed, known_bad or KnownBad(), sc.clients, sc.size, plan)
+    plan = FaultPlan.random(
+        rt_rng, kinds_for(mode, sc.fault_kinds), count=sc.fault_count, horizon_s=sc.horizon_s
+    )
+    return Spec(name, config_name, seed, known_bad or KnownBad(), sc.clients, sc.size, plan, mode)
 
 
 def _plan_rng(seed: int) -> random.Random:
@@ -212,8 +249,10 @@ def run_scenario(
     faults: FaultPlan | None = None,
     size: int | None = None,
     clients: int | None = None,
+    mode: Mode = "virtual",
+    postgres_url: str | None = None,
 ) -> tuple[History, list[Event]]:
-    """Runs one scenario in virtual mode and returns its history and internal events.
+    """Runs one scenario and returns its history and internal events.
 
     Args:
         name: a key of `SCENARIOS`.
@@ -223,19 +262,47 @@ def run_scenario(
         faults: the nemesis plan; None: the scenario's default plan for `seed`.
         size: operations (or rounds) per client; None: the scenario's default.
         clients: None: the scenario's default.
+        mode: "virtual" or "real" (see `run_spec`).
+        postgres_url: real mode's server (see `run_spec`).
     """
-    spec = default_spec(name, config_name, seed, known_bad=known_bad)
+    spec = default_spec(name, config_name, seed, known_bad=known_bad, mode=mode)
     spec = replace(
         spec,
         faults=spec.faults if faults is None else faults,
         size=spec.size if size is None else size,
         clients=spec.clients if clients is None else clients,
     )
-    return run_spec(spec)
+    return run_spec(spec, postgres_url=postgres_url)
 
 
-def run_spec(spec: Spec) -> tuple[History, list[Event]]:
-    """Runs `spec` (see `run_scenario`)."""
+def run_spec(spec: Spec, *, postgres_url: str | None = None) -> tuple[History, list[Event]]:
+    """Runs `spec` (see `run_scenario`).
+
+    Virtual mode: the virtual-time loop and in-memory stores with modeled
+    latency. Real mode: the stock loop, and a fresh database (dropped
+    afterwards) on `postgres_url`'s server — else `$COORDSIM_POSTGRES_URL`'s,
+    else an embedded throwaway cluster started for this run — holding persist's
+    Consensus, the oracle and the stashes, with Blob in files. Only the modeled
+    parts (replica hops, the catalog feed, coordinator CPU) keep their latency
+    model there.
+
+    Raises:
+        InvalidUsage: a bad spec.
+        BackendUnavailable: real mode found no Postgres.
+    """
+    if spec.mode == "virtual":
+        if postgres_url is not None:
+            raise InvalidUsage("postgres_url is for real mode; this spec is virtual")
+        return _run(spec, None)
+    if postgres_url is not None:
+        return _run(spec, postgres_url)
+    from sim.backends import postgres_server
+
+    with postgres_server(fsync=False) as url:
+        return _run(spec, url)
+
+
+def _run(spec: Spec, postgres_url: str | None) -> tuple[History, list[Event]]:
     sc = _scenario(spec.scenario)
     if spec.clients < 1 or spec.size < 1:
         raise InvalidUsage(f"a scenario needs clients >= 1 and size >= 1: {spec}")
@@ -255,13 +322,13 @@ def run_spec(spec: Spec) -> tuple[History, list[Event]]:
         return rec
 
     async def _scenario_main(rt: Runtime, rec: HistoryRecorder) -> None:
-        async with Deployment.running(rt, cfg, rec, switch) as dep:
+        async with Deployment.running(rt, cfg, rec, switch, postgres_url=postgres_url) as dep:
             ctx = _Ctx(rt, dep, rec, spec)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(Nemesis(dep, spec.faults).run)
                 await body(ctx)
 
-    rec = run(main, seed=spec.seed, latency=latency)
+    rec = run(main, seed=spec.seed, virtual=postgres_url is None, latency=latency)
     return rec.history(), rec.events()
 
 

@@ -6,19 +6,25 @@ Exit codes follow `coordsim check`: 0 valid, 1 invalid, 3 unknown, 2 bad input.
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import replace
 from pathlib import Path  # noqa: TC003 - typer reads the annotations at run time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from sim.anomalies import SCENARIOS, Spec, default_spec, parse_known_bad, run_spec
+from persist.location import InvalidUsage
+from sim.anomalies import MODES, SCENARIOS, Spec, default_spec, parse_known_bad, run_spec
 from sim.checker import check_history
 from sim.checker.verdict import Outcome
 from sim.faults import FaultPlan
 from sim.history import write_trace
 from sim.shrink import shrink
+
+if TYPE_CHECKING:
+    from sim.faults import Mode
 
 __all__ = ["register"]
 
@@ -39,35 +45,46 @@ _Size = Annotated[
 ]
 _Faults = Annotated[
     str | None,
-    typer.Option(help="Fault plan, e.g. 'crash-restart@12ms+3ms,oracle-slow@20ms+5msx20' or 'none' "
+    typer.Option(help="Fault plan, e.g. 'crash-restart@12ms+3ms,oracle-slow@20ms+5msx20' (virtual), "
+                 "'pg-kill@10ms+50ms' (real) or 'none' "
                  "(default: drawn from the seed)."),
 ]  # fmt: skip
 
 
+_Mode = Annotated[
+    str,
+    typer.Option("--mode", help="virtual (deterministic, in memory) or real (Postgres: "
+                 "COORDSIM_POSTGRES_URL, else an embedded throwaway cluster)."),
+]  # fmt: skip
+
+
+def _mode(text: str) -> Mode:
+    for m in MODES:
+        if m == text:
+            return m
+    raise InvalidUsage(f"unknown mode {text!r}; known: {', '.join(MODES)}")
+
+
 def _spec(
     scenario: str, config: str, seed: int, known_bad: list[str] | None,
-    clients: int | None, size: int | None, faults: str | None,
+    clients: int | None, size: int | None, faults: str | None, mode: str,
 ) -> Spec:  # fmt: skip
-    spec = default_spec(scenario, config, seed, known_bad=parse_known_bad(known_bad or []))
-    if clients is not None:
-        spec = Spec(
-            spec.scenario, spec.config, seed, spec.known_bad, clients, spec.size, spec.faults
-        )
-    if size is not None:
-        spec = Spec(
-            spec.scenario, spec.config, seed, spec.known_bad, spec.clients, size, spec.faults
-        )
-    if faults is not None:
-        spec = Spec(spec.scenario, spec.config, seed, spec.known_bad, spec.clients, spec.size,
-                    FaultPlan.parse(faults))  # fmt: skip
-    return spec
+    spec = default_spec(
+        scenario, config, seed, known_bad=parse_known_bad(known_bad or []), mode=_mode(mode)
+    )
+    return replace(
+        spec,
+        clients=spec.clients if clients is None else clients,
+        size=spec.size if size is None else size,
+        faults=spec.faults if faults is None else FaultPlan.parse(faults),
+    )
 
 
 def _print_report(
     spec: Spec, n_ops: int, report_names: list[str], anomalies: list[tuple[str, str, str]]
 ) -> None:
-    _out.print(f"[bold]{spec.scenario}[/bold] on {spec.config}, seed {spec.seed}: {n_ops} operations, "
-               f"faults: {spec.faults}")  # fmt: skip
+    _out.print(f"[bold]{spec.scenario}[/bold] on {spec.config}, seed {spec.seed}, {spec.mode} mode: "
+               f"{n_ops} operations, faults: {spec.faults}")  # fmt: skip
     for name, checker, explanation in anomalies:
         _out.print(f"\n[bold red]{name}[/bold red] [dim]({checker})[/dim]")
         _out.print(escape(explanation))
@@ -84,17 +101,21 @@ def anomalies_run(
     clients: _Clients = None,
     size: _Size = None,
     faults: _Faults = None,
+    mode: _Mode = "virtual",
     out: Annotated[Path | None, typer.Option("--out", help="Write the run's trace here.")] = None,
 ) -> None:
-    """Run one scenario for one seed in virtual mode and check its history."""
-    spec = _spec(scenario, config, seed, known_bad, clients, size, faults)
+    """Run one scenario for one seed and check its history (virtual mode: the
+    same seed gives the same history; real mode: the same statements and faults
+    on Postgres, in whatever interleaving the run takes)."""
+    spec = _spec(scenario, config, seed, known_bad, clients, size, faults, mode)
     history, events = run_spec(spec)
     report = check_history(history, events)
     shown = [(a.name, v.checker, a.explanation) for v in report.verdicts for a in v.anomalies[:2]]
     _print_report(spec, history.n, report.names, shown)
     if out is not None:
         write_trace(out, history, events, run=f"{spec.scenario}-{spec.seed}", config=spec.config,
-                    seed=spec.seed, extra_meta={"scenario": spec.scenario, "replay": spec.command()})  # fmt: skip
+                    seed=spec.seed, extra_meta={"scenario": spec.scenario, "mode": spec.mode,
+                                                "replay": spec.command()})  # fmt: skip
         _out.print(f"trace: {escape(str(out))}")
     _out.print(f"verdict: [bold]{report.outcome.value}[/bold]")
     raise typer.Exit(EXIT[report.outcome])
@@ -115,20 +136,30 @@ def shrink_command(
     clients: _Clients = None,
     size: _Size = None,
     faults: _Faults = None,
+    mode: _Mode = "virtual",
     anomaly: Annotated[
         str | None, typer.Option(help="Keep this anomaly (default: the most specific found).")
     ] = None,
     max_runs: Annotated[int, typer.Option(help="At most this many scenario runs.")] = 200,
 ) -> None:
     """Shrink a failing scenario (fewer clients, operations, faults) while the
-    same anomaly still appears; print the smallest reproduction."""
-    spec = _spec(scenario, config, seed, known_bad, clients, size, faults)
-    result = shrink(
-        spec,
-        anomaly=anomaly,
-        max_runs=max_runs,
-        progress=lambda s: _out.print(f"[dim]{escape(s)}[/dim]"),
-    )
+    same anomaly still appears; print the smallest reproduction. (In real mode
+    a candidate that happens not to show the anomaly is dropped, so shrinking
+    is best effort there.)"""
+    spec = _spec(scenario, config, seed, known_bad, clients, size, faults, mode)
+    with contextlib.ExitStack() as stack:
+        url = None
+        if spec.mode == "real":
+            from sim.backends import postgres_server
+
+            url = stack.enter_context(postgres_server(fsync=False))
+        result = shrink(
+            spec,
+            anomaly=anomaly,
+            max_runs=max_runs,
+            progress=lambda s: _out.print(f"[dim]{escape(s)}[/dim]"),
+            postgres_url=url,
+        )
     if result is None:
         _out.print(f"{escape(spec.command())}: no {anomaly or 'anomaly'} to shrink")
         raise typer.Exit(0)

@@ -1,23 +1,28 @@
 """The nemesis: scheduled and random faults injected into a running scenario.
 
-A `Deployment` is one simulated environment (virtual mode) and the coordinator
-processes running on it; the `Nemesis` acts on it at the virtual times of a
-`FaultPlan`: a coordinator crashed and restarted on the same stores, a second
-coordinator started beside the first (split brain), Blob/Consensus calls that
-fail or time out (the `persist.faults` wrappers), a replica crashed or slowed,
-oracle round trips slowed. Every fault is recorded as an internal event
-(`EventKind.FAULT`) so explanations can mention it, and every fault heals
-before the nemesis returns, so a scenario ends on a healthy deployment.
+A `Deployment` is one environment (in-memory stores in virtual mode; a fresh
+Postgres database and files in real mode) and the coordinator processes running
+on it; the `Nemesis` acts on it at the times of a `FaultPlan`: a coordinator
+crashed and restarted on the same stores, a second coordinator started beside
+the first (split brain), Blob/Consensus calls that fail or time out (the
+`persist.faults` wrappers), a replica crashed or slowed, oracle round trips
+slowed (virtual mode), the database's backends killed (real mode). Every fault
+is recorded as an internal event (`EventKind.FAULT`) so explanations can
+mention it, and every fault heals before the nemesis returns, so a scenario
+ends on a healthy deployment.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import shutil
 import string
+import tempfile
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, Literal, final
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 import anyio.lowlevel
@@ -34,23 +39,30 @@ from sim.runtime import Distribution, LatencyModel
 
 if TYPE_CHECKING:
     import random
-    from collections.abc import AsyncIterator, Mapping, Sequence
+    from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 
     from anyio.abc import TaskGroup, TaskStatus
 
     from coordinator.config import CoordinatorConfig
     from coordinator.session import Coordinator
+    from persist.location import Blob, Consensus
     from sim.history import HistoryRecorder
     from sim.runtime import Runtime
 
 __all__ = [
     "DEFAULT_CLUSTER",
+    "MODES",
     "Deployment",
     "Fault",
     "FaultKind",
     "FaultPlan",
     "LatencySwitch",
+    "Mode",
     "Nemesis",
+    "Stores",
+    "check_plan",
+    "kinds_for",
+    "open_stores",
     "switchable_latency",
 ]
 
@@ -59,6 +71,12 @@ DEFAULT_CLUSTER: Final = (1, 1)
 #: Store failure rates while a `store-errors` fault is active.
 STORE_P_FAIL: Final = 0.05
 STORE_P_TIMEOUT: Final = 0.05
+#: Seconds between the kill rounds of a `pg-kill` fault longer than this.
+PG_KILL_EVERY_S: Final = 0.01
+
+#: "virtual" (in-memory stores, virtual time) or "real" (Postgres, wall time).
+Mode = Literal["virtual", "real"]
+MODES: Final[tuple[Mode, ...]] = ("virtual", "real")
 
 
 class FaultKind(StrEnum):
@@ -70,6 +88,35 @@ class FaultKind(StrEnum):
     REPLICA_CRASH = "replica-crash"  # the default replica crashes; restarts after `duration`
     REPLICA_SLOW = "replica-slow"  # replica hops `factor` times slower for `duration`
     ORACLE_SLOW = "oracle-slow"  # oracle and stash round trips `factor` times slower
+    PG_KILL = "pg-kill"  # the run's Postgres backends are terminated, repeatedly for `duration`
+
+
+#: Which mode each fault needs, for the kinds that work in only one: pg-kill
+#: needs a server to kill; oracle-slow scales modeled round trips, and real
+#: mode's oracle and stash round trips are real I/O that no model slows.
+_ONLY_IN: Final[Mapping[FaultKind, Mode]] = {
+    FaultKind.PG_KILL: "real",
+    FaultKind.ORACLE_SLOW: "virtual",
+}
+
+
+def kinds_for(mode: Mode, kinds: Iterable[FaultKind]) -> tuple[FaultKind, ...]:
+    """`kinds` without those that cannot act in `mode` (random plans draw from these)."""
+    return tuple(k for k in kinds if _ONLY_IN.get(k, mode) == mode)
+
+
+def check_plan(plan: FaultPlan, mode: str) -> None:
+    """Rejects a plan with a fault that would do nothing in `mode`.
+
+    Raises:
+        InvalidUsage: an unknown mode, or e.g. `pg-kill` in virtual mode.
+    """
+    if mode not in MODES:
+        raise InvalidUsage(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
+    for fault in plan.faults:
+        needs = _ONLY_IN.get(fault.kind, mode)
+        if needs != mode:
+            raise InvalidUsage(f"{fault.kind} needs --mode {needs} (fault {fault})")
 
 
 @final
@@ -227,6 +274,55 @@ class _Host:
 
 
 @final
+@dataclass(frozen=True)
+class Stores:
+    """The base stores of a deployment (before the fault wrappers)."""
+
+    blob: Blob
+    consensus: Consensus
+    #: Real mode: the run's database (oracle, stashes, Consensus); None: virtual.
+    database_url: str | None = None
+
+
+@contextlib.asynccontextmanager
+async def open_stores(postgres_url: str | None) -> AsyncIterator[Stores]:
+    """In-memory stores (`postgres_url` None), or real ones: a fresh database on
+    `postgres_url`'s server for Consensus, the oracle and the stashes, and files
+    in a temporary directory for Blob; all removed afterwards, because shard ids
+    and stash tables are not namespaced per run."""
+    if postgres_url is None:
+        yield Stores(MemBlob(), MemConsensus())
+        return
+    from persist.open import open_blob, open_consensus
+    from sim.runner import drop_database, fresh_database
+
+    db = await fresh_database(postgres_url)
+    tmp = tempfile.mkdtemp(prefix="coordsim-anomalies-")
+    try:
+        blob = await open_blob(f"file://{tmp}?fsync=false")
+        try:
+            # Named, so a pg-kill's event says whose backends it killed.
+            consensus = await open_consensus(
+                _with_param(db, "application_name", "coordsim-consensus")
+            )
+            try:
+                yield Stores(blob, consensus, db)
+            finally:
+                await consensus.close()
+        finally:
+            await blob.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        await drop_database(postgres_url, db)
+
+
+def _with_param(url: str, name: str, value: str) -> str:
+    parts = urlsplit(url)
+    query = [*parse_qsl(parts.query, keep_blank_values=True), (name, value)]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+@final
 class Deployment:
     """One environment and the coordinator processes running on it.
 
@@ -242,18 +338,23 @@ class Deployment:
         recorder: HistoryRecorder,
         tg: TaskGroup,
         switch: LatencySwitch,
+        stores: Stores,
     ) -> None:
         self.rt = rt
         self.config = config
         self.recorder = recorder
         self.switch = switch
         frt = rt.derive("faults")
-        self.blob = UnreliableBlob(MemBlob(), frt.derive("blob").rng, p_fail=0.0, p_timeout=0.0)
+        self.blob = UnreliableBlob(stores.blob, frt.derive("blob").rng, p_fail=0.0, p_timeout=0.0)
         self.consensus = UnreliableConsensus(
-            MemConsensus(), frt.derive("consensus").rng, p_fail=0.0, p_timeout=0.0
+            stores.consensus, frt.derive("consensus").rng, p_fail=0.0, p_timeout=0.0
         )
         self.blob.enabled = self.consensus.enabled = False
-        self.env = Environment(rt, blob=self.blob, consensus=self.consensus)
+        #: Real mode: the run's own database (pg-kill terminates its backends).
+        self.database_url = stores.database_url
+        self.env = Environment(
+            rt, blob=self.blob, consensus=self.consensus, postgres_url=stores.database_url
+        )
         self.live: list[_Host] = []
         self._tg = tg
         self._started = 0
@@ -267,11 +368,18 @@ class Deployment:
         config: CoordinatorConfig,
         recorder: HistoryRecorder,
         switch: LatencySwitch,
+        *,
+        postgres_url: str | None = None,
     ) -> AsyncIterator[Deployment]:
         """A deployment with its first coordinator started; on exit every
-        coordinator stops."""
-        async with anyio.create_task_group() as tg:
-            dep = cls(rt, config, recorder, tg, switch)
+        coordinator stops.
+
+        Args:
+            postgres_url: real mode: the server on which the run gets a fresh
+                database (dropped afterwards); None: virtual mode, in memory.
+        """
+        async with open_stores(postgres_url) as st, anyio.create_task_group() as tg:
+            dep = cls(rt, config, recorder, tg, switch, st)
             await dep.start_coordinator()
             try:
                 yield dep
@@ -353,6 +461,8 @@ class Nemesis:
     fault has been injected and healed."""
 
     def __init__(self, dep: Deployment, plan: FaultPlan) -> None:
+        """Raises `InvalidUsage` if a fault cannot act on `dep` (`check_plan`)."""
+        check_plan(plan, "virtual" if dep.database_url is None else "real")
         self.dep = dep
         self.plan = plan
         self.injected: list[Fault] = []
@@ -414,6 +524,10 @@ class Nemesis:
             if dep.is_live(coord) and compute.replica(cluster, replica).crashed:
                 compute.restart_replica(cluster, replica)
             self._record(fault, start, replica=f"{cluster}.{replica}")
+        elif fault.kind is FaultKind.PG_KILL:
+            assert dep.database_url is not None  # check_plan: real mode only
+            rounds, killed, apps = await _kill_backends(rt, dep.database_url, fault.duration_s)
+            self._record(fault, start, rounds=rounds, killed=killed, applications=apps)
         else:
             group = "oracle" if fault.kind is FaultKind.ORACLE_SLOW else "replica"
             dep.switch.factors[group] = fault.factor
@@ -422,6 +536,40 @@ class Nemesis:
             finally:
                 dep.switch.factors.pop(group, None)
             self._record(fault, start, factor=fault.factor)
+
+
+#: Every other backend of the run's database (the nemesis's own survives).
+_TERMINATE: Final = """
+SELECT application_name, pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()"""
+
+
+async def _kill_backends(
+    rt: Runtime, database_url: str, duration_s: float
+) -> tuple[int, int, list[str]]:
+    """Terminates every other backend of `database_url`'s database now and then
+    every `PG_KILL_EVERY_S` while `duration_s` lasts, so reconnecting clients
+    are hit again mid-retry. Returns (rounds, backends killed, their
+    application names, sorted and deduplicated)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(database_url, timeout=10)
+    rounds = killed = 0
+    apps: set[str] = set()
+    try:
+        t0 = rt.now()
+        while True:
+            for row in await conn.fetch(_TERMINATE):
+                if row[1]:
+                    killed += 1
+                    apps.add(row[0] or "?")
+            rounds += 1
+            if rt.now() - t0 + PG_KILL_EVERY_S > duration_s:
+                break
+            await rt.sleep(PG_KILL_EVERY_S)
+    finally:
+        await conn.close()
+    return rounds, killed, sorted(apps)
 
 
 def _incarnation(coord: Coordinator) -> Any:

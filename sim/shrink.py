@@ -70,6 +70,7 @@ def shrink(
     anomaly: str | None = None,
     max_runs: int = 200,
     progress: Callable[[str], None] | None = None,
+    postgres_url: str | None = None,
 ) -> Shrunk | None:
     """Greedily shrinks `spec` while `anomaly` (default: the original run's
     most specific one) still appears. Returns None if the original run shows
@@ -78,8 +79,10 @@ def shrink(
     Args:
         max_runs: a bound on scenario runs (each is a full simulation).
         progress: called with a line per accepted step.
+        postgres_url: real mode: the server every run uses (`run_spec`), so
+            that candidates do not each start a cluster.
     """
-    history, events = run_spec(spec)
+    history, events = run_spec(spec, postgres_url=postgres_url)
     report = check_history(history, events)
     runs = 1
     target = anomaly or primary_anomaly(report.names)
@@ -92,7 +95,7 @@ def shrink(
         for cand in _candidates(best):
             if runs >= max_runs:
                 break
-            h, ev = run_spec(cand)
+            h, ev = run_spec(cand, postgres_url=postgres_url)
             runs += 1
             r = check_history(h, ev)
             if target in r.names:

@@ -63,10 +63,16 @@ def sweep(
                 f"seed {seed} crashed: {exc!r}\n    replay: {spec.command()}"
             ) from exc
         report = check_history(history, events, checkers=chosen)
-        if report.names:
+        # An internal error (XX000) is allowed by every checker — a failed
+        # statement reveals nothing — but it is always a bug of the system.
+        internal = [o for o in (history.op(i) for i in range(history.n)) if o.error_code == "XX000"]
+        names = report.names + (["internal-error"] if internal else [])
+        if names:
             first = next((a.explanation for v in report.verdicts for a in v.anomalies), "")
-            out.append(Finding(seed, report.names, spec.command(), first[:300]))
+            if internal and not first:
+                first = f"op {internal[0].op_id}: XX000 {internal[0].error}"
+            out.append(Finding(seed, names, spec.command(), first[:300]))
             print(out[-1])
-            if stop_on is not None and stop_on & set(report.names):
+            if stop_on is not None and stop_on & set(names):
                 break
     return out
