@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 
     from catalog.api import AppendResult, CatalogEvent
     from oracle.api import TimestampOracle
-    from persist.client import ListenBatch, PersistClient, ReadHandle, WriteHandle
+    from persist.client import PersistClient, WriteHandle
     from persist.frontier import Frontier
+    from persist.read import ListenBatch, ReadHandle
     from sim.runtime import Runtime
 
 __all__ = ["PersistCatalog", "decode_update", "encode_update"]

@@ -46,7 +46,8 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from controllers.transform import CompiledTransform, Row
-    from persist.client import PersistClient, ReadHandle
+    from persist.client import PersistClient
+    from persist.read import ReadHandle
     from sim.runtime import Distribution, Runtime
 
 __all__ = [

@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 
     from anyio.abc import TaskGroup
 
-    from persist.client import PersistClient, ReadHandle, WriteHandle
+    from persist.client import PersistClient, WriteHandle
+    from persist.read import ReadHandle
     from sim.runtime import Runtime
 
 __all__ = [

@@ -22,16 +22,15 @@ from persist.open import open_blob, open_consensus
 if TYPE_CHECKING:
     from persist.client import (
         Appended,
-        ListenBatch,
         PersistClient,
         PersistConfig,
         PersistStatistics,
-        ReadHandle,
         WriteHandle,
     )
     from persist.codec import Update
     from persist.frontier import Frontier
     from persist.machine import LeaseExpiredError, MachineConfig, UpperMismatch
+    from persist.read import ListenBatch, ReadHandle
 
 __all__ = [
     "Appended",
@@ -64,11 +63,11 @@ __all__ = [
 # only needs the location (Blob, Consensus, the oracle's users) should not pay for.
 _LAZY = {
     "Appended": "persist.client",
-    "ListenBatch": "persist.client",
+    "ListenBatch": "persist.read",
     "PersistClient": "persist.client",
     "PersistConfig": "persist.client",
     "PersistStatistics": "persist.client",
-    "ReadHandle": "persist.client",
+    "ReadHandle": "persist.read",
     "WriteHandle": "persist.client",
     "Update": "persist.codec",
     "Frontier": "persist.frontier",

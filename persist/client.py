@@ -10,6 +10,8 @@ use and must be reopened.
 Writes put the batch into Blob under a writer-owned, write-once key and then
 reference it from the state through the CaS loop; an idempotency token per
 write makes the retry after an `Indeterminate` CaS safe.
+
+This module has the client and the write side; `persist/read.py` the read side.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING, final
 
 import anyio
 
-from persist.codec import Update, consolidate, decode_batch, encode_batch
+from persist.codec import Update, encode_batch
 from persist.compaction import compact_once, plan_merge
 from persist.frontier import Frontier
 from persist.gc import collect, plan_gc
@@ -32,24 +34,22 @@ from persist.machine import (
     LeaseExpiredError,
     Machine,
     MachineConfig,
-    Refusal,
-    Rejected,
     UpperMismatch,
     append,
-    downgrade_since,
-    expire_reader,
     expire_writer,
     heartbeat_writer,
+    raise_refusal,
     register_reader,
     register_writer,
     tombstone,
 )
+from persist.read import Listen, ListenBatch, ReadHandle
 from persist.retry import retry_external
-from persist.state import HollowBatch, ShardState
+from persist.state import HollowBatch
 from sim.runtime import TaskOwner
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     from anyio.abc import TaskGroup
 
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Appended",
+    "Listen",
     "ListenBatch",
     "PersistClient",
     "PersistConfig",
@@ -73,15 +74,6 @@ class Appended:
     """A successful append; `upper` is the shard's upper after it."""
 
     upper: Frontier
-
-
-@final
-@dataclass(frozen=True)
-class ListenBatch:
-    """Every update with a time in `[previous progress, progress)`."""
-
-    updates: list[Update]
-    progress: Frontier
 
 
 @final
@@ -169,7 +161,7 @@ class PersistClient(TaskOwner):
         wid = self._new_id("w")
         lease = m.cfg.lease_ms
         state, refusal = await m.apply("register_writer", lambda s: register_writer(s, wid, self.rt.wall_ms(), lease))
-        _raise_refusal(refusal, shard_id)
+        raise_refusal(refusal, shard_id)
         handle = WriteHandle(self, m, wid, state.upper)
         if heartbeat:
             self._spawn(handle._heartbeat)
@@ -180,7 +172,7 @@ class PersistClient(TaskOwner):
         rid = self._new_id("r")
         lease = m.cfg.lease_ms
         state, refusal = await m.apply("register_reader", lambda s: register_reader(s, rid, self.rt.wall_ms(), lease))
-        _raise_refusal(refusal, shard_id)
+        raise_refusal(refusal, shard_id)
         handle = ReadHandle(self, m, rid, state.readers[rid].since)
         if heartbeat:
             self._spawn(handle._heartbeat)
@@ -305,17 +297,6 @@ class PersistClient(TaskOwner):
         )
 
 
-def _raise_refusal(refusal: Refusal | None, shard_id: str) -> None:
-    if isinstance(refusal, LeaseExpired):
-        raise LeaseExpiredError(f"{refusal.role} {refusal.id} of shard {shard_id} expired; reopen it")
-    if isinstance(refusal, Rejected):
-        raise InvalidUsage(f"shard {shard_id}: {refusal.reason}")
-
-
-def _frontier(value: Frontier | int) -> Frontier:
-    return value if isinstance(value, Frontier) else Frontier.at(value)
-
-
 def _check_times(updates: Sequence[Update], lower: Frontier, upper: Frontier) -> None:
     if lower.is_empty:
         raise InvalidUsage("cannot append at or after the empty frontier (the shard is closed)")
@@ -346,7 +327,7 @@ class WriteHandle:
         """Appends `updates` (times in `[lower, upper)`) by possibly replicated writers
         writing identical data: a range already written by a replica is skipped.
         Returns `UpperMismatch` if the shard's upper is below `lower` (a gap)."""
-        rows, lo, hi = list(updates), _frontier(lower), _frontier(upper)
+        rows, lo, hi = list(updates), Frontier.of(lower), Frontier.of(upper)
         _check_times(rows, lo, hi)
         while True:
             result = await self._write(rows, lo, hi, expected=None)
@@ -365,7 +346,7 @@ class WriteHandle:
     ) -> Appended | UpperMismatch:
         """Appends `updates` iff the shard's upper is `expected_upper`, linearized
         with every other writer; else returns `UpperMismatch(current upper)`."""
-        rows, lo, hi = list(updates), _frontier(expected_upper), _frontier(new_upper)
+        rows, lo, hi = list(updates), Frontier.of(expected_upper), Frontier.of(new_upper)
         _check_times(rows, lo, hi)
         return await self._write(rows, lo, hi, expected=lo)
 
@@ -404,7 +385,7 @@ class WriteHandle:
                     self.upper = refusal.current
                     return refusal
                 self._expired = isinstance(refusal, LeaseExpired)
-                _raise_refusal(refusal, self.shard_id)
+                raise_refusal(refusal, self.shard_id)
             if rows:
                 counters.batches_written += 1
                 counters.bytes_written += size
@@ -446,175 +427,3 @@ class WriteHandle:
             if refusal is not None:
                 self._expired = True
                 return
-
-
-@final
-class ReadHandle:
-    """Reads one shard at times at or beyond its since, which it holds back."""
-
-    def __init__(self, client: PersistClient, machine: Machine, reader_id: str, since: Frontier) -> None:
-        self._client = client
-        self._m = machine
-        self.reader_id = reader_id
-        self.shard_id = machine.shard_id
-        self.since = since
-        self._expired = False
-        self._reading: list[int] = []  # seqnos of states being read from right now
-        self._listens: list[Listen] = []
-
-    def _check(self) -> None:
-        if self._expired:
-            raise LeaseExpiredError(f"reader {self.reader_id} of shard {self.shard_id} expired; reopen it")
-
-    def _check_as_of(self, as_of: int) -> None:
-        if not self.since.less_equal(as_of):
-            raise InvalidUsage(f"cannot read shard {self.shard_id} as of {as_of}: below its since {self.since}")
-
-    async def _wait_upper_beyond(self, ts: int) -> ShardState:
-        state = self._m.state
-        while state.upper.less_equal(ts):
-            state = await self._m.wait_for_change()
-        return state
-
-    async def _fetch(self, state: ShardState, lo: int, hi: Frontier) -> list[Update]:
-        """Every update of `state`'s batches with a time in `[lo, hi)`."""
-        rt, blob = self._client.rt, self._client.blob
-        if self.reader_id not in state.readers:
-            # Expired (by another process's transition): our since and seqno hold no
-            # longer protect anything, so nothing read now could be trusted.
-            self._expired = True
-            self._check()
-        out: list[Update] = []
-        self._reading.append(state.seqno)
-        try:
-            for b in state.batches:
-                # A batch's times lie in [lower, upper), or at its since if compaction
-                # forwarded them there: skip batches that cannot reach [lo, hi).
-                if b.key is None or hi.less_equal(b.lower):
-                    continue
-                if b.upper.ts is not None and b.upper.ts <= lo and b.since < lo:
-                    continue
-                key = b.key
-                data = await retry_external(rt, functools.partial(blob.get, key), idempotent=True)
-                if data is None:
-                    # Our seqno hold protects this blob unless our lease expired (and
-                    # the hold with it): say so; anything else is a GC bug.
-                    fresh = await self._m.fetch()
-                    if fresh is not None and self.reader_id not in fresh.readers:
-                        self._expired = True
-                        self._check()
-                    raise InvalidUsage(f"shard {self.shard_id}: batch {key} vanished while held (GC bug)")
-                out.extend(u for u in decode_batch(data) if u.ts >= lo and not hi.less_equal(u.ts))
-        finally:
-            self._reading.remove(state.seqno)
-        return out
-
-    async def snapshot(self, as_of: int) -> list[Update]:
-        """The collection's contents at `as_of`: consolidated updates, each at time
-        `as_of`. Waits while `as_of` is not yet complete (`as_of >= upper`)."""
-        self._check()
-        self._check_as_of(as_of)
-        state = await self._wait_upper_beyond(as_of)
-        rows = await self._fetch(state, 0, Frontier.at(as_of + 1))
-        return [u._replace(ts=as_of) for u in consolidate(rows, since=as_of)]
-
-    def listen(self, as_of: int) -> Listen:
-        """Every update at times after `as_of`, in time order by batches, with
-        progress; together with `snapshot(as_of)` it reproduces the collection."""
-        self._check()
-        self._check_as_of(as_of)
-        listen = Listen(self, as_of + 1)
-        self._listens.append(listen)
-        return listen
-
-    async def downgrade_since(self, new_since: Frontier | int) -> None:
-        """Promises never to read before `new_since`, letting compaction forward
-        times up to it. Must stay below the progress of this handle's listens."""
-        self._check()
-        since = _frontier(new_since)
-        for listen in self._listens:
-            if not since.less_than(listen.frontier) and not since.is_empty:
-                raise InvalidUsage(
-                    f"since {since} must stay below the progress {listen.frontier} of an active listen"
-                )
-        await self._update(since)
-
-    async def _update(self, since: Frontier) -> None:
-        lease = self._m.cfg.lease_ms
-        # The hold is computed from the state the command is applied to: this handle
-        # reads only states at least that new from now on (the machine never goes
-        # back), except those it is reading right now. A hold taken from a stale
-        # cached state would keep GC from reclaiming anything newer.
-        state, refusal = await self._m.apply(
-            "downgrade_since",
-            lambda s: downgrade_since(
-                s, reader_id=self.reader_id, new_since=since,
-                seqno_hold=min(self._reading, default=s.seqno),
-                now_ms=self._client.rt.wall_ms(), lease_ms=lease,
-            ),
-        )
-        if refusal is not None:
-            self._expired = isinstance(refusal, LeaseExpired)
-            _raise_refusal(refusal, self.shard_id)
-        self.since = state.readers[self.reader_id].since
-        if state.garbage or (state.since.is_empty and state.upper.is_empty):
-            self._client._request_maintenance(self.shard_id)
-
-    async def fetch_recent_upper(self) -> Frontier:
-        """The shard's upper, linearized (reads the Consensus head)."""
-        self._check()
-        state = await self._m.fetch()
-        assert state is not None
-        return state.upper
-
-    async def expire(self) -> None:
-        self._expired = True
-        await self._m.apply("expire_reader", lambda s: expire_reader(s, self.reader_id))
-
-    async def _heartbeat(self) -> None:
-        lease = self._m.cfg.lease_ms
-        while True:
-            await self._client.rt.sleep(lease / 1000 * self._client.config.heartbeat_fraction)
-            if self._expired:  # set by expire() or a failed use while we slept
-                return
-            try:
-                await self._update(self.since)
-            except LeaseExpiredError:
-                return
-            except ExternalError:
-                continue  # as for writers: the lease may lapse, the client lives on
-
-
-@final
-class Listen:
-    """An async iterator of `ListenBatch`es (see `ReadHandle.listen`)."""
-
-    def __init__(self, handle: ReadHandle, frontier: int) -> None:
-        self._h = handle
-        self.frontier = frontier  # every update before this was handed out
-
-    def __aiter__(self) -> AsyncIterator[ListenBatch]:
-        return self._iterate()
-
-    def close(self) -> None:
-        """Stops holding the handle's since back (iteration's end also does this)."""
-        if self in self._h._listens:
-            self._h._listens.remove(self)
-
-    async def _iterate(self) -> AsyncIterator[ListenBatch]:
-        try:
-            while True:
-                self._h._check()
-                state = await self._h._wait_upper_beyond(self.frontier)
-                upper = state.upper
-                rows = await self._h._fetch(state, self.frontier, upper)
-                rows.sort(key=lambda u: u.ts)
-                if upper.ts is not None:
-                    # Before the yield: once the consumer holds the batch, `frontier`
-                    # must say how far it has been given data.
-                    self.frontier = upper.ts
-                yield ListenBatch(rows, upper)
-                if upper.is_empty:
-                    return
-        finally:
-            self.close()

@@ -28,6 +28,11 @@ class Frontier:
     def at(cls, ts: int) -> Frontier:
         return cls(ts)
 
+    @classmethod
+    def of(cls, value: Frontier | int) -> Frontier:
+        """`value` itself, or the frontier at it (APIs take either)."""
+        return value if isinstance(value, Frontier) else cls(value)
+
     @property
     def is_empty(self) -> bool:
         return self.ts is None

@@ -29,6 +29,7 @@ from persist.location import (
     Determinate,
     ExternalError,
     Indeterminate,
+    InvalidUsage,
     SeqNo,
     VersionedData,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "Refusal",
     "Rejected",
     "UpperMismatch",
+    "raise_refusal",
     "rollup_key",
 ]
 
@@ -93,6 +95,15 @@ Refusal = UpperMismatch | LeaseExpired | Rejected
 
 class LeaseExpiredError(CoordsimError):
     """A handle's lease expired (its id is retired for good); open a new handle."""
+
+
+def raise_refusal(refusal: Refusal | None, shard_id: str) -> None:
+    """Turns a handle's refusal into its error (an expired lease, a rejected
+    command); `UpperMismatch` is an answer, not an error, and is left to the caller."""
+    if isinstance(refusal, LeaseExpired):
+        raise LeaseExpiredError(f"{refusal.role} {refusal.id} of shard {shard_id} expired; reopen it")
+    if isinstance(refusal, Rejected):
+        raise InvalidUsage(f"shard {shard_id}: {refusal.reason}")
 
 
 # --- Commands ---------------------------------------------------------------------------
