@@ -8,8 +8,10 @@ unique across the inputs (they key every partition of the replay).
 
 from __future__ import annotations
 
+import json
 import os
-from typing import TYPE_CHECKING, Any, Final
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, final
 
 from sim.history import EVENTS_FILE, META_FILE, OPS_FILE, SCHEMA_VERSION, HistoryError
 
@@ -19,11 +21,14 @@ if TYPE_CHECKING:
 __all__ = [
     "DDL_KINDS",
     "INF",
+    "KEYS",
     "TABLE_DDL",
-    "cut",
+    "Kept",
+    "elements",
     "expand_traces",
     "load",
     "prepare",
+    "read_facts",
     "table_ops",
 ]
 
@@ -35,14 +40,49 @@ DDL_KINDS: Final = (
 )  # fmt: skip
 TABLE_DDL: Final = ("create-table", "drop-table")
 DATA_KINDS: Final = ("add", "read", "update", "delete")
+#: The partitioning of every per-table frame: each check is per table, so one
+#: shuffle by these puts each table's ops in one partition for all of them.
+KEYS: Final = ("run", "object")
 
 
-def cut(df: Any) -> Any:
-    """`df` computed now and its lineage truncated (a local checkpoint). The
-    checks are deep trees of windows, joins and struct aggregates; planned as
-    one query, Spark's optimizer spends minutes on alias-aware orderings, so
-    each stage is materialized and the next plans from its result."""
-    return df.localCheckpoint(eager=True)
+@final
+class Kept:
+    """The frames one replay materializes, released together when it is done.
+
+    The checks share a few frames (the annotated table ops, their
+    per-element and per-read summaries); each is computed once, here, as a
+    local checkpoint, and every check reads it from memory (spilling to
+    disk). Truncating the lineage matters as much as not recomputing: every
+    DataFrame call re-analyzes its whole plan, and over the uncut plans of
+    the checks that alone took minutes. Adaptive execution is off while a
+    frame is checkpointed so that the frame keeps its hash partitioning by
+    (run, object) (an adaptive plan reports none), and the checks over it
+    then join, group and window without shuffles."""
+
+    def __init__(self, spark: Any) -> None:
+        self._spark = spark
+        self._frames: list[Any] = []
+
+    def __call__(self, df: Any) -> Any:
+        conf = self._spark.conf
+        before = conf.get("spark.sql.adaptive.enabled")
+        conf.set("spark.sql.adaptive.enabled", "false")
+        try:
+            kept = df.localCheckpoint(eager=True)
+        finally:
+            conf.set("spark.sql.adaptive.enabled", before)
+        self._frames.append(kept)
+        return kept
+
+    def release(self) -> None:
+        """Drops the checkpoints' blocks now rather than at the JVM's next
+        garbage collection (a long-lived session, such as the tests', would
+        hold every replay's frames until then)."""
+        for df in self._frames:
+            # No public API unpersists a local checkpoint: its plan is the
+            # checkpointed RDD, which can be.
+            df._jdf.queryExecution().logical().rdd().unpersist(False)
+        self._frames.clear()
 
 
 def _is_remote(path: str) -> bool:
@@ -76,12 +116,19 @@ def expand_traces(paths: Sequence[str]) -> list[str]:
     return out
 
 
-def load(spark: Any, traces: Sequence[str]) -> tuple[Any, Any, Any]:
-    """(ops, events, meta) DataFrames of the given trace directories.
+#: The columns of `load`'s meta frame.
+META_SCHEMA: Final = "run string, config string, seed bigint, workload string, concurrency string"
+
+
+def load(spark: Any, traces: Sequence[str]) -> tuple[Any, Any, Any, int]:
+    """(ops, events, meta, operations) of the given trace directories.
 
     `meta` has one row per trace: run, config, seed, workload, concurrency —
     the last two from meta.json's extra fields when a producer wrote them
-    (`coordsim compare` does), else derived from the run name.
+    (`coordsim compare` does), else derived from the run name. The meta.json
+    files are read once (by the driver when local, else by Spark) into a
+    local relation, so its consumers do not re-read them; `operations` is the
+    sum of their `ops` fields.
 
     Raises:
         HistoryError: a trace of another schema version.
@@ -90,23 +137,25 @@ def load(spark: Any, traces: Sequence[str]) -> tuple[Any, Any, Any]:
 
     ops = spark.read.parquet(*[f"{t}/{OPS_FILE}" for t in traces])
     events = spark.read.parquet(*[f"{t}/{EVENTS_FILE}" for t in traces])
-    meta = spark.read.option("multiLine", True).json([f"{t}/{META_FILE}" for t in traces])
-    versions = {r[0] for r in meta.select("schema_version").distinct().collect()}
+    if any(_is_remote(t) for t in traces):
+        docs = [r.asDict() for r in spark.read.option("multiLine", True).json([f"{t}/{META_FILE}" for t in traces])
+                .select(F.to_json(F.struct("*")).alias("doc")).collect()]  # fmt: skip
+        metas = [json.loads(d["doc"]) for d in docs]
+    else:
+        # A few hundred bytes per trace: read here, not by a Spark job.
+        metas = [json.loads(Path(t.removeprefix("file://"), META_FILE).read_text()) for t in traces]
+    versions = {m.get("schema_version") for m in metas}
     if versions != {SCHEMA_VERSION}:
-        raise HistoryError(f"traces of schema version(s) {sorted(versions)}; this coordsim reads {SCHEMA_VERSION}")
-    cols = set(meta.columns)
+        raise HistoryError(f"traces of schema version(s) {sorted(map(str, versions))}; this coordsim reads {SCHEMA_VERSION}")
     # Without workload/concurrency fields, the run name stands for both (one
     # run = one workload at one concurrency), so nothing is merged wrongly.
-    workload = F.col("workload").cast("string") if "workload" in cols else F.lit(None).cast("string")
-    conc = F.col("concurrency").cast("string") if "concurrency" in cols else F.lit(None).cast("string")
-    meta = meta.select(
-        F.col("run").cast("string").alias("run"),
-        F.col("config").cast("string").alias("config"),
-        F.col("seed").cast("long").alias("seed"),
-        F.coalesce(workload, F.col("run").cast("string")).alias("workload"),
-        F.coalesce(conc, F.lit("-")).alias("concurrency"),
-    )
-    return ops, events, meta
+    rows = [
+        (str(m["run"]), str(m["config"]), int(m["seed"]), str(m["run"] if m.get("workload") is None else m["workload"]),
+         "-" if m.get("concurrency") is None else str(m["concurrency"]))
+        for m in metas
+    ]  # fmt: skip
+    meta = spark.createDataFrame(rows, META_SCHEMA)
+    return ops, events, meta, sum(int(m.get("ops") or 0) for m in metas)
 
 
 def prepare(ops: Any) -> Any:
@@ -115,7 +164,10 @@ def prepare(ops: Any) -> Any:
     from pyspark.sql import functions as F
 
     return ops.select(
-        F.col("run").cast("string").alias("run"),
+        # `run` as read (a string): a no-op cast's alias is dropped by the
+        # optimizer, and a checkpoint of a frame partitioned by the unaliased
+        # column would then lose its partitioning.
+        F.col("run"),
         F.col("op_id"),
         F.col("kind").cast("string").alias("kind"),
         F.col("object"),
@@ -135,14 +187,68 @@ def prepare(ops: Any) -> Any:
     )
 
 
-def table_ops(ops: Any) -> Any:
+def table_ops(ops: Any, partitions: int) -> Any:
     """Ops on table names only (`sim.checker.tables.index_tables`): a name that
-    any index/view/cluster DDL touches is not a table of elements."""
+    any index/view/cluster DDL touches is not a table of elements. Hash
+    partitioned by `KEYS` into `partitions`: the one shuffle of the table
+    checks (they all join, group and window within a table)."""
     from pyspark.sql import functions as F
 
     derived = (
         ops.filter(F.col("kind").isin(*[k for k in DDL_KINDS if k not in TABLE_DDL]))
-        .select("run", "object")
+        .select(*KEYS)
         .distinct()
     )
-    return ops.filter(F.col("object").isNotNull()).join(derived, ["run", "object"], "left_anti")
+    # The names are few (one per index/view/cluster DDL): broadcast, so the
+    # partitioned side stays as it is.
+    return (
+        ops.filter(F.col("object").isNotNull())
+        .repartition(partitions, *KEYS)
+        .join(F.broadcast(derived), list(KEYS), "left_anti")
+    )
+
+
+def elements(t: Any) -> Any:
+    """One row per (run, object, element) added: its last non-failed add
+    (`a_op_id`, `a_inv`, `a_e`, `a_status`; null if every add of it failed)
+    and its first failed add (`f_id`) — the writer the named checks blame.
+    Computed once and shared: the element-level joins of every check look
+    elements up here instead of re-exploding and re-grouping the adds."""
+    from pyspark.sql import functions as F
+
+    st = F.col("status")
+    g = (
+        t.filter(F.col("kind") == "add")
+        .select(*KEYS, "op_id", "inv", "e", "status", F.explode("elements").alias("el"))
+        .groupBy(*KEYS, "el")
+        .agg(
+            F.max(F.when(st != "fail", F.struct("op_id", "inv", "e", "status"))).alias("a"),
+            F.min(F.when(st == "fail", F.col("op_id"))).alias("f_id"),
+        )
+    )
+    return g.select(*KEYS, "el", F.col("a.op_id").alias("a_op_id"), F.col("a.inv").alias("a_inv"),
+                    F.col("a.e").alias("a_e"), F.col("a.status").alias("a_status"), "f_id")  # fmt: skip
+
+
+def read_facts(t: Any, elems: Any) -> Any:
+    """Per ok read of a table without UPDATE/DELETE (`mutated` = 0) that
+    returned something: `ff`, the first element (in result order) no add had
+    begun by the read's end (null: none), and `got`, how many distinct
+    elements it returned that were acknowledged before it began.
+
+    This is the one pass over every returned element: each is looked up in
+    `elems` hashed per partition (the reads stream past it, unsorted), and
+    the lookups are summed per read, so no per-element row outlives it."""
+    from pyspark.sql import functions as F
+
+    # Positions in the distinct result keep the order of first occurrences,
+    # which is all the first-element rule looks at.
+    r = t.filter((F.col("mutated") == 0) & (F.col("kind") == "read") & (F.col("status") == "ok")).select(
+        *KEYS, "op_id", "inv", "e", F.posexplode(F.array_distinct("result")).alias("pos", "el")
+    )
+    x = r.join(elems.hint("shuffle_hash"), [*KEYS, "el"], "left")
+    future = F.col("a_op_id").isNull() | (F.col("a_inv") > F.col("e"))
+    return x.groupBy(*KEYS, "op_id").agg(
+        F.min(F.when(future, F.struct("pos", "el", "a_op_id", "f_id"))).alias("ff"),
+        F.count(F.when((F.col("a_status") == "ok") & (F.col("a_e") < F.col("inv")), 1)).alias("got"),
+    )

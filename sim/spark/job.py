@@ -17,17 +17,28 @@ import argparse
 import os
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
 __all__ = ["ReplayResult", "main", "replay", "write_report"]
 
-#: Above this many operations in all, joins never broadcast.
-LARGE_OPS: Final = 200_000
+#: Table partitions per this many operations, when the session does not set
+#: `spark.sql.shuffle.partitions` (never fewer than the cores).
+OPS_PER_PARTITION: Final = 500_000
+#: SQL settings for the duration of a replay. The checks are planned around
+#: one partitioning by (run, object): joins on (run, object, …) must reuse it
+#: rather than reshuffle, and nothing is broadcast unless a check asks (size
+#: estimates of persisted frames are guesses; a wrong guess exhausts the driver).
+REPLAY_CONF: Final = {
+    "spark.sql.requireAllClusterKeysForCoPartition": "false",
+    "spark.sql.autoBroadcastJoinThreshold": "-1",
+    "spark.sql.adaptive.enabled": "true",
+}
 #: Anomaly rows shown in report.md (the Parquet table has all of them).
 REPORT_ROWS: Final = 50
 
@@ -57,50 +68,75 @@ def replay(
     Raises:
         HistoryError: a path holds no trace, or one of another schema version.
     """
-    from sim.spark.frames import expand_traces, load
+    from sim.spark.frames import Kept, expand_traces, load
     from sim.spark.metrics import metrics
     from sim.spark.verify import anomalies, verdicts
 
     t0 = time.perf_counter()
     dirs = expand_traces(traces)
-    ops, events, meta = load(spark, dirs)
-    meta = meta.cache()
-    n_ops = meta.join(spark.read.option("multiLine", True).json([f"{d}/meta.json" for d in dirs])
-                      .selectExpr("CAST(run AS STRING) AS run", "CAST(ops AS BIGINT) AS n"), "run") \
-        .agg({"n": "sum"}).collect()[0][0] or 0
-    if n_ops > LARGE_OPS:
-        # Row estimates after the checkpoints are low; a broadcast of a
-        # million-row side exhausts the driver. Shuffle joins scale.
-        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "-1")
-    an = anomalies(ops)
-    if out is None:
-        an = an.cache()
-        n = an.count()
-        bad = an.select("run").distinct().count()
-        runs = meta.count()
-        an.unpersist()
-        return ReplayResult(runs, bad, n, time.perf_counter() - t0, None)
-    o = Path(out) if "://" not in str(out) else None
-    base = str(out).rstrip("/")
-    an.orderBy("run", "anomaly", "op_id").write.mode("overwrite").parquet(f"{base}/anomalies.parquet")
-    an = spark.read.parquet(f"{base}/anomalies.parquet")
-    v = verdicts(ops, an, meta)
-    v.write.mode("overwrite").parquet(f"{base}/verdicts.parquet")
-    v_rows = [r.asDict() for r in spark.read.parquet(f"{base}/verdicts.parquet").orderBy("run").collect()]
-    m_rows: list[dict[str, Any]] = []
-    w_rows: list[dict[str, Any]] = []
-    if with_metrics:
-        comp, windows = metrics(ops, events, meta)
-        comp.write.mode("overwrite").parquet(f"{base}/metrics.parquet")
-        windows.write.mode("overwrite").parquet(f"{base}/windows.parquet")
-        m_rows = [r.asDict() for r in spark.read.parquet(f"{base}/metrics.parquet").collect()]
-        w_rows = [r.asDict() for r in spark.read.parquet(f"{base}/windows.parquet").collect()]
-    shown = [r.asDict() for r in an.orderBy("run", "anomaly", "op_id").limit(REPORT_ROWS).collect()]
-    total = an.count()
+    ops, events, meta, n_ops = load(spark, dirs)
+    keep = Kept(spark)
+    with _sql_conf(spark, REPLAY_CONF):
+        try:
+            an = anomalies(ops, meta, keep, _partitions(spark, n_ops))
+            if out is None:
+                an = keep(an)
+                n = an.count()
+                bad = an.select("run").distinct().count()
+                return ReplayResult(meta.count(), bad, n, time.perf_counter() - t0, None)
+            base = str(out).rstrip("/")
+            # One sorted file: the anomalies are few. (A global orderBy would
+            # compute every check twice: once to sample the range bounds.)
+            an.repartition(1).sortWithinPartitions("run", "anomaly", "op_id").write.mode("overwrite").parquet(
+                f"{base}/anomalies.parquet"
+            )
+        finally:
+            keep.release()
+        o = Path(out) if "://" not in str(out) else None
+        an = spark.read.parquet(f"{base}/anomalies.parquet")
+        v = verdicts(ops, an, meta)
+        v.write.mode("overwrite").parquet(f"{base}/verdicts.parquet")
+        v_rows = [r.asDict() for r in spark.read.parquet(f"{base}/verdicts.parquet").orderBy("run").collect()]
+        m_rows: list[dict[str, Any]] = []
+        w_rows: list[dict[str, Any]] = []
+        if with_metrics:
+            comp, windows = metrics(ops, events, meta)
+            comp.write.mode("overwrite").parquet(f"{base}/metrics.parquet")
+            windows.write.mode("overwrite").parquet(f"{base}/windows.parquet")
+            m_rows = [r.asDict() for r in spark.read.parquet(f"{base}/metrics.parquet").collect()]
+            w_rows = [r.asDict() for r in spark.read.parquet(f"{base}/windows.parquet").collect()]
+        shown = [r.asDict() for r in an.orderBy("run", "anomaly", "op_id").limit(REPORT_ROWS).collect()]
+        total = sum(r["anomalies"] for r in v_rows)
     if o is not None:
         write_report(o, v_rows, shown, total, m_rows, w_rows)
     invalid = sum(1 for r in v_rows if r["verdict"] == "invalid")
     return ReplayResult(len(v_rows), invalid, total, time.perf_counter() - t0, o)
+
+
+def _partitions(spark: Any, n_ops: int) -> int:
+    """How many partitions the table ops are hashed into: the session's
+    `spark.sql.shuffle.partitions` if it was set, else about one per
+    `OPS_PER_PARTITION` operations (Spark's default of 200 would make a small
+    replay schedule hundreds of near-empty tasks per stage)."""
+    if spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        return int(spark.conf.get("spark.sql.shuffle.partitions"))
+    return max(int(spark.sparkContext.defaultParallelism), n_ops // OPS_PER_PARTITION)
+
+
+@contextmanager
+def _sql_conf(spark: Any, conf: Mapping[str, str]) -> Iterator[None]:
+    """`conf` set on the session while the block runs, then restored."""
+    before = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
 
 
 def _md_table(rows: Sequence[dict[str, Any]], cols: Sequence[str]) -> list[str]:

@@ -3,8 +3,8 @@ past one process: DDL replayed in `catalog_ts` order, writes in `write_ts`
 order, each read compared with the state at its `read_ts`, and timestamps
 checked against real time.
 
-Everything is windows and joins partitioned by run and table incarnation —
-nothing is collected to the driver. An add-only incarnation (the common case)
+Everything is windows and joins partitioned by run and table (the table
+checks never shuffle: see `frames.KEYS`) — nothing is collected to the driver. An add-only incarnation (the common case)
 is checked by running sums: the count and an order-free hash of the elements
 written up to a read's timestamp must equal the count and hash of what it
 returned. Incarnations with UPDATE/DELETE or filtered reads need the actual
@@ -15,17 +15,23 @@ ids as the in-process checker's, which the tests compare row for row.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from sim.spark.frames import DDL_KINDS, INF, cut
+from sim.spark.frames import DDL_KINDS, INF, KEYS
 
-__all__ = ["ANOMALY_COLUMNS", "WHERE_SCHEMA", "element_hash", "replay_parts"]
+if TYPE_CHECKING:
+    from sim.spark.frames import Kept
+
+__all__ = ["ANOMALY_COLUMNS", "BUCKET_OPS", "WHERE_SCHEMA", "annotate", "element_hash", "replay_parts"]
 
 NAME: Final = "not-strict-serializable"
 ANOMALY_COLUMNS: Final = ("run", "anomaly", "checker", "op_id", "ops", "detail")
 #: The JSON of an op's `args`: `where` values are parsed as strings (Spark
 #: reads a JSON number into a string field as its text), then cast.
 WHERE_SCHEMA: Final = "struct<where:array<array<string>>,`set`:bigint,`add`:bigint,`count`:boolean>"
+#: Operations per real-time bucket (`_realtime`): a run's timeline is cut
+#: into about n / BUCKET_OPS windows of time, so no window holds a whole run.
+BUCKET_OPS: Final = 1 << 16
 
 
 def _F() -> Any:
@@ -75,37 +81,89 @@ def _pred(where: str, var: str = "x") -> str:
 # --- timestamps vs real time ------------------------------------------------------------------
 
 
-def _realtime(ops: Any) -> Any:
+def _realtime(ops: Any, runs: Any, keep: Kept) -> Any:
     """An op whose timestamp is below (a write: not above) the largest of any op
     that completed before it began; per timeline, a running max over ends and
     invokes in time order (an end at the same instant as an invoke is not
-    before it)."""
+    before it).
+
+    A run's timeline is one order, but one window over it would be one task
+    holding the whole run. So time is cut into buckets: the max over ends in
+    earlier buckets is a prefix max over per-bucket maxima (a few rows per
+    run), and only the ends in the op's own bucket need the running max.
+    Timelines are keyed by a number (`runs`: run -> `rid`), so the sorts
+    compare longs, not run names; the op the in-process checker names (of
+    those with the largest timestamp, the earliest to complete) is looked up
+    for the few violations only."""
     F, W = _F(), _W()
     d = (
         ops.filter(F.col("status") == "ok")
         .withColumn("ts", F.greatest("read_ts", "write_ts"))
         .filter(F.col("ts").isNotNull())
-        .select("run", F.lit("data").alias("tl"), "op_id", "inv", "e", "ts",
+        .select("run", F.lit(0).alias("tl"), "op_id", "inv", "e", "ts",
                 (F.col("kind") != "read").cast("int").alias("w"))
     )  # fmt: skip
     is_ddl = F.col("kind").isin(*DDL_KINDS)
     c = (
         ops.filter(F.col("catalog_ts").isNotNull() & (F.col("status") != "info"))
         .filter(~is_ddl | (F.col("status") == "ok"))
-        .select("run", F.lit("catalog").alias("tl"), "op_id", "inv", "e",
+        .select("run", F.lit(1).alias("tl"), "op_id", "inv", "e",
                 F.col("catalog_ts").alias("ts"), is_ddl.cast("int").alias("w"))
     )  # fmt: skip
-    u = d.unionByName(c)
-    ends = u.select("run", "tl", F.col("e").alias("t"), F.lit(1).alias("typ"), "op_id",
-                    F.col("ts").alias("val"), F.lit(None).cast("long").alias("ts"),
-                    F.lit(None).cast("int").alias("w"))  # fmt: skip
-    queries = u.select("run", "tl", F.col("inv").alias("t"), F.lit(0).alias("typ"), "op_id",
+    # Bucket width per run: every invoke is in [lo, hi]; ends before lo (a
+    # malformed trace) go to bucket -1, before every invoke's, and ends after
+    # hi precede no invoke at all.
+    span = (
+        ops.groupBy("run").agg(
+            F.min("inv").alias("lo"), F.max("inv").alias("hi"),
+            F.expr(f"greatest(1L, (max(inv) - min(inv)) div ((count(1) + {BUCKET_OPS - 1}) div {BUCKET_OPS}) + 1)")
+            .alias("width"),
+        )
+        .join(F.broadcast(runs), "run")
+    )  # fmt: skip
+
+    def bucket(t: str) -> Any:
+        return F.when(F.col(t) < F.col("lo"), F.lit(-1)).otherwise(F.expr(f"({t} - lo) div width"))
+
+    # Kept: read twice (the events and the bucket maxima) and small per row.
+    u = keep(
+        d.unionByName(c).join(F.broadcast(span), "run")
+        .select((F.col("rid") * 2 + F.col("tl")).alias("g"), "op_id", "inv", "e", "ts", "w",
+                F.when(F.col("e") <= F.col("hi"), bucket("e")).alias("be"), bucket("inv").alias("bi"))
+    )  # fmt: skip
+    ends = u.filter(F.col("be").isNotNull()).select(
+        "g", F.col("be").alias("b"), F.col("e").alias("t"), F.lit(1).alias("typ"), "op_id",
+        F.col("ts").alias("val"), F.lit(None).cast("long").alias("ts"), F.lit(None).cast("int").alias("w"),
+    )
+    queries = u.select("g", F.col("bi").alias("b"), F.col("inv").alias("t"), F.lit(0).alias("typ"), "op_id",
                        F.lit(None).cast("long").alias("val"), "ts", "w")  # fmt: skip
-    win = W.partitionBy("run", "tl").orderBy("t", "typ", "op_id").rowsBetween(W.unboundedPreceding, 0)
-    q = ends.unionByName(queries).withColumn("need", F.max("val").over(win)).filter(F.col("typ") == 0)
-    bad = q.filter(F.col("need").isNotNull() & ((F.col("ts") - F.col("w")) < F.col("need")))
-    first = u.groupBy("run", "tl", "ts").agg(F.min(F.struct("e", "op_id")).op_id.alias("a"))
-    bad = bad.join(first.withColumnRenamed("ts", "need"), ["run", "tl", "need"])
+    win = W.partitionBy("g", "b").orderBy("t", "typ", "op_id").rowsBetween(W.unboundedPreceding, 0)
+    q = ends.unionByName(queries).withColumn("inb", F.max("val").over(win)).filter(F.col("typ") == 0)
+    buckets = (
+        u.select("g", F.col("be").alias("b"), F.col("ts").alias("val")).filter(F.col("b").isNotNull())
+        .unionByName(u.select("g", F.col("bi").alias("b"), F.lit(None).cast("long").alias("val")))
+        .groupBy("g", "b").agg(F.max("val").alias("bmax"))
+    )  # fmt: skip
+    earlier = W.partitionBy("g").orderBy("b").rowsBetween(W.unboundedPreceding, -1)
+    pre = buckets.select("g", "b", F.max("bmax").over(earlier).alias("pre"))
+    # Buckets are few (about ops / BUCKET_OPS per run): broadcast.
+    bad = (
+        q.join(F.broadcast(pre), ["g", "b"])
+        .withColumn("need", F.greatest("pre", "inb"))
+        .filter(F.col("need").isNotNull() & ((F.col("ts") - F.col("w")) < F.col("need")))
+        .select("g", "op_id", "ts", "need")
+    )
+    # The op that set the bound: the earliest to complete with that timestamp.
+    first = (
+        u.join(bad.select("g", F.col("need").alias("ts")).distinct().hint("shuffle_hash"), ["g", "ts"])
+        .groupBy("g", "ts").agg(F.min(F.struct("e", "op_id")).op_id.alias("a"))
+        .withColumnRenamed("ts", "need")
+    )  # fmt: skip
+    bad = (
+        bad.join(first, ["g", "need"])
+        .join(F.broadcast(runs), F.col("rid") == F.expr("g div 2"))
+        .withColumn("tl", F.when(F.expr("g % 2") == 1, "catalog").otherwise("data"))
+    )
     return anomaly(
         bad, NAME, "replay", F.col("op_id"), F.array("a", "op_id"),
         F.format_string("%s timestamp %d below %d of op %d, which completed before it began",
@@ -116,170 +174,184 @@ def _realtime(ops: Any) -> Any:
 # --- catalog ----------------------------------------------------------------------------------
 
 
-def _catalog(tops: Any) -> tuple[Any, Any]:
-    """(anomalies, table ops with their incarnation): DDL replayed in
-    catalog_ts order per table; each table op's catalog_ts must see the table
-    (an unknown-table failure must not). The incarnation is the create's op id,
-    or -1 for a table that existed from the start."""
+def annotate(tops: Any) -> Any:
+    """The table ops (`frames.table_ops`) with what every later check needs to
+    know about their table, in one pass:
+
+    - `mutated`: 1 if the table has a non-failed UPDATE/DELETE (the named
+      element rules skip such tables);
+    - `inc`: the incarnation the op acted on, from DDL replayed in catalog_ts
+      order — the create's op id, -1 for a table that existed from the start,
+      null for an op outside any (failed, unplaceable, or in an unchecked table);
+    - `cat_bad`, `cause`: the op's view of the catalog at its catalog_ts is
+      wrong (an unknown-table failure where the table existed, a success
+      where it did not), and the DDL that decided it;
+    - `in_ddl`: a create/drop that takes part in the replay (`_catalog`).
+
+    Windows over each table in catalog_ts order, and no join: the input is
+    read and sorted once (each extra reference to it would be one more
+    shuffle of it, as every check prunes it to different columns)."""
     F, W = _F(), _W()
     st, k, cts = F.col("status"), F.col("kind"), F.col("catalog_ts")
     is_top = k.isin("add", "read", "update", "delete") & ((st != "fail") | (F.col("error_code") == "42P01"))
     is_create = (k == "create-table") & (st != "fail")
     is_drop = (k == "drop-table") & (st != "fail")
-    per = tops.groupBy("run", "object").agg(
-        F.max(F.when(is_top & (st == "ok"), cts)).alias("ok_max_cts"),
-        F.max(F.when(is_top & (st == "fail"), cts)).alias("unk_max_cts"),
-        F.max((is_top & ((st == "ok") | ((k == "add") & (st == "info")))).cast("int")).alias("any_ok"),
-        F.max(((is_create | is_drop) & cts.isNull() & (st == "ok")).cast("int")).alias("unplaceable"),
-        F.sum((is_create | is_drop).cast("int")).alias("n_ddl_all"),
+    # One sort by catalog_ts serves both windows: the facts over the whole
+    # table, then the DDL replayed up to each op (a range frame takes in the
+    # DDL at the op's own catalog_ts; of those, the last by op id counts).
+    by_cts = W.partitionBy(*KEYS).orderBy("catalog_ts")
+    table = by_cts.rowsBetween(W.unboundedPreceding, W.unboundedFollowing)
+    x = tops.select(
+        "*",
+        F.max(F.when(is_top & (st == "ok"), cts)).over(table).alias("ok_max_cts"),
+        F.max(F.when(is_top & (st == "fail"), cts)).over(table).alias("unk_max_cts"),
+        F.max((is_top & ((st == "ok") | ((k == "add") & (st == "info")))).cast("int")).over(table).alias("any_ok"),
+        F.max(((is_create | is_drop) & cts.isNull() & (st == "ok")).cast("int")).over(table).alias("unplaceable"),
+        F.sum((is_create | is_drop).cast("int")).over(table).alias("n_ddl_all"),
+        F.max((k.isin("update", "delete") & (st != "fail")).cast("int")).over(table).alias("mutated"),
     )
-    t = tops.join(per, ["run", "object"])
-    ddl = t.filter(
+    # A create/drop is replayed if it has a catalog_ts and, when indeterminate,
+    # some op saw its effect.
+    replayed = F.coalesce(
         (is_create & cts.isNotNull() & ((st != "info") | (F.col("ok_max_cts") >= cts)))
-        | (is_drop & cts.isNotNull() & ((st != "info") | (F.col("unk_max_cts") >= cts)))
-    ).select("run", "object", "op_id", "catalog_ts", (k == "create-table").alias("is_create"))
-    n_ddl = ddl.groupBy("run", "object").agg(
-        F.count("*").alias("n_ddl"),
-        F.min(F.struct("catalog_ts", "op_id", "is_create")).is_create.alias("first_create"),
+        | (is_drop & cts.isNotNull() & ((st != "info") | (F.col("unk_max_cts") >= cts))),
+        F.lit(False),
+    )  # fmt: skip
+    ddl = F.when(F.col("replayed"), F.struct("catalog_ts", "op_id", (k == "create-table").alias("is_create")))
+    x = x.withColumn("replayed", replayed).select(
+        "*",
+        F.sum(F.col("replayed").cast("int")).over(table).alias("n_ddl"),
+        F.min(ddl).over(table).is_create.alias("first_create"),
+        F.max(ddl).over(by_cts.rangeBetween(W.unboundedPreceding, W.currentRow)).alias("last"),
     )
-    per = per.join(n_ddl, ["run", "object"], "left").fillna({"n_ddl": 0})
-    checked = per.filter(~((F.col("unplaceable") == 1) | ((F.col("n_ddl") == 0) & (F.col("n_ddl_all") > 0))))
-    ddl = ddl.join(checked.select("run", "object"), ["run", "object"], "left_semi")
-    dwin = W.partitionBy("run", "object").orderBy("catalog_ts", "op_id")
-    prev = ddl.withColumn("prev", F.lag("is_create").over(dwin))
-    bad_ddl = prev.filter(F.col("prev") == F.col("is_create"))
+    n = F.col("n_ddl")
+    last = F.col("last")
+    checked = ~((F.col("unplaceable") == 1) | ((n == 0) & (F.col("n_ddl_all") > 0)))
+    # Without DDL in the history, the table existed all along iff some op on
+    # it succeeded; else the last replayed DDL at or before the op's catalog_ts
+    # decides (none: it exists iff the first DDL is a drop).
+    state = (
+        F.when(n == 0, F.when(F.col("any_ok") == 1, F.lit(-1)))
+        .when(last.isNull(), F.when(~F.col("first_create"), F.lit(-1)))
+        .when(last.is_create, last.op_id)
+        .cast("long")
+    )
+    placed = checked & is_top & ((n == 0) | cts.isNotNull())
+    return x.select(
+        *tops.columns,
+        "mutated",
+        F.when(placed & (st != "fail") & state.isNotNull(), state).alias("inc"),
+        (placed & (((st == "fail") & state.isNotNull()) | ((st == "ok") & state.isNull()))).alias("cat_bad"),
+        F.when(n > 0, last.op_id).alias("cause"),
+        (checked & F.col("replayed")).alias("in_ddl"),
+    )
+
+
+def _catalog(t: Any) -> Any:
+    """Catalog anomalies from the annotated ops (`annotate`): DDL that, in
+    catalog_ts order, creates an existing table or drops an absent one, and
+    table ops that saw the catalog wrong."""
+    F, W = _F(), _W()
+    ddl = t.filter("in_ddl").select(*KEYS, "op_id", "catalog_ts", (F.col("kind") == "create-table").alias("is_create"))
+    prev = ddl.withColumn("prev", F.lag("is_create").over(W.partitionBy(*KEYS).orderBy("catalog_ts", "op_id")))
     a_ddl = anomaly(
-        bad_ddl, NAME, "replay", F.col("op_id"), F.array("op_id"),
+        prev.filter(F.col("prev") == F.col("is_create")), NAME, "replay", F.col("op_id"), F.array("op_id"),
         F.when(F.col("is_create"), F.format_string("created %s at catalog_ts %d, but it already existed",
                                                     F.col("object"), F.col("catalog_ts")))
         .otherwise(F.format_string("dropped %s at catalog_ts %d, but it did not exist",
                                    F.col("object"), F.col("catalog_ts"))),
     )  # fmt: skip
-
-    ops = t.filter(is_top).join(
-        checked.select("run", "object", "n_ddl", "first_create"), ["run", "object"]
-    )
-    # Tables without DDL: existed all along iff some op on them succeeded.
-    no_ddl = ops.filter(F.col("n_ddl") == 0).withColumn(
-        "state", F.when(F.col("any_ok") == 1, F.lit(-1)).cast("long")
-    ).withColumn("cause", F.lit(None).cast("long"))
-    with_ddl = ops.filter((F.col("n_ddl") > 0) & cts.isNotNull())
-    ev = with_ddl.select("run", "object", "catalog_ts", F.lit(1).alias("typ"), "op_id",
-                         F.lit(None).alias("ddl"), "status", "error_code", "first_create")  # fmt: skip
-    dd = ddl.join(n_ddl.select("run", "object", "first_create"), ["run", "object"]).select(
-        "run", "object", "catalog_ts", F.lit(0).alias("typ"), "op_id",
-        F.struct("op_id", "is_create").alias("ddl"), F.lit(None).cast("string").alias("status"),
-        F.lit(None).cast("string").alias("error_code"), "first_create",
-    )
-    owin = (W.partitionBy("run", "object").orderBy("catalog_ts", "typ", "op_id")
-            .rowsBetween(W.unboundedPreceding, 0))  # fmt: skip
-    placed = (
-        ev.unionByName(dd)
-        .withColumn("last", F.last("ddl", ignorenulls=True).over(owin))
-        .filter(F.col("typ") == 1)
-        .select(
-            "run", "object", "op_id",
-            F.when(F.col("last").isNull(), F.when(~F.col("first_create"), F.lit(-1)))
-            .when(F.col("last.is_create"), F.col("last.op_id"))
-            .cast("long").alias("state"),
-            F.col("last.op_id").alias("cause"),
-        )
-    )  # fmt: skip
-    placed = with_ddl.select("run", "object", "op_id", "status", "kind").join(placed, ["run", "object", "op_id"])
-    nd = no_ddl.select("run", "object", "op_id", "status", "kind", "state", "cause")
-    allp = placed.unionByName(nd)
-    wrong = allp.filter(
-        ((F.col("status") == "fail") & F.col("state").isNotNull())
-        | ((F.col("status") == "ok") & F.col("state").isNull())
-    )
     a_ops = anomaly(
-        wrong, NAME, "replay", F.col("op_id"),
+        t.filter("cat_bad"), NAME, "replay", F.col("op_id"),
         F.when(F.col("cause").isNull(), F.array("op_id")).otherwise(F.array("cause", "op_id")),
         F.when(F.col("status") == "fail",
                F.format_string("found %s unknown, but the catalog at its catalog_ts has it", F.col("object")))
         .otherwise(F.format_string("succeeded on %s, absent from the catalog at its catalog_ts",
                                    F.col("object"))),
     )  # fmt: skip
-    inc = allp.filter((F.col("status") != "fail") & F.col("state").isNotNull()).select(
-        "run", "object", "op_id", F.col("state").alias("inc")
-    )
-    return a_ddl.unionByName(a_ops), inc
+    return a_ddl.unionByName(a_ops)
 
 
 # --- data -------------------------------------------------------------------------------------
 
 
-def _data(tops: Any, inc: Any) -> list[Any]:
-    """Reads against the writes replayed in write_ts order, per incarnation."""
+def _data(t: Any, keep: Kept) -> list[Any]:
+    """Reads against the writes replayed in write_ts order, per incarnation.
+
+    One window over each incarnation's ops, in (key, op id) order, gives at
+    once its per-incarnation facts (mutated? filtered reads? the horizon past
+    which reads are unknowable) and, for add-only incarnations, the running
+    count and hashes every read is compared with. Only the few rows that need
+    more (mismatching reads, incarnations with mutations) go further."""
     F, W = _F(), _W()
-    x = tops.join(inc, ["run", "object", "op_id"]).withColumn("a", F.from_json("args", WHERE_SCHEMA))
     k, st = F.col("kind"), F.col("status")
-    keys = ["run", "object", "inc"]
-    # Incarnations whose reads need real sets: mutations or filtered reads.
-    complex_inc = x.groupBy(*keys).agg(
-        F.max(k.isin("update", "delete").cast("int")).alias("mutated"),
-        F.max(((k == "read") & (st == "ok") & (F.size(F.coalesce("a.where", F.array())) > 0)).cast("int"))
-        .alias("filtered"),
-    )
-    x = x.join(complex_inc, keys)
+    keys = [*KEYS, "inc"]
+    x = t.filter(F.col("inc").isNotNull()).withColumn("a", F.from_json("args", WHERE_SCHEMA))
     # Indeterminate adds count iff some read of the incarnation returned one of
-    # their elements.
-    info_adds = x.filter((k == "add") & (st == "info"))
-    seen_els = (
-        x.filter((k == "read") & (st == "ok"))
-        .join(info_adds.select(*keys).distinct(), keys, "left_semi")
-        .select(*keys, F.explode("result").alias("el"))
-        .distinct()
-    )
+    # their elements (few adds: hashed, and every read's elements stream past).
+    info_els = x.filter((k == "add") & (st == "info")).select(*keys, "op_id", F.explode("elements").alias("el"))
     seen = (
-        info_adds.select(*keys, "op_id", F.explode("elements").alias("el"))
-        .join(seen_els, [*keys, "el"], "left_semi")
-        .select(*keys, "op_id").distinct().withColumn("seen", F.lit(True))
+        x.filter((k == "read") & (st == "ok"))
+        .select(*keys, F.explode("result").alias("el"))
+        .join(info_els.hint("shuffle_hash"), [*keys, "el"])
+        .select(*KEYS, "op_id").distinct().withColumn("seen", F.lit(True))
     )  # fmt: skip
-    x = x.join(seen, [*keys, "op_id"], "left").fillna({"seen": False})
+    seen = keep(seen)
+    x = x.join(seen.hint("shuffle_hash"), [*KEYS, "op_id"], "left").fillna({"seen": False})
     wts = F.col("write_ts")
-    unc = x.filter(k != "read").select(
-        *keys,
+    # The horizon of an incarnation: the earliest write_ts from which its
+    # reads are unknowable (a write that cannot be placed: from the start).
+    # An unseen indeterminate add counts only in incarnations with mutations
+    # (it may have been deleted unseen), so it is kept apart until that is known.
+    placed_unc = (
         F.when((st == "ok") & wts.isNull(), F.lit(-1))
         .when((st == "info") & (k != "add"), F.coalesce(wts, F.lit(-1)))
         .when((st == "info") & F.col("seen") & wts.isNull(), F.lit(-1))
-        .when((st == "info") & ~F.col("seen") & (F.col("mutated") == 1), F.coalesce(wts, F.lit(-1)))
-        .alias("u"),
     )
-    horizon = unc.groupBy(*keys).agg(F.min("u").alias("horizon"))
-    x = cut(x.join(horizon, keys, "left").withColumn("horizon", F.coalesce("horizon", F.lit(INF))))
+    unseen_unc = F.when(placed_unc.isNull() & (st == "info") & ~F.col("seen"), F.coalesce(wts, F.lit(-1)))
     is_write = (k != "read") & wts.isNotNull() & ((st == "ok") | ((k == "add") & (st == "info") & F.col("seen")))
     is_read = (k == "read") & (st == "ok") & F.col("read_ts").isNotNull()
-    ev = x.filter(is_write | is_read).withColumn(
-        "key", F.when(is_read, F.col("read_ts") * 2 + 1).otherwise(wts * 2)
-    ).withColumn("is_read", is_read)
-    ev = cut(ev)
-    simple = ev.filter((F.col("mutated") == 0) & (F.col("filtered") == 0))
-    cplx = ev.filter((F.col("mutated") == 1) | (F.col("filtered") == 1))
-    run_win = W.partitionBy(*keys).orderBy("key", "op_id").rowsBetween(W.unboundedPreceding, 0)
-    hashed = element_hash("elements")
-    simple = (
-        simple.withColumn("dn", F.when(F.col("is_read"), 0).otherwise(F.size("elements")))
-        .withColumn("d1", F.when(F.col("is_read"), 0).otherwise(hashed.h1))
-        .withColumn("d2", F.when(F.col("is_read"), 0).otherwise(hashed.h2))
-        .withColumn("n", F.sum("dn").over(run_win))
-        .withColumn("s1", F.sum("d1").over(run_win))
-        .withColumn("s2", F.sum("d2").over(run_win))
-        .filter(F.col("is_read") & (F.col("read_ts") < F.col("horizon")))
+    x = x.withColumn("is_read", is_read).withColumn("is_write", is_write).withColumn(
+        "key", F.when(is_read, F.col("read_ts") * 2 + 1).when(is_write, wts * 2)
     )
+    ordered = W.partitionBy(*keys).orderBy("key", "op_id")
+    whole = ordered.rowsBetween(W.unboundedPreceding, W.unboundedFollowing)
+    run_win = ordered.rowsBetween(W.unboundedPreceding, 0)
+    hashed = element_hash("elements")
+    wrote = F.col("is_write")
+    x1 = x.select(
+        "*",
+        F.max(k.isin("update", "delete").cast("int")).over(whole).alias("inc_mutated"),
+        F.max(((k == "read") & (st == "ok") & (F.size(F.coalesce("a.where", F.array())) > 0)).cast("int"))
+        .over(whole).alias("filtered"),
+        F.min(F.when(k != "read", placed_unc)).over(whole).alias("h_placed"),
+        F.min(F.when(k != "read", unseen_unc)).over(whole).alias("h_unseen"),
+        F.sum(F.when(wrote, F.size("elements")).otherwise(0)).over(run_win).alias("n"),
+        F.sum(F.when(wrote, hashed.h1).otherwise(0)).over(run_win).alias("s1"),
+        F.sum(F.when(wrote, hashed.h2).otherwise(0)).over(run_win).alias("s2"),
+    ).withColumn(
+        "horizon",
+        F.coalesce(F.least("h_placed", F.when(F.col("inc_mutated") == 1, F.col("h_unseen"))), F.lit(INF)),
+    )  # fmt: skip
+    simple = (F.col("inc_mutated") == 0) & (F.col("filtered") == 0)
     rh = element_hash("result")
     is_count = F.coalesce("a.count", F.lit(False))
-    simple_bad = simple.filter(
-        F.when(is_count, F.col("count").isNotNull() & (F.col("count") != F.col("n")))
-        .otherwise((F.size("result") != F.col("n")) | (rh.h1 != F.col("s1")) | (rh.h2 != F.col("s2")))
-    ).select(*keys, "op_id", "key", "result", "count", "a", "read_ts")
+    mismatch = F.when(is_count, F.col("count").isNotNull() & (F.col("count") != F.col("n"))).otherwise(
+        (F.size("result") != F.col("n")) | (rh.h1 != F.col("s1")) | (rh.h2 != F.col("s2"))
+    )
+    checked = F.col("is_read") & (F.col("read_ts") < F.col("horizon"))
+    # What goes on: the add-only incarnations' mismatching reads, and every
+    # event of the incarnations with mutations or filtered reads.
+    rest = keep(x1.filter((simple & checked & mismatch) | (~simple & (F.col("is_read") | F.col("is_write")))).select(
+        *keys, "op_id", "kind", "elements", "result", "count", "a", "read_ts", "write_ts", "key", "is_read",
+        "horizon", simple.alias("simple"),
+    ))  # fmt: skip
+    simple_bad = rest.filter("simple").select(*keys, "op_id", "key", "result", "count", "a", "read_ts")
     # The set of a mismatching read's incarnation, for the explanation and the
     # writers to name (few rows: only reads already known to be wrong).
-    written = ev.filter(~F.col("is_read")).select(*keys, F.col("key").alias("wkey"),
-                                                  F.explode("elements").alias("el"))  # fmt: skip
+    written = x.filter("is_write").select(*keys, F.col("key").alias("wkey"), F.explode("elements").alias("el"))
     want = (
-        simple_bad.select(*keys, "op_id", "key")
-        .join(written, keys)
+        written.join(simple_bad.select(*keys, "op_id", "key").hint("shuffle_hash"), keys)
         .filter(F.col("wkey") < F.col("key"))
         .groupBy(*keys, "op_id")
         .agg(F.array_sort(F.collect_set("el")).alias("want"))
@@ -305,7 +377,8 @@ def _data(tops: Any, inc: Any) -> list[Any]:
         f"ELSE filter(acc, x -> NOT {p}) END END"
     )
     cplx = (
-        cplx.withColumn("w", F.when(~F.col("is_read"), wstruct))
+        rest.filter(~F.col("simple"))
+        .withColumn("w", F.when(~F.col("is_read"), wstruct))
         .withColumn("prior", F.collect_list("w").over(before))
         .withColumn("state", F.expr(f"aggregate(prior, CAST(array() AS ARRAY<BIGINT>), (acc, w) -> {step})"))
         .withColumn("hit", F.expr(f"filter(state, x -> {_pred('a.where')})"))
@@ -326,15 +399,17 @@ def _data(tops: Any, inc: Any) -> list[Any]:
                    | (F.array_sort(F.array_distinct("result")) != F.array_sort("hit")))
     ).select(*keys, "op_id", "key", "result", "count", "a", "read_ts", F.array_sort("hit").alias("want"))  # fmt: skip
     bad = simple_bad.unionByName(cbad)
-    # Name the writers of the smallest missing and smallest extra element, as
-    # the in-process checker does: the last add of the incarnation with it.
-    writer = (
-        x.filter(k == "add").select(*keys, "op_id", F.explode("elements").alias("el"))
-        .groupBy(*keys, "el").agg(F.max("op_id").alias("wr"))
-    )  # fmt: skip
     bad = bad.withColumn("miss", F.array_min(F.array_except("want", "result"))).withColumn(
         "extra", F.array_min(F.array_except("result", "want"))
     )
+    # Name the writers of the smallest missing and smallest extra element, as
+    # the in-process checker does: the last add of the incarnation with it.
+    named = bad.select(*keys, F.explode(F.array("miss", "extra")).alias("el")).filter(F.col("el").isNotNull())
+    writer = (
+        x.filter(k == "add").select(*keys, "op_id", F.explode("elements").alias("el"))
+        .join(named.distinct().hint("shuffle_hash"), [*keys, "el"])
+        .groupBy(*keys, "el").agg(F.max("op_id").alias("wr"))
+    )  # fmt: skip
     bad = bad.join(
         writer.select(*keys, F.col("el").alias("miss"), F.col("wr").alias("wm")), [*keys, "miss"], "left"
     ).join(writer.select(*keys, F.col("el").alias("extra"), F.col("wr").alias("we")), [*keys, "extra"], "left")
@@ -357,9 +432,10 @@ def _data(tops: Any, inc: Any) -> list[Any]:
     return [a_mut, a_reads]
 
 
-def replay_parts(ops: Any, tops: Any) -> list[Any]:
+def replay_parts(ops: Any, runs: Any, t: Any, keep: Kept) -> list[Any]:
     """Checker 3's anomalies (`not-strict-serializable`) over prepared ops
-    (`frames.prepare`) and their table subset (`frames.table_ops`), as
-    DataFrames to union (each small, planned on its own)."""
-    cat, inc = _catalog(tops)
-    return [_realtime(ops), cat, *_data(tops, cut(inc))]
+    (`frames.prepare`: the real-time check is per run; `runs` numbers the
+    runs, `rid`) and the annotated table ops (`annotate`), as DataFrames to
+    union; `keep` persists the few intermediate frames more than one of them
+    reads."""
+    return [_realtime(ops, runs, keep), _catalog(t), *_data(t, keep)]

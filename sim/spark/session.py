@@ -78,6 +78,11 @@ def spark_session(
         # In local mode the driver is the executor; Spark's 1 GB default runs
         # out on a million-operation trace.
         b = b.config("spark.driver.memory", os.environ.get("COORDSIM_SPARK_DRIVER_MEMORY", "4g"))
+    # Spark sizes memory pages from the heap (64 MB at a few GB), and a task
+    # of the replay runs dozens of sorts, aggregates and hash joins at once,
+    # each holding a page: with big pages they exhaust the task's share before
+    # any has data to spill. Small pages cost nothing measurable.
+    b = b.config("spark.buffer.pageSize", "2m")
     for k, v in (conf or {}).items():
         b = b.config(k, v)
     if not verbose:

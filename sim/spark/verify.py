@@ -8,11 +8,14 @@ these names with these op ids are what `check_named` + `check_replay` report
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from sim.spark.frames import cut, prepare, table_ops
+from sim.spark.frames import elements, prepare, read_facts, table_ops
 from sim.spark.named import named_parts
-from sim.spark.replay import replay_parts
+from sim.spark.replay import annotate, replay_parts
+
+if TYPE_CHECKING:
+    from sim.spark.frames import Kept
 
 __all__ = ["COVERED", "anomalies", "verdicts"]
 
@@ -27,15 +30,26 @@ COVERED: Final = {
 }
 
 
-def anomalies(ops: Any) -> Any:
+def anomalies(ops: Any, meta: Any, keep: Kept, partitions: int) -> Any:
     """One row per anomaly: run, anomaly, checker, op_id (the op it is about),
-    ops (every op id involved, in the in-process explanation's order), detail."""
+    ops (every op id involved, in the in-process explanation's order), detail.
+
+    The table ops are shuffled once by (run, object) into `partitions` and
+    annotated (`replay.annotate`); they, their per-element writers, the
+    per-read facts and a few small intermediate frames are materialized with
+    `keep` (the caller releases them once the result is written), and every
+    check reads them from there. `meta` (a row per run) numbers the runs."""
     from functools import reduce
 
-    p = cut(prepare(ops))
-    tops = cut(table_ops(p))
-    parts = [*named_parts(tops), *replay_parts(p, tops)]
-    return cut(reduce(lambda a, b: a.unionByName(b), parts))
+    spark = ops.sparkSession
+    names = sorted(r["run"] for r in meta.select("run").collect())
+    runs = spark.createDataFrame([(n, i) for i, n in enumerate(names)], "run string, rid bigint")
+    p = prepare(ops)
+    t = keep(annotate(table_ops(p, partitions)))
+    elems = keep(elements(t))
+    facts = keep(read_facts(t, elems))
+    parts = [*named_parts(t, elems, facts, keep), *replay_parts(p, runs, t, keep)]
+    return reduce(lambda a, b: a.unionByName(b), parts)
 
 
 def verdicts(ops: Any, anomalies_df: Any, meta: Any) -> Any:
