@@ -30,14 +30,21 @@ __all__ = ["ReplayResult", "main", "replay", "write_report"]
 #: Table partitions per this many operations, when the session does not set
 #: `spark.sql.shuffle.partitions` (never fewer than the cores).
 OPS_PER_PARTITION: Final = 500_000
+#: Below this many operations in all, Spark runs the replay interpreted
+#: (no whole-stage code generation): compiling the checks' code takes longer
+#: than running it on small inputs (the tests' and most sweeps').
+SMALL_OPS: Final = 50_000
 #: SQL settings for the duration of a replay. The checks are planned around
 #: one partitioning by (run, object): joins on (run, object, …) must reuse it
 #: rather than reshuffle, and nothing is broadcast unless a check asks (size
-#: estimates of persisted frames are guesses; a wrong guess exhausts the driver).
+#: estimates of checkpointed frames are guesses; a wrong guess exhausts the
+#: driver). Adaptive execution only adds planning rounds here: the plans have
+#: few shuffles, their partition counts are chosen (`_partitions`) and their
+#: join strategies fixed by hints.
 REPLAY_CONF: Final = {
     "spark.sql.requireAllClusterKeysForCoPartition": "false",
     "spark.sql.autoBroadcastJoinThreshold": "-1",
-    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.adaptive.enabled": "false",
 }
 #: Anomaly rows shown in report.md (the Parquet table has all of them).
 REPORT_ROWS: Final = 50
@@ -74,11 +81,15 @@ def replay(
 
     t0 = time.perf_counter()
     dirs = expand_traces(traces)
-    ops, events, meta, n_ops = load(spark, dirs)
+    ops, events, meta, runs, n_ops = load(spark, dirs)
     keep = Kept(spark)
-    with _sql_conf(spark, REPLAY_CONF):
+    partitions = _partitions(spark, n_ops)
+    conf = {**REPLAY_CONF, "spark.sql.shuffle.partitions": str(partitions)}
+    if n_ops < SMALL_OPS:
+        conf["spark.sql.codegen.wholeStage"] = "false"
+    with _sql_conf(spark, conf):
         try:
-            an = anomalies(ops, meta, keep, _partitions(spark, n_ops))
+            an = anomalies(ops, runs, keep, partitions)
             if out is None:
                 an = keep(an)
                 n = an.count()

@@ -289,14 +289,15 @@ def _data(t: Any, keep: Kept) -> list[Any]:
     x = t.filter(F.col("inc").isNotNull()).withColumn("a", F.from_json("args", WHERE_SCHEMA))
     # Indeterminate adds count iff some read of the incarnation returned one of
     # their elements (few adds: hashed, and every read's elements stream past).
+    # Only the reads of incarnations with such adds are unpacked.
     info_els = x.filter((k == "add") & (st == "info")).select(*keys, "op_id", F.explode("elements").alias("el"))
-    seen = (
-        x.filter((k == "read") & (st == "ok"))
+    seen = keep(
+        x.filter((k == "read") & (st == "ok")).select(*keys, "result")
+        .join(info_els.select(*keys).distinct().hint("shuffle_hash"), keys, "left_semi")
         .select(*keys, F.explode("result").alias("el"))
         .join(info_els.hint("shuffle_hash"), [*keys, "el"])
         .select(*KEYS, "op_id").distinct().withColumn("seen", F.lit(True))
     )  # fmt: skip
-    seen = keep(seen)
     x = x.join(seen.hint("shuffle_hash"), [*KEYS, "op_id"], "left").fillna({"seen": False})
     wts = F.col("write_ts")
     # The horizon of an incarnation: the earliest write_ts from which its
@@ -349,9 +350,14 @@ def _data(t: Any, keep: Kept) -> list[Any]:
     simple_bad = rest.filter("simple").select(*keys, "op_id", "key", "result", "count", "a", "read_ts")
     # The set of a mismatching read's incarnation, for the explanation and the
     # writers to name (few rows: only reads already known to be wrong).
-    written = x.filter("is_write").select(*keys, F.col("key").alias("wkey"), F.explode("elements").alias("el"))
+    bad_keys = simple_bad.select(*keys, "op_id", "key")
+    written = (
+        x.filter("is_write").select(*keys, "key", "elements")
+        .join(bad_keys.select(*keys).distinct().hint("shuffle_hash"), keys, "left_semi")
+        .select(*keys, F.col("key").alias("wkey"), F.explode("elements").alias("el"))
+    )  # fmt: skip
     want = (
-        written.join(simple_bad.select(*keys, "op_id", "key").hint("shuffle_hash"), keys)
+        written.join(bad_keys.hint("shuffle_hash"), keys)
         .filter(F.col("wkey") < F.col("key"))
         .groupBy(*keys, "op_id")
         .agg(F.array_sort(F.collect_set("el")).alias("want"))
@@ -398,21 +404,30 @@ def _data(t: Any, keep: Kept) -> list[Any]:
         .otherwise((F.size("result") != F.size("hit"))
                    | (F.array_sort(F.array_distinct("result")) != F.array_sort("hit")))
     ).select(*keys, "op_id", "key", "result", "count", "a", "read_ts", F.array_sort("hit").alias("want"))  # fmt: skip
-    bad = simple_bad.unionByName(cbad)
-    bad = bad.withColumn("miss", F.array_min(F.array_except("want", "result"))).withColumn(
-        "extra", F.array_min(F.array_except("result", "want"))
+    # Kept: the few wrong reads, which the naming below reads three times.
+    bad = keep(
+        simple_bad.unionByName(cbad)
+        .withColumn("miss", F.array_min(F.array_except("want", "result")))
+        .withColumn("extra", F.array_min(F.array_except("result", "want")))
     )
     # Name the writers of the smallest missing and smallest extra element, as
-    # the in-process checker does: the last add of the incarnation with it.
-    named = bad.select(*keys, F.explode(F.array("miss", "extra")).alias("el")).filter(F.col("el").isNotNull())
-    writer = (
-        x.filter(k == "add").select(*keys, "op_id", F.explode("elements").alias("el"))
-        .join(named.distinct().hint("shuffle_hash"), [*keys, "el"])
-        .groupBy(*keys, "el").agg(F.max("op_id").alias("wr"))
+    # the in-process checker does: the last add of the incarnation with it
+    # (only the adds of incarnations with a wrong read are unpacked).
+    wanted = bad.select(*keys, "op_id", F.explode(F.array(
+        F.struct(F.lit(True).alias("is_miss"), F.col("miss").alias("el")),
+        F.struct(F.lit(False).alias("is_miss"), F.col("extra").alias("el")),
+    )).alias("w")).select(*keys, "op_id", "w.is_miss", "w.el").filter(F.col("el").isNotNull())  # fmt: skip
+    writers = (
+        x.filter(k == "add").select(*keys, F.col("op_id").alias("wr"), "elements")
+        .join(bad.select(*keys).distinct().hint("shuffle_hash"), keys, "left_semi")
+        .select(*keys, "wr", F.explode("elements").alias("el"))
+        .join(wanted.hint("shuffle_hash"), [*keys, "el"])
+        .groupBy(*keys, "op_id").agg(
+            F.max(F.when(F.col("is_miss"), F.col("wr"))).alias("wm"),
+            F.max(F.when(~F.col("is_miss"), F.col("wr"))).alias("we"),
+        )
     )  # fmt: skip
-    bad = bad.join(
-        writer.select(*keys, F.col("el").alias("miss"), F.col("wr").alias("wm")), [*keys, "miss"], "left"
-    ).join(writer.select(*keys, F.col("el").alias("extra"), F.col("wr").alias("we")), [*keys, "extra"], "left")
+    bad = bad.join(writers, [*keys, "op_id"], "left")
     ops = F.when(is_count, F.array("op_id")).otherwise(
         F.concat(
             F.array("op_id"),

@@ -30,7 +30,7 @@ COVERED: Final = {
 }
 
 
-def anomalies(ops: Any, meta: Any, keep: Kept, partitions: int) -> Any:
+def anomalies(ops: Any, runs: Any, keep: Kept, partitions: int) -> Any:
     """One row per anomaly: run, anomaly, checker, op_id (the op it is about),
     ops (every op id involved, in the in-process explanation's order), detail.
 
@@ -38,12 +38,9 @@ def anomalies(ops: Any, meta: Any, keep: Kept, partitions: int) -> Any:
     annotated (`replay.annotate`); they, their per-element writers, the
     per-read facts and a few small intermediate frames are materialized with
     `keep` (the caller releases them once the result is written), and every
-    check reads them from there. `meta` (a row per run) numbers the runs."""
+    check reads them from there. `runs` numbers the runs (`frames.load`)."""
     from functools import reduce
 
-    spark = ops.sparkSession
-    names = sorted(r["run"] for r in meta.select("run").collect())
-    runs = spark.createDataFrame([(n, i) for i, n in enumerate(names)], "run string, rid bigint")
     p = prepare(ops)
     t = keep(annotate(table_ops(p, partitions)))
     elems = keep(elements(t))
