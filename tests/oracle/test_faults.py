@@ -111,9 +111,11 @@ async def test_terminated_backends_are_retried_and_guarantees_hold(
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(kill)
-                # Load until five rounds of kills have landed in it; real time
-                # passes between operations.
-                while not enough.is_set():
+                # Load until five rounds of kills have landed and one of them
+                # hit an operation in flight (on a loaded machine the first
+                # rounds can all land between operations); real time passes
+                # between operations, and `fail_after` bounds the wait.
+                while not enough.is_set() or _retries(o)[0] == 0:
                     await run_random_workload(rec, rt, tasks=64, ops_per_task=5, think_s=0.01)
                 stop.set()
             total, det, indet = _retries(o)
