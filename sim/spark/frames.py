@@ -22,6 +22,7 @@ __all__ = [
     "DDL_KINDS",
     "INF",
     "KEYS",
+    "NAMES",
     "TABLE_DDL",
     "Kept",
     "elements",
@@ -40,9 +41,14 @@ DDL_KINDS: Final = (
 )  # fmt: skip
 TABLE_DDL: Final = ("create-table", "drop-table")
 DATA_KINDS: Final = ("add", "read", "update", "delete")
-#: The partitioning of every per-table frame: each check is per table, so one
-#: shuffle by these puts each table's ops in one partition for all of them.
-KEYS: Final = ("run", "object")
+#: A table of a run: `pk`, a hash of (run, object), partitions the table ops
+#: (each check is per table, so one shuffle by it puts each table's ops in
+#: one partition for all of them); `tid` (`replay.annotate`) tells apart the
+#: tables of a partition. Both are longs: the element-level joins, groupings
+#: and sorts hash and compare them instead of names, many millions of times.
+KEYS: Final = ("pk", "tid")
+#: The names a table id stands for.
+NAMES: Final = ("run", "object")
 
 
 @final
@@ -191,55 +197,62 @@ def prepare(ops: Any) -> Any:
 def table_ops(ops: Any, partitions: int) -> Any:
     """Ops on table names only (`sim.checker.tables.index_tables`): a name that
     any index/view/cluster DDL touches is not a table of elements. Hash
-    partitioned by `KEYS` into `partitions`: the one shuffle of the table
+    partitioned by `pk` into `partitions`: the one shuffle of the table
     checks (they all join, group and window within a table)."""
     from pyspark.sql import functions as F
 
     derived = (
         ops.filter(F.col("kind").isin(*[k for k in DDL_KINDS if k not in TABLE_DDL]))
-        .select(*KEYS)
+        .select(*NAMES)
         .distinct()
     )
     # The names are few (one per index/view/cluster DDL): broadcast, so the
     # partitioned side stays as it is.
     return (
         ops.filter(F.col("object").isNotNull())
-        .repartition(partitions, *KEYS)
-        .join(F.broadcast(derived), list(KEYS), "left_anti")
+        .withColumn("pk", F.xxhash64(*NAMES))
+        .repartition(partitions, "pk")
+        .join(F.broadcast(derived), list(NAMES), "left_anti")
     )
 
 
 def elements(t: Any) -> Any:
-    """One row per (run, object, element) added: its last non-failed add
-    (`a_op_id`, `a_inv`, `a_e`, `a_status`; null if every add of it failed)
-    and its first failed add (`f_id`) — the writer the named checks blame.
-    Computed once and shared: the element-level joins of every check look
-    elements up here instead of re-exploding and re-grouping the adds."""
+    """One row per (table, element) added: its last non-failed add (`a_op_id`,
+    `a_inv`, `a_e`, and `a_ok`: whether that add is ok; null if every add of
+    it failed) and its first failed add (`f_id`) — the writer the named
+    checks blame. Computed once and shared: the element-level joins of every
+    check look elements up here instead of re-exploding and re-grouping the
+    adds. Every aggregate is of numbers, so Spark hashes the elements rather
+    than sorting them."""
     from pyspark.sql import functions as F
 
-    st = F.col("status")
-    g = (
+    nf = F.col("status") != "fail"
+    last = F.when(nf, F.col("op_id"))
+    return (
         t.filter(F.col("kind") == "add")
         .select(*KEYS, "op_id", "inv", "e", "status", F.explode("elements").alias("el"))
         .groupBy(*KEYS, "el")
         .agg(
-            F.max(F.when(st != "fail", F.struct("op_id", "inv", "e", "status"))).alias("a"),
-            F.min(F.when(st == "fail", F.col("op_id"))).alias("f_id"),
+            F.max(last).alias("a_op_id"),
+            F.max_by(F.when(nf, F.col("inv")), last).alias("a_inv"),
+            F.max_by(F.when(nf, F.col("e")), last).alias("a_e"),
+            F.max_by(F.when(nf, F.col("status") == "ok"), last).alias("a_ok"),
+            F.min(F.when(~nf, F.col("op_id"))).alias("f_id"),
         )
     )
-    return g.select(*KEYS, "el", F.col("a.op_id").alias("a_op_id"), F.col("a.inv").alias("a_inv"),
-                    F.col("a.e").alias("a_e"), F.col("a.status").alias("a_status"), "f_id")  # fmt: skip
 
 
 def read_facts(t: Any, elems: Any) -> Any:
     """Per ok read of a table without UPDATE/DELETE (`mutated` = 0) that
-    returned something: `ff`, the first element (in result order) no add had
-    begun by the read's end (null: none), and `got`, how many distinct
-    elements it returned that were acknowledged before it began.
+    returned something (keyed by `KEYS` and op_id): `ff`, the position in
+    its distinct result of the first element no add had begun by the read's
+    end (null: none), and `got`, how many distinct elements it returned that
+    were acknowledged before it began.
 
     This is the one pass over every returned element: each is looked up in
     `elems` hashed per partition (the reads stream past it, unsorted), and
-    the lookups are summed per read, so no per-element row outlives it."""
+    the lookups are counted per read in a hash aggregate, so no per-element
+    row outlives it."""
     from pyspark.sql import functions as F
 
     # Positions in the distinct result keep the order of first occurrences,
@@ -250,6 +263,6 @@ def read_facts(t: Any, elems: Any) -> Any:
     x = r.join(elems.hint("shuffle_hash"), [*KEYS, "el"], "left")
     future = F.col("a_op_id").isNull() | (F.col("a_inv") > F.col("e"))
     return x.groupBy(*KEYS, "op_id").agg(
-        F.min(F.when(future, F.struct("pos", "el", "a_op_id", "f_id"))).alias("ff"),
-        F.count(F.when((F.col("a_status") == "ok") & (F.col("a_e") < F.col("inv")), 1)).alias("got"),
+        F.min(F.when(future, F.col("pos"))).alias("ff"),
+        F.count(F.when(F.col("a_ok") & (F.col("a_e") < F.col("inv")), 1)).alias("got"),
     )

@@ -40,11 +40,13 @@ SMALL_OPS: Final = 50_000
 #: estimates of checkpointed frames are guesses; a wrong guess exhausts the
 #: driver). Adaptive execution only adds planning rounds here: the plans have
 #: few shuffles, their partition counts are chosen (`_partitions`) and their
-#: join strategies fixed by hints.
+#: join strategies fixed by hints. Runtime bloom filters would add a pass
+#: over one side of a join to spare the other a shuffle it does not have.
 REPLAY_CONF: Final = {
     "spark.sql.requireAllClusterKeysForCoPartition": "false",
     "spark.sql.autoBroadcastJoinThreshold": "-1",
     "spark.sql.adaptive.enabled": "false",
+    "spark.sql.optimizer.runtime.bloomFilter.enabled": "false",
 }
 #: Anomaly rows shown in report.md (the Parquet table has all of them).
 REPORT_ROWS: Final = 50

@@ -10,7 +10,7 @@ where an indeterminate op could explain the observation, exactly as
 in-process, and the op ids each anomaly names are the same (the tests compare
 them).
 
-Every frame here is partitioned by (run, object) (`frames.KEYS`), so the
+Every frame here is partitioned by table (`frames.KEYS`), so the
 joins and windows run within a partition, without shuffles; the joins of a
 large frame with a few suspect rows hash the few rows (`shuffle_hash`), so the
 large side is streamed, not sorted.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sim.spark.frames import INF, KEYS
+from sim.spark.frames import INF, KEYS, NAMES
 from sim.spark.replay import anomaly
 
 if TYPE_CHECKING:
@@ -56,21 +56,21 @@ def _unknown_table(t: Any) -> Any:
     unknown = t.filter(k.isin("add", "read", "update", "delete") & (st == "fail") & (F.col("error_code") == "42P01"))
     # Among witnesses that completed before the failure began, the one that
     # began last (ties: the earliest-completing, then the lowest id).
-    ev = wit.select(*KEYS, F.col("e").alias("t"), F.lit(1).alias("typ"), "op_id",
+    ev = wit.select(*KEYS, *NAMES, F.col("e").alias("t"), F.lit(1).alias("typ"), "op_id",
                     F.struct("inv", (-F.col("e")).alias("ne"), (-F.col("op_id")).alias("nid"),
                              F.col("op_id").alias("id")).alias("w"),
                     F.lit(None).cast("string").alias("kind"), F.lit(None).cast("long").alias("fe"))  # fmt: skip
-    q = unknown.select(*KEYS, F.col("inv").alias("t"), F.lit(0).alias("typ"), "op_id",
+    q = unknown.select(*KEYS, *NAMES, F.col("inv").alias("t"), F.lit(0).alias("typ"), "op_id",
                        F.lit(None).alias("w"), "kind", F.col("e").alias("fe"))  # fmt: skip
     win = W.partitionBy(*KEYS).orderBy("t", "typ", "op_id").rowsBetween(W.unboundedPreceding, 0)
     best = (
         ev.unionByName(q).withColumn("best", F.max("w").over(win)).filter((F.col("typ") == 0) & F.col("best").isNotNull())
-        .select(*KEYS, "op_id", "kind", F.col("t").alias("f_inv"), "fe",
+        .select(*KEYS, *NAMES, "op_id", "kind", F.col("t").alias("f_inv"), "fe",
                 F.col("best.id").alias("w_id"), F.col("best.inv").alias("w_inv"))
     )  # fmt: skip
     drops = _sel(t.filter((k == "drop-table") & (st != "fail")), "d")
     cond = (
-        (best.run == drops.run) & (best.object == drops.object)
+        (best.pk == drops.pk) & (best.tid == drops.tid)
         & (drops.d_e > best.w_inv) & (drops.d_inv < best.fe)
     )  # fmt: skip
     fired = best.join(drops, cond, "left_anti")
@@ -86,24 +86,24 @@ def _writer(elems: Any) -> Any:
     """element -> its last non-failed add (`frames.elements`), for elements
     that have one."""
     F = _F()
-    return elems.filter(F.col("a_op_id").isNotNull()).select(
-        *KEYS, "el", "a_op_id", "a_inv", "a_e", "a_status"
-    )
+    return elems.filter(F.col("a_op_id").isNotNull()).select(*KEYS, "el", "a_op_id", "a_inv", "a_e", "a_ok")
 
 
 def _dropped_visible(t: Any, elems: Any) -> list[Any]:
     F = _F()
     k, st = F.col("kind"), F.col("status")
-    succ = t.filter(k.isin("add", "read", "update", "delete") & (st == "ok")).select(*KEYS, "op_id", "kind", "inv", "e")
+    succ = t.filter(k.isin("add", "read", "update", "delete") & (st == "ok")).select(
+        *KEYS, *NAMES, "op_id", "kind", "inv", "e"
+    )
     okdrops = _sel(t.filter((k == "drop-table") & (st == "ok")), "d")
     # Drops are few per table: hashed, so the ops stream past them unsorted.
     pairs = succ.join(okdrops.hint("shuffle_hash"), list(KEYS)).filter(F.col("d_e") < F.col("inv"))
-    s = pairs.groupBy(*KEYS, "op_id", "kind", "e").agg(
+    s = pairs.groupBy(*KEYS, *NAMES, "op_id", "kind", "e").agg(
         F.max(F.struct("d_inv", "d_op_id", "d_e")).alias("d")
-    ).select(*KEYS, "op_id", "kind", "e", F.col("d.d_inv").alias("d_inv"), F.col("d.d_op_id").alias("d_id"))
+    ).select(*KEYS, *NAMES, "op_id", "kind", "e", F.col("d.d_inv").alias("d_inv"), F.col("d.d_op_id").alias("d_id"))
     creates = _sel(t.filter((k == "create-table") & (st != "fail")), "c")
     cond = (
-        (s.run == creates.run) & (s.object == creates.object)
+        (s.pk == creates.pk) & (s.tid == creates.tid)
         & (creates.c_e > s.d_inv) & (creates.c_inv < s.e)
     )  # fmt: skip
     a1 = anomaly(
@@ -114,15 +114,17 @@ def _dropped_visible(t: Any, elems: Any) -> list[Any]:
     # Re-created in between: a read may still not return the old incarnation's
     # elements (added and acknowledged before the drop began). Few reads:
     # their results are fetched and looked up by hashing them.
-    rs = s.join(creates, cond, "left_semi").filter(F.col("kind") == "read").select(*KEYS, "op_id", "d_id", "d_inv")
+    rs = s.join(creates, cond, "left_semi").filter(F.col("kind") == "read").select(
+        *KEYS, "run", "op_id", "d_id", "d_inv"
+    )
     rs = (
         t.select(*KEYS, "op_id", "result").join(rs.hint("shuffle_hash"), [*KEYS, "op_id"])
-        .select(*KEYS, "op_id", "d_id", "d_inv", F.posexplode("result").alias("pos", "el"))
+        .select(*KEYS, "run", "op_id", "d_id", "d_inv", F.posexplode("result").alias("pos", "el"))
     )  # fmt: skip
     old = (
         _writer(elems).join(rs.hint("shuffle_hash"), [*KEYS, "el"])
         .filter(F.col("a_e") < F.col("d_inv"))
-        .groupBy(*KEYS, "op_id", "d_id")
+        .groupBy(*KEYS, "run", "op_id", "d_id")
         .agg(F.min(F.struct("pos", "a_op_id", "el")).alias("o"))
     )  # fmt: skip
     a2 = anomaly(
@@ -132,16 +134,22 @@ def _dropped_visible(t: Any, elems: Any) -> list[Any]:
     return [a1, a2]
 
 
-def _from_future(reads: Any) -> Any:
+def _from_future(t: Any, elems: Any, facts: Any) -> Any:
     """From the per-read facts (`frames.read_facts`): the first element, in
-    result order, that no add had begun by the read's end."""
+    result order, that no add had begun by the read's end, named with its
+    last non-failed or first failed add (looked up for those reads only)."""
     F = _F()
-    x = reads.filter(F.col("ff").isNotNull())
-    other = F.coalesce("ff.a_op_id", "ff.f_id")
+    x = (
+        t.select(*KEYS, "op_id", "run", "result")
+        .join(facts.filter(F.col("ff").isNotNull()).hint("shuffle_hash"), [*KEYS, "op_id"])
+        .select(*KEYS, "op_id", "run", F.array_distinct("result")[F.col("ff")].alias("el"))
+    )  # fmt: skip
+    x = elems.select(*KEYS, "el", "a_op_id", "f_id").join(x.hint("shuffle_hash"), [*KEYS, "el"], "right")
+    other = F.coalesce("a_op_id", "f_id")
     return anomaly(
         x, "read-from-future", "named", F.col("op_id"),
         F.when(other.isNull(), F.array("op_id")).otherwise(F.array(F.col("op_id"), other)),
-        F.format_string("returned %d, which no write could have produced yet", F.col("ff.el")),
+        F.format_string("returned %d, which no write could have produced yet", F.col("el")),
     )  # fmt: skip
 
 
@@ -154,7 +162,7 @@ def _stale(t: Any, elems: Any, facts: Any, keep: Kept) -> Any:
     F, W = _F(), _W()
     k, st = F.col("kind"), F.col("status")
     full = (F.col("mutated") == 0) & (k == "read") & (st == "ok") & F.col("args").isNull()
-    okw = _writer(elems).filter(F.col("a_status") == "ok")
+    okw = _writer(elems).filter("a_ok")
     # A drop/re-create that may have happened before the read ends sets a
     # horizon: only elements added after it must be there (a drop that may
     # land any time skips the read).
@@ -183,7 +191,7 @@ def _stale(t: Any, elems: Any, facts: Any, keep: Kept) -> Any:
         .filter(F.col("horizon").isNotNull() | (F.col("want") > F.coalesce("got", F.lit(0))))
         .select(*KEYS, "op_id", F.col("t").alias("inv"), "horizon")
     )  # fmt: skip
-    c = t.select(*KEYS, "op_id", "result").join(cand.hint("shuffle_hash"), [*KEYS, "op_id"])
+    c = t.select(*KEYS, "run", "op_id", "result").join(cand.hint("shuffle_hash"), [*KEYS, "op_id"])
     miss = (
         okw.join(c.hint("shuffle_hash"), list(KEYS))
         .filter((F.col("a_e") < F.col("inv")) & (F.col("horizon").isNull() | (F.col("a_inv") > F.col("horizon"))))
@@ -201,7 +209,7 @@ def _stale(t: Any, elems: Any, facts: Any, keep: Kept) -> Any:
     named = (
         miss.join(first_read, [*KEYS, "el"], "left")
         .withColumn("known", F.least("a_e", F.coalesce("fr", F.col("a_e"))))
-        .groupBy(*KEYS, "op_id")
+        .groupBy(*KEYS, "run", "op_id")
         .agg(F.min(F.struct("known", "el", "a_op_id")).alias("m"), F.count("*").alias("n_missing"))
     )
     return anomaly(
@@ -219,6 +227,6 @@ def named_parts(t: Any, elems: Any, facts: Any, keep: Kept) -> list[Any]:
     return [
         _unknown_table(t),
         *_dropped_visible(t, elems),
-        _from_future(facts),
+        _from_future(t, elems, facts),
         _stale(t, elems, facts, keep),
     ]

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from sim.spark.frames import DDL_KINDS, INF, KEYS
+from sim.spark.frames import DDL_KINDS, INF, KEYS, NAMES
 
 if TYPE_CHECKING:
     from sim.spark.frames import Kept
 
-__all__ = ["ANOMALY_COLUMNS", "BUCKET_OPS", "WHERE_SCHEMA", "annotate", "element_hash", "replay_parts"]
+__all__ = ["ANOMALY_COLUMNS", "BROADCAST_ROWS", "BUCKET_OPS", "WHERE_SCHEMA", "annotate", "element_hash", "replay_parts"]
 
 NAME: Final = "not-strict-serializable"
 ANOMALY_COLUMNS: Final = ("run", "anomaly", "checker", "op_id", "ops", "detail")
@@ -32,6 +32,8 @@ WHERE_SCHEMA: Final = "struct<where:array<array<string>>,`set`:bigint,`add`:bigi
 #: Operations per real-time bucket (`_realtime`): a run's timeline is cut
 #: into about n / BUCKET_OPS windows of time, so no window holds a whole run.
 BUCKET_OPS: Final = 1 << 16
+#: Up to this many rows, a frame of violations is broadcast to a join.
+BROADCAST_ROWS: Final = 100_000
 
 
 def _F() -> Any:
@@ -146,16 +148,22 @@ def _realtime(ops: Any, runs: Any, keep: Kept) -> Any:
     )  # fmt: skip
     earlier = W.partitionBy("g").orderBy("b").rowsBetween(W.unboundedPreceding, -1)
     pre = buckets.select("g", "b", F.max("bmax").over(earlier).alias("pre"))
-    # Buckets are few (about ops / BUCKET_OPS per run): broadcast.
-    bad = (
+    # Buckets are few (about ops / BUCKET_OPS per run): broadcast. Kept: the
+    # violations (usually none) are read twice, and the window is not redone.
+    bad = keep(
         q.join(F.broadcast(pre), ["g", "b"])
         .withColumn("need", F.greatest("pre", "inb"))
         .filter(F.col("need").isNotNull() & ((F.col("ts") - F.col("w")) < F.col("need")))
         .select("g", "op_id", "ts", "need")
     )
     # The op that set the bound: the earliest to complete with that timestamp.
+    # Few bounds are broadcast, so finding them is a pass over `u`, not a
+    # shuffle of it.
+    bounds = bad.select("g", F.col("need").alias("ts")).distinct()
+    if bad.count() <= BROADCAST_ROWS:
+        bounds = F.broadcast(bounds)
     first = (
-        u.join(bad.select("g", F.col("need").alias("ts")).distinct().hint("shuffle_hash"), ["g", "ts"])
+        u.join(bounds, ["g", "ts"])
         .groupBy("g", "ts").agg(F.min(F.struct("e", "op_id")).op_id.alias("a"))
         .withColumnRenamed("ts", "need")
     )  # fmt: skip
@@ -186,7 +194,14 @@ def annotate(tops: Any) -> Any:
     - `cat_bad`, `cause`: the op's view of the catalog at its catalog_ts is
       wrong (an unknown-table failure where the table existed, a success
       where it did not), and the DDL that decided it;
-    - `in_ddl`: a create/drop that takes part in the replay (`_catalog`).
+    - `in_ddl`: a create/drop that takes part in the replay (`_catalog`);
+    - `floating`: an `info` INSERT/UPDATE/DELETE without a catalog_ts (a
+      crash cut it off before planning finished) on a table with DDL: it may
+      have landed in any incarnation (`_floating`); `initial`: whether the
+      table existed before its first replayed DDL (null: it has none);
+    - `tid`: a number for the table, unique among all (`frames.KEYS`): the
+      smallest row id among its ops (row ids are unique per partition and
+      row, and this frame is computed once, as a checkpoint).
 
     Windows over each table in catalog_ts order, and no join: the input is
     read and sorted once (each extra reference to it would be one more
@@ -199,14 +214,17 @@ def annotate(tops: Any) -> Any:
     # One sort by catalog_ts serves both windows: the facts over the whole
     # table, then the DDL replayed up to each op (a range frame takes in the
     # DDL at the op's own catalog_ts; of those, the last by op id counts).
-    by_cts = W.partitionBy(*KEYS).orderBy("catalog_ts")
+    by_cts = W.partitionBy("pk", *NAMES).orderBy("catalog_ts")
     table = by_cts.rowsBetween(W.unboundedPreceding, W.unboundedFollowing)
-    x = tops.select(
+    x = tops.withColumn("rowid", F.monotonically_increasing_id()).select(
         "*",
+        F.min("rowid").over(table).alias("tid"),
         F.max(F.when(is_top & (st == "ok"), cts)).over(table).alias("ok_max_cts"),
         F.max(F.when(is_top & (st == "fail"), cts)).over(table).alias("unk_max_cts"),
         F.max((is_top & ((st == "ok") | ((k == "add") & (st == "info")))).cast("int")).over(table).alias("any_ok"),
-        F.max(((is_create | is_drop) & cts.isNull() & (st == "ok")).cast("int")).over(table).alias("unplaceable"),
+        # DDL without a catalog_ts that may have happened (ok, or cut off by a
+        # crash) cannot be placed on the catalog timeline.
+        F.max(((is_create | is_drop) & cts.isNull()).cast("int")).over(table).alias("unplaceable"),
         F.sum((is_create | is_drop).cast("int")).over(table).alias("n_ddl_all"),
         F.max((k.isin("update", "delete") & (st != "fail")).cast("int")).over(table).alias("mutated"),
     )
@@ -239,11 +257,14 @@ def annotate(tops: Any) -> Any:
     placed = checked & is_top & ((n == 0) | cts.isNotNull())
     return x.select(
         *tops.columns,
+        "tid",
         "mutated",
         F.when(placed & (st != "fail") & state.isNotNull(), state).alias("inc"),
         (placed & (((st == "fail") & state.isNotNull()) | ((st == "ok") & state.isNull()))).alias("cat_bad"),
         F.when(n > 0, last.op_id).alias("cause"),
         (checked & F.col("replayed")).alias("in_ddl"),
+        (checked & (n > 0) & cts.isNull() & (st == "info") & k.isin("add", "update", "delete")).alias("floating"),
+        F.when(n > 0, ~F.col("first_create")).alias("initial"),
     )
 
 
@@ -252,7 +273,9 @@ def _catalog(t: Any) -> Any:
     catalog_ts order, creates an existing table or drops an absent one, and
     table ops that saw the catalog wrong."""
     F, W = _F(), _W()
-    ddl = t.filter("in_ddl").select(*KEYS, "op_id", "catalog_ts", (F.col("kind") == "create-table").alias("is_create"))
+    ddl = t.filter("in_ddl").select(
+        *KEYS, *NAMES, "op_id", "catalog_ts", (F.col("kind") == "create-table").alias("is_create")
+    )
     prev = ddl.withColumn("prev", F.lag("is_create").over(W.partitionBy(*KEYS).orderBy("catalog_ts", "op_id")))
     a_ddl = anomaly(
         prev.filter(F.col("prev") == F.col("is_create")), NAME, "replay", F.col("op_id"), F.array("op_id"),
@@ -275,6 +298,29 @@ def _catalog(t: Any) -> Any:
 # --- data -------------------------------------------------------------------------------------
 
 
+def _floating(t: Any) -> Any:
+    """The floating ops (`annotate`), one row per incarnation of their table
+    they may have landed in (`inc`, numbered `ord` in catalog order: the
+    table's initial incarnation, then each replayed create's). An UPDATE or
+    DELETE makes each of them unknowable from its write_ts on (in `_data`, as
+    an `info` write of that incarnation); an add is placed by `_data`. Few
+    rows: only ops a crash cut off."""
+    F = _F()
+    creates = (
+        t.filter(F.col("in_ddl") & (F.col("kind") == "create-table"))
+        .groupBy(*KEYS)
+        .agg(F.array_sort(F.collect_list(F.struct("catalog_ts", "op_id"))).alias("cl"))
+    )
+    none = F.array().cast("array<bigint>")
+    cands = F.concat(
+        F.when(F.col("initial"), F.array(F.lit(-1).cast("long"))).otherwise(none),
+        F.coalesce(F.transform("cl", lambda c: c.op_id), none),
+    )
+    cols = [c for c in t.columns if c != "inc"]
+    fl = t.filter("floating").select(*cols).join(creates.hint("shuffle_hash"), list(KEYS), "left")
+    return fl.select(*cols, F.posexplode(cands).alias("ord", "inc"))
+
+
 def _data(t: Any, keep: Kept) -> list[Any]:
     """Reads against the writes replayed in write_ts order, per incarnation.
 
@@ -286,19 +332,34 @@ def _data(t: Any, keep: Kept) -> list[Any]:
     F, W = _F(), _W()
     k, st = F.col("kind"), F.col("status")
     keys = [*KEYS, "inc"]
-    x = t.filter(F.col("inc").isNotNull()).withColumn("a", F.from_json("args", WHERE_SCHEMA))
+    x = t.filter(F.col("inc").isNotNull())
+    fl = _floating(t)
     # Indeterminate adds count iff some read of the incarnation returned one of
     # their elements (few adds: hashed, and every read's elements stream past).
     # Only the reads of incarnations with such adds are unpacked.
-    info_els = x.filter((k == "add") & (st == "info")).select(*keys, "op_id", F.explode("elements").alias("el"))
+    info_els = (
+        x.filter((k == "add") & (st == "info")).select(*keys, "op_id", "elements")
+        .unionByName(fl.filter(k == "add").select(*keys, "op_id", "elements"))
+        .select(*keys, "op_id", F.explode("elements").alias("el"))
+    )  # fmt: skip
     seen = keep(
         x.filter((k == "read") & (st == "ok")).select(*keys, "result")
         .join(info_els.select(*keys).distinct().hint("shuffle_hash"), keys, "left_semi")
         .select(*keys, F.explode("result").alias("el"))
         .join(info_els.hint("shuffle_hash"), [*keys, "el"])
-        .select(*KEYS, "op_id").distinct().withColumn("seen", F.lit(True))
+        .select(*keys, "op_id").distinct().withColumn("seen", F.lit(True))
     )  # fmt: skip
-    x = x.join(seen.hint("shuffle_hash"), [*KEYS, "op_id"], "left").fillna({"seen": False})
+    # A floating add landed in the first incarnation (in catalog order) whose
+    # reads saw it; seen by none, it may have landed in any of them.
+    fl = fl.join(seen.hint("shuffle_hash"), [*keys, "op_id"], "left").fillna({"seen": False})
+    first_hit = F.min(F.when(F.col("seen"), F.col("ord"))).over(W.partitionBy(*KEYS, "op_id"))
+    fl = (
+        fl.withColumn("first_hit", first_hit)
+        .filter(F.col("first_hit").isNull() | (F.col("ord") == F.col("first_hit")))
+        .drop("ord", "first_hit")
+        .repartition("pk")  # as `t` is: the union below keeps its partitioning
+    )
+    x = x.join(seen.hint("shuffle_hash"), [*keys, "op_id"], "left").fillna({"seen": False}).unionByName(fl)
     wts = F.col("write_ts")
     # The horizon of an incarnation: the earliest write_ts from which its
     # reads are unknowable (a write that cannot be placed: from the start).
@@ -315,39 +376,58 @@ def _data(t: Any, keep: Kept) -> list[Any]:
     x = x.withColumn("is_read", is_read).withColumn("is_write", is_write).withColumn(
         "key", F.when(is_read, F.col("read_ts") * 2 + 1).when(is_write, wts * 2)
     )
+    # The window sorts numbers only: the arrays are reduced to their sizes
+    # and order-free hashes first, and fetched back for the few rows that
+    # go on.
+    a = F.from_json("args", WHERE_SCHEMA)
+    wh, rh = element_hash("elements"), element_hash("result")
+    wrote = F.col("is_write")
+    narrow = x.select(
+        *keys, "op_id", "key", "is_read", "is_write", "read_ts", "write_ts", "count",
+        k.isin("update", "delete").cast("int").alias("mut"),
+        ((k == "read") & (st == "ok") & (F.size(F.coalesce(a.getField("where"), F.array())) > 0)).cast("int")
+        .alias("filt"),
+        F.coalesce(a.getField("count"), F.lit(False)).alias("is_count"),
+        F.when(k != "read", placed_unc).alias("u_placed"),
+        F.when(k != "read", unseen_unc).alias("u_unseen"),
+        F.when(wrote, F.size("elements")).otherwise(0).alias("dn"),
+        F.when(wrote, wh.h1).otherwise(0).alias("d1"),
+        F.when(wrote, wh.h2).otherwise(0).alias("d2"),
+        F.size("result").alias("rn"), rh.h1.alias("r1"), rh.h2.alias("r2"),
+    )  # fmt: skip
     ordered = W.partitionBy(*keys).orderBy("key", "op_id")
     whole = ordered.rowsBetween(W.unboundedPreceding, W.unboundedFollowing)
     run_win = ordered.rowsBetween(W.unboundedPreceding, 0)
-    hashed = element_hash("elements")
-    wrote = F.col("is_write")
-    x1 = x.select(
+    x1 = narrow.select(
         "*",
-        F.max(k.isin("update", "delete").cast("int")).over(whole).alias("inc_mutated"),
-        F.max(((k == "read") & (st == "ok") & (F.size(F.coalesce("a.where", F.array())) > 0)).cast("int"))
-        .over(whole).alias("filtered"),
-        F.min(F.when(k != "read", placed_unc)).over(whole).alias("h_placed"),
-        F.min(F.when(k != "read", unseen_unc)).over(whole).alias("h_unseen"),
-        F.sum(F.when(wrote, F.size("elements")).otherwise(0)).over(run_win).alias("n"),
-        F.sum(F.when(wrote, hashed.h1).otherwise(0)).over(run_win).alias("s1"),
-        F.sum(F.when(wrote, hashed.h2).otherwise(0)).over(run_win).alias("s2"),
+        F.max("mut").over(whole).alias("inc_mutated"),
+        F.max("filt").over(whole).alias("filtered"),
+        F.min("u_placed").over(whole).alias("h_placed"),
+        F.min("u_unseen").over(whole).alias("h_unseen"),
+        F.sum("dn").over(run_win).alias("n"),
+        F.sum("d1").over(run_win).alias("s1"),
+        F.sum("d2").over(run_win).alias("s2"),
     ).withColumn(
         "horizon",
         F.coalesce(F.least("h_placed", F.when(F.col("inc_mutated") == 1, F.col("h_unseen"))), F.lit(INF)),
     )  # fmt: skip
     simple = (F.col("inc_mutated") == 0) & (F.col("filtered") == 0)
-    rh = element_hash("result")
-    is_count = F.coalesce("a.count", F.lit(False))
-    mismatch = F.when(is_count, F.col("count").isNotNull() & (F.col("count") != F.col("n"))).otherwise(
-        (F.size("result") != F.col("n")) | (rh.h1 != F.col("s1")) | (rh.h2 != F.col("s2"))
+    mismatch = F.when(F.col("is_count"), F.col("count").isNotNull() & (F.col("count") != F.col("n"))).otherwise(
+        (F.col("rn") != F.col("n")) | (F.col("r1") != F.col("s1")) | (F.col("r2") != F.col("s2"))
     )
     checked = F.col("is_read") & (F.col("read_ts") < F.col("horizon"))
     # What goes on: the add-only incarnations' mismatching reads, and every
     # event of the incarnations with mutations or filtered reads.
-    rest = keep(x1.filter((simple & checked & mismatch) | (~simple & (F.col("is_read") | F.col("is_write")))).select(
-        *keys, "op_id", "kind", "elements", "result", "count", "a", "read_ts", "write_ts", "key", "is_read",
-        "horizon", simple.alias("simple"),
-    ))  # fmt: skip
-    simple_bad = rest.filter("simple").select(*keys, "op_id", "key", "result", "count", "a", "read_ts")
+    goes_on = x1.filter((simple & checked & mismatch) | (~simple & (F.col("is_read") | F.col("is_write")))).select(
+        *keys, "op_id", "key", "is_read", "horizon", simple.alias("simple")
+    )
+    rest = keep(
+        t.select(*KEYS, "run", "op_id", "kind", "elements", "result", "count", "args", "read_ts", "write_ts")
+        .join(goes_on.hint("shuffle_hash"), [*KEYS, "op_id"])
+        .withColumn("a", a).drop("args")
+    )  # fmt: skip
+    is_count = F.coalesce("a.count", F.lit(False))
+    simple_bad = rest.filter("simple").select(*keys, "run", "op_id", "key", "result", "count", "a", "read_ts")
     # The set of a mismatching read's incarnation, for the explanation and the
     # writers to name (few rows: only reads already known to be wrong).
     bad_keys = simple_bad.select(*keys, "op_id", "key")
@@ -403,7 +483,7 @@ def _data(t: Any, keep: Kept) -> list[Any]:
         F.when(is_count, F.col("count").isNotNull() & (F.col("count") != F.size("hit")))
         .otherwise((F.size("result") != F.size("hit"))
                    | (F.array_sort(F.array_distinct("result")) != F.array_sort("hit")))
-    ).select(*keys, "op_id", "key", "result", "count", "a", "read_ts", F.array_sort("hit").alias("want"))  # fmt: skip
+    ).select(*keys, "run", "op_id", "key", "result", "count", "a", "read_ts", F.array_sort("hit").alias("want"))  # fmt: skip
     # Kept: the few wrong reads, which the naming below reads three times.
     bad = keep(
         simple_bad.unionByName(cbad)
@@ -418,7 +498,8 @@ def _data(t: Any, keep: Kept) -> list[Any]:
         F.struct(F.lit(False).alias("is_miss"), F.col("extra").alias("el")),
     )).alias("w")).select(*keys, "op_id", "w.is_miss", "w.el").filter(F.col("el").isNotNull())  # fmt: skip
     writers = (
-        x.filter(k == "add").select(*keys, F.col("op_id").alias("wr"), "elements")
+        x.filter((k == "add") & ~(F.col("floating") & ~F.col("seen")))
+        .select(*keys, F.col("op_id").alias("wr"), "elements")
         .join(bad.select(*keys).distinct().hint("shuffle_hash"), keys, "left_semi")
         .select(*keys, "wr", F.explode("elements").alias("el"))
         .join(wanted.hint("shuffle_hash"), [*keys, "el"])
