@@ -31,11 +31,11 @@ import pyarrow.parquet as pq
 
 from sim.checker.named import check_named
 from sim.checker.replay import check_replay
-from sim.history import read_trace
 from sim.spark.job import replay
 from sim.spark.session import spark_session
 from sim.spark.synth import synth_trace
 from sim.spark.verify import COVERED
+from sim.traces import read_trace
 
 #: Table partitions of the replay (the job's `--shuffle-partitions`).
 PARTITIONS: Final = 8

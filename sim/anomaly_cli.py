@@ -20,8 +20,8 @@ from sim.anomalies import MODES, SCENARIOS, Spec, default_spec, parse_known_bad,
 from sim.checker import check_history
 from sim.checker.verdict import Outcome
 from sim.faults import FaultPlan
-from sim.history import write_trace
 from sim.shrink import shrink
+from sim.traces import write_trace
 
 if TYPE_CHECKING:
     from sim.faults import Mode

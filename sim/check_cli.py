@@ -19,7 +19,8 @@ from sim.checker.html import timeline_html
 from sim.checker.interchange import read_edn
 from sim.checker.run import CHECKERS, LINEAR_MAX_OPS, check_history
 from sim.checker.verdict import Outcome
-from sim.history import HistoryError, read_trace
+from sim.history import HistoryError
+from sim.traces import read_trace
 
 __all__ = ["EXIT", "check", "register"]
 

@@ -304,10 +304,11 @@ def run_scenario(
 
 def _run_python(cfg: Config, config_name: str, sc: Any, stage: Path) -> str:
     from sim.checker import check_history
-    from sim.history import HistoryRecorder, write_trace
+    from sim.history import HistoryRecorder
     from sim.runner import environment
     from sim.runtime import Runtime, run
     from sim.scenarios import Sim
+    from sim.traces import write_trace
 
     holder: dict[str, Any] = {}
 

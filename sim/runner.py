@@ -25,11 +25,12 @@ from coordinator.environment import Environment
 from coordinator.factory import build_coordinator
 from persist.location import CoordsimError
 from persist.mem import MemBlob, MemConsensus
-from sim.history import HistoryRecorder, write_trace
+from sim.history import HistoryRecorder
 from sim.latent import LatentBlob, LatentConsensus
 from sim.loadgen import LevelResult, closed_loop, open_loop, ops_for_level
 from sim.recording import RecordingSession, event_sink
 from sim.runtime import Runtime, run
+from sim.traces import write_trace
 from sim.workloads import OpContext, workload
 
 if TYPE_CHECKING:

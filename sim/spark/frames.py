@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
-from sim.history import EVENTS_FILE, META_FILE, OPS_FILE, SCHEMA_VERSION, HistoryError
+from sim.history import HistoryError
+from sim.traces import EVENTS_FILE, META_FILE, OPS_FILE, SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -22,7 +22,7 @@ def run_seed(
     """Runs one seed and writes its trace to `out/<scenario>-<config>-sNNNN`;
     (seed, trace dir, operations). Executed inside a Spark task."""
     from sim.anomalies import SCENARIOS, parse_known_bad, run_scenario
-    from sim.history import write_trace
+    from sim.traces import write_trace
 
     bad = parse_known_bad(list(known_bad))
     h, events = run_scenario(scenario, config, seed, known_bad=bad)

@@ -21,14 +21,13 @@ from typing import TYPE_CHECKING, Final
 import pyarrow.parquet as pq
 
 from sim.checker.generate import GenConfig, drop_read_element, generate
-from sim.history import (
+from sim.history import NONE, History
+from sim.traces import (
     EVENTS_FILE,
     META_FILE,
-    NONE,
     OPS_FILE,
     OPS_SCHEMA,
     SCHEMA_VERSION,
-    History,
     _events_table,
     _ops_table,
 )

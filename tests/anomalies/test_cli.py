@@ -12,8 +12,8 @@ from sim.anomalies import default_spec, parse_known_bad, run_scenario, run_spec
 from sim.checker import check_history
 from sim.cli import app
 from sim.faults import Fault, FaultKind, FaultPlan
-from sim.history import read_trace
 from sim.shrink import shrink
+from sim.traces import read_trace
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from sim.checker.generate import GenConfig, generate
 from sim.cli import app
-from sim.history import write_trace
+from sim.traces import write_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "histories"
 runner = CliRunner()

@@ -12,11 +12,6 @@ from sim.checker.edn import Keyword, dumps, loads_all
 from sim.checker.generate import GenConfig, generate
 from sim.checker.interchange import history_from_edn, history_to_edn, history_to_porcupine
 from sim.history import (
-    EVENTS_FILE,
-    META_FILE,
-    OPS_FILE,
-    OPS_SCHEMA,
-    SCHEMA_VERSION,
     EventKind,
     History,
     HistoryError,
@@ -24,8 +19,15 @@ from sim.history import (
     Kind,
     Op,
     Status,
-    read_trace,
     validate,
+)
+from sim.traces import (
+    EVENTS_FILE,
+    META_FILE,
+    OPS_FILE,
+    OPS_SCHEMA,
+    SCHEMA_VERSION,
+    read_trace,
     write_trace,
 )
 

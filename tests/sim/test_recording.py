@@ -11,9 +11,10 @@ import pytest
 from coordinator.config import KnownBad
 from sim.checker import check_history
 from sim.checker.verdict import Outcome
-from sim.history import HistoryRecorder, read_trace, write_trace
+from sim.history import HistoryRecorder
 from sim.recording import RecordingSession, event_sink
 from sim.runtime import run
+from sim.traces import read_trace, write_trace
 from tests.coordinator.harness import (
     CONFIG_NAMES,
     build_coordinator,

@@ -30,7 +30,7 @@ def write_generated(root: Path) -> list[Path]:
     import random
 
     from sim.checker.generate import GenConfig, drop_read_element, generate, swap_completions
-    from sim.history import write_trace
+    from sim.traces import write_trace
 
     out = []
     for seed, n, p_mutate, p_info in GENERATED:

@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 
 from sim.checker import check_named, check_replay
 from sim.checker.verdict import MAX_REPORTED
-from sim.history import read_trace
 from sim.spark.verify import COVERED
+from sim.traces import read_trace
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -31,8 +31,8 @@ from sim.history import (
     NONE,
     UPDATE,
     History,
-    write_trace,
 )
+from sim.traces import write_trace
 
 HERE = Path(__file__).resolve().parent
 SCENARIO = "ddl-dml"
