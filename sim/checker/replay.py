@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from array import array
     from collections.abc import Callable
 
+    from sim.checker.tables import TableIndex
     from sim.history import History
 
 __all__ = ["check_replay", "predicate"]
@@ -163,32 +164,35 @@ def _catalog(
     floating: list[tuple[int, tuple[int, ...]]] = []
     next_inc = 0
     ct = h.catalog_ts
+    e: list[array[int]] = []  # completion times, computed if some DDL needs them
     for t in index_tables(h).values():
         table_ops = t.adds + t.reads + t.other_ok + t.unknown + t.info_other
         ok_cts = [
             ct[x] for x in t.adds + t.reads + t.other_ok if h.status[x] == OK and ct[x] != NONE
         ]
         unk_cts = [ct[x] for x in t.unknown if ct[x] != NONE]
+        # What shows that a create (drop) at some catalog_ts happened: an op
+        # that found the table there (not there) at or after it, or an ok
+        # drop (create) of it after it — at ts - 1 in these lists, as that
+        # DDL is evidence only for DDL strictly before it.
+        saw_table = ok_cts + [ct[x] - 1 for x in t.drops if h.status[x] == OK and ct[x] != NONE]
+        saw_none = unk_cts + [ct[x] - 1 for x in t.creates if h.status[x] == OK and ct[x] != NONE]
         ddl: list[tuple[int, int, int]] = []  # (catalog_ts, row, is create)
         for c in t.creates:
             if ct[c] == NONE:
                 continue
-            if h.status[c] == INFO and not any(x >= ct[c] for x in ok_cts):
+            if h.status[c] == INFO and not any(x >= ct[c] for x in saw_table):
                 continue  # an indeterminate create nobody used: assume it did not happen
             ddl.append((ct[c], c, 1))
         for d in t.drops:
             if ct[d] == NONE:
                 continue
-            if h.status[d] == INFO and not any(x >= ct[d] for x in unk_cts):
+            if h.status[d] == INFO and not any(x >= ct[d] for x in saw_none):
                 continue
             ddl.append((ct[d], d, 0))
         ddl.sort()
-        if any(ct[x] == NONE and h.status[x] != FAIL for x in t.creates + t.drops) or (
-            not ddl and (t.creates or t.drops)
-        ):
-            # DDL we cannot place on the catalog timeline (an ok one without a
-            # catalog_ts, or an `info` one cut off before it got one, which may
-            # have happened at any point): existence is unknowable.
+        if _unplaceable(h, t, saw_table, saw_none, e) or (not ddl and (t.creates or t.drops)):
+            # DDL we cannot place on the catalog timeline: existence is unknowable.
             stats["tables-unchecked"] = stats.get("tables-unchecked", 0) + 1
             continue
         # Without DDL in the history, the table existed all along iff some op
@@ -256,6 +260,32 @@ def _catalog(
                 continue
             inc[x] = state
     return inc, floating
+
+
+def _unplaceable(
+    h: History, t: TableIndex, saw_table: list[int], saw_none: list[int], ends_: list[array[int]]
+) -> bool:
+    """Whether some create/drop of `t` that may have happened has no
+    catalog_ts: an ok one, or an `info` one (a crash cut it off before it got
+    one) whose effect an op may have seen. Such an `info` DDL took effect, if
+    at all, at a catalog_ts at least that of every ok op of the table that
+    completed before it began (`low`). A create nothing at or after `low`
+    shows (`saw_table`), or a drop nothing there shows (`saw_none`), is taken
+    not to have happened, as an unused `info` DDL with a catalog_ts is."""
+    ct, status = h.catalog_ts, h.status
+    for x in t.creates + t.drops:
+        if ct[x] != NONE or status[x] == FAIL:
+            continue
+        if status[x] == OK:
+            return True
+        if not ends_:
+            ends_.append(ends(h))
+        e, inv = ends_[0], h.invoke[x]
+        ok_ops = t.adds + t.reads + t.other_ok + t.creates + t.drops
+        low = max((ct[y] for y in ok_ops if status[y] == OK and ct[y] != NONE and e[y] < inv), default=NONE)
+        if any(c >= low for c in (saw_table if x in t.creates else saw_none)):
+            return True
+    return False
 
 
 # --- data -------------------------------------------------------------------------------------

@@ -22,7 +22,16 @@ from sim.spark.frames import DDL_KINDS, INF, KEYS, NAMES
 if TYPE_CHECKING:
     from sim.spark.frames import Kept
 
-__all__ = ["ANOMALY_COLUMNS", "BROADCAST_ROWS", "BUCKET_OPS", "WHERE_SCHEMA", "annotate", "element_hash", "replay_parts"]
+__all__ = [
+    "ANOMALY_COLUMNS",
+    "BROADCAST_ROWS",
+    "BUCKET_OPS",
+    "WHERE_SCHEMA",
+    "annotate",
+    "element_hash",
+    "has_cut_off_ddl",
+    "replay_parts",
+]
 
 NAME: Final = "not-strict-serializable"
 ANOMALY_COLUMNS: Final = ("run", "anomaly", "checker", "op_id", "ops", "detail")
@@ -182,7 +191,16 @@ def _realtime(ops: Any, runs: Any, keep: Kept) -> Any:
 # --- catalog ----------------------------------------------------------------------------------
 
 
-def annotate(tops: Any) -> Any:
+def has_cut_off_ddl(ops: Any) -> bool:
+    """Whether any create/drop ended `info` without a catalog_ts (then
+    `annotate` needs `cut_off=True`). One pass over three columns of the ops,
+    stopping at the first."""
+    F = _F()
+    cut = F.col("kind").isin("create-table", "drop-table") & (F.col("status") == "info") & F.col("catalog_ts").isNull()
+    return bool(ops.filter(cut).select("op_id").take(1))
+
+
+def annotate(tops: Any, *, cut_off: bool) -> Any:
     """The table ops (`frames.table_ops`) with what every later check needs to
     know about their table, in one pass:
 
@@ -203,9 +221,10 @@ def annotate(tops: Any) -> Any:
       smallest row id among its ops (row ids are unique per partition and
       row, and this frame is computed once, as a checkpoint).
 
-    Windows over each table in catalog_ts order, and no join: the input is
-    read and sorted once (each extra reference to it would be one more
-    shuffle of it, as every check prunes it to different columns)."""
+    Windows over each table in catalog_ts order: the input is sorted once.
+    With `cut_off` (`has_cut_off_ddl`), a join (`_cut_off_ddl`) first looks
+    up a few rows in it; it reads the input three times, so the caller
+    materializes the input for it."""
     F, W = _F(), _W()
     st, k, cts = F.col("status"), F.col("kind"), F.col("catalog_ts")
     is_top = k.isin("add", "read", "update", "delete") & ((st != "fail") | (F.col("error_code") == "42P01"))
@@ -216,15 +235,24 @@ def annotate(tops: Any) -> Any:
     # DDL at the op's own catalog_ts; of those, the last by op id counts).
     by_cts = W.partitionBy("pk", *NAMES).orderBy("catalog_ts")
     table = by_cts.rowsBetween(W.unboundedPreceding, W.unboundedFollowing)
-    x = tops.withColumn("rowid", F.monotonically_increasing_id()).select(
+    # What shows that a create (drop) at a catalog_ts happened: an op that
+    # found the table there (not there) at or after it, or an ok drop
+    # (create) strictly after it (at ts - 1 here, so both compare with >=).
+    saw_table = F.when(is_top & (st == "ok"), cts).when((k == "drop-table") & (st == "ok"), cts - 1)
+    saw_none = F.when(is_top & (st == "fail"), cts).when((k == "create-table") & (st == "ok"), cts - 1)
+    if not cut_off:
+        tops = tops.withColumn("low_create", F.lit(None).cast("long")).withColumn(
+            "low_drop", F.lit(None).cast("long")
+        )
+    x = (_cut_off_ddl(tops) if cut_off else tops).withColumn("rowid", F.monotonically_increasing_id()).select(
         "*",
         F.min("rowid").over(table).alias("tid"),
-        F.max(F.when(is_top & (st == "ok"), cts)).over(table).alias("ok_max_cts"),
-        F.max(F.when(is_top & (st == "fail"), cts)).over(table).alias("unk_max_cts"),
+        F.max(saw_table).over(table).alias("ok_max_cts"),
+        F.max(saw_none).over(table).alias("unk_max_cts"),
         F.max((is_top & ((st == "ok") | ((k == "add") & (st == "info")))).cast("int")).over(table).alias("any_ok"),
         # DDL without a catalog_ts that may have happened (ok, or cut off by a
         # crash) cannot be placed on the catalog timeline.
-        F.max(((is_create | is_drop) & cts.isNull()).cast("int")).over(table).alias("unplaceable"),
+        F.max(((is_create | is_drop) & cts.isNull() & (st == "ok")).cast("int")).over(table).alias("unplaceable"),
         F.sum((is_create | is_drop).cast("int")).over(table).alias("n_ddl_all"),
         F.max((k.isin("update", "delete") & (st != "fail")).cast("int")).over(table).alias("mutated"),
     )
@@ -244,7 +272,9 @@ def annotate(tops: Any) -> Any:
     )
     n = F.col("n_ddl")
     last = F.col("last")
-    checked = ~((F.col("unplaceable") == 1) | ((n == 0) & (F.col("n_ddl_all") > 0)))
+    cut_off_seen = (F.col("ok_max_cts") >= F.col("low_create")) | (F.col("unk_max_cts") >= F.col("low_drop"))
+    checked = ~((F.col("unplaceable") == 1) | F.coalesce(cut_off_seen, F.lit(False))
+                | ((n == 0) & (F.col("n_ddl_all") > 0)))  # fmt: skip
     # Without DDL in the history, the table existed all along iff some op on
     # it succeeded; else the last replayed DDL at or before the op's catalog_ts
     # decides (none: it exists iff the first DDL is a drop).
@@ -266,6 +296,40 @@ def annotate(tops: Any) -> Any:
         (checked & (n > 0) & cts.isNull() & (st == "info") & k.isin("add", "update", "delete")).alias("floating"),
         F.when(n > 0, ~F.col("first_create")).alias("initial"),
     )
+
+
+def _cut_off_ddl(tops: Any) -> Any:
+    """`tops` with, per table, the least catalog_ts at which an `info`
+    create (`low_create`) or drop (`low_drop`) without a catalog_ts may have
+    taken effect (null: there is none). A crash cut it off before it got one;
+    it took effect, if at all, at or after the catalog_ts of every ok op of
+    the table that completed before it began. `annotate` leaves the table
+    unchecked if something at or after that shows it may have happened.
+
+    Such DDL is rare: the few rows are hashed, and the ops of a partition
+    stream past them (the three references to `tops` share its shuffle)."""
+    F = _F()
+    k, st, cts = F.col("kind"), F.col("status"), F.col("catalog_ts")
+    cut = tops.filter(k.isin("create-table", "drop-table") & (st == "info") & cts.isNull()).select(
+        *NAMES, "pk", F.col("op_id").alias("d_id"), F.col("inv").alias("d_inv"),
+        (k == "create-table").alias("d_create"),
+    )  # fmt: skip
+    ok = tops.filter(k.isin("add", "read", "update", "delete", "create-table", "drop-table") & (st == "ok")
+                     & cts.isNotNull()).select(*NAMES, "pk", "e", "catalog_ts")  # fmt: skip
+    before = (
+        ok.join(cut.hint("shuffle_hash"), ["pk", *NAMES])
+        .filter(F.col("e") < F.col("d_inv"))
+        .groupBy("pk", *NAMES, "d_id")
+        .agg(F.max("catalog_ts").alias("low"))
+    )
+    low = F.coalesce(F.col("low"), F.lit(-INF))
+    lows = (
+        cut.join(before, ["pk", *NAMES, "d_id"], "left")
+        .groupBy("pk", *NAMES)
+        .agg(F.min(F.when(F.col("d_create"), low)).alias("low_create"),
+             F.min(F.when(~F.col("d_create"), low)).alias("low_drop"))
+    )  # fmt: skip
+    return tops.join(lows.hint("shuffle_hash"), ["pk", *NAMES], "left")
 
 
 def _catalog(t: Any) -> Any:

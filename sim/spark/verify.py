@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from sim.spark.frames import elements, prepare, read_facts, table_ops
 from sim.spark.named import named_parts
-from sim.spark.replay import annotate, replay_parts
+from sim.spark.replay import annotate, has_cut_off_ddl, replay_parts
 
 if TYPE_CHECKING:
     from sim.spark.frames import Kept
@@ -42,7 +42,9 @@ def anomalies(ops: Any, runs: Any, keep: Kept, partitions: int) -> Any:
     from functools import reduce
 
     p = prepare(ops)
-    t = keep(annotate(table_ops(p, partitions)))
+    tops = table_ops(p, partitions)
+    cut_off = has_cut_off_ddl(p)
+    t = keep(annotate(keep(tops) if cut_off else tops, cut_off=cut_off))
     elems = keep(elements(t))
     facts = keep(read_facts(t, elems))
     parts = [*named_parts(t, elems, facts, keep), *replay_parts(p, runs, t, keep)]

@@ -22,17 +22,25 @@ CRASH_RUN: Final = "crash-restart-event-loop"
 #: Generated histories (`sim.checker.generate`) with many indeterminate ops,
 #: UPDATE/DELETE and dropped tables, and two mutants of each: a read missing
 #: an element, completions swapped. (seed, ops, p_mutate, p_info)
-GENERATED: Final = ((0, 500, 0.3, 0.2), (1, 400, 0.15, 0.1), (2, 600, 0.0, 0.2))
+GENERATED: Final = ((0, 500, 0.3, 0.2), (1, 400, 0.15, 0.1), (2, 600, 0.0, 0.2), (140, 60, 0.0, 0.3))
 
 
 def write_generated(root: Path) -> list[Path]:
-    """Writes the `GENERATED` histories and their mutants as traces."""
+    """Writes the `GENERATED` histories and their mutants, and the
+    hand-written EDN corpus of the checkers' tests (tests/data/histories:
+    the tricky cases, each with the verdict it must get), as traces."""
     import random
 
     from sim.checker.generate import GenConfig, drop_read_element, generate, swap_completions
+    from sim.checker.interchange import read_edn
     from sim.traces import write_trace
 
     out = []
+    for edn in sorted((GOLDEN.parent / "histories").glob("*.edn")):
+        h, events = read_edn(edn)
+        name = f"edn-{edn.stem}"
+        write_trace(root / name, h, events, run=name, config="edn", seed=0)
+        out.append(root / name)
     for seed, n, p_mutate, p_info in GENERATED:
         rng = random.Random(seed)
         h = generate(GenConfig(ops=n, processes=4, window=2, ops_per_table=30, p_mutate=p_mutate,
