@@ -51,9 +51,11 @@ def replay(
 ) -> None:
     """Re-verify traces with Spark (checker 3 and the join-shaped named anomalies)
     and compare the configurations' metrics."""
+    from sim.spark.frames import expand_traces
     from sim.spark.job import replay as run_replay
 
     try:
+        expand_traces(traces)  # bad paths fail here, before Spark starts
         spark = _session(master, verbose, partitions)
         res = run_replay(spark, traces, out)
     except CoordsimError as exc:

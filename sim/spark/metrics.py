@@ -11,6 +11,13 @@ Definitions (the tests recompute them with pyarrow and must agree):
   first invoke) they completed in;
 - oracle calls per op: internal events of kind `oracle.*` / operations;
 - group-commit batch sizes: `batch_size` of `group-commit` events (mean, max).
+
+A trace of `coordsim compare` holds one workload on one configuration at
+several concurrency levels (its meta.json lists them): its clients are named
+`L<n>/…` per level, and each level counts as a run of its own here — its ops,
+and the internal events that started between its first invoke and last
+completion. Set-up and warm-up ops belong to no level and are not measured,
+as compare does not measure them.
 """
 
 from __future__ import annotations
@@ -29,17 +36,25 @@ def metrics(ops: Any, events: Any, meta: Any) -> tuple[Any, Any]:
     second with the operations completed in it."""
     from pyspark.sql import functions as F
 
-    o = ops.select(F.col("run").cast("string").alias("run"), "invoke_ns", "complete_ns",
-                   F.col("status").cast("string").alias("status")).join(meta, "run")  # fmt: skip
+    levels = F.col("concurrency").startswith("[")  # a compare trace: one run per level
+    level = F.regexp_extract(F.col("client"), r"^L(\d+)/", 1)
+    o = (
+        ops.select(F.col("run").cast("string").alias("run"), "client", "invoke_ns", "complete_ns",
+                   F.col("status").cast("string").alias("status"))
+        .join(F.broadcast(meta), "run")
+        .withColumn("concurrency", F.when(~levels, F.col("concurrency")).when(level != "", level))
+        .filter(F.col("concurrency").isNotNull())
+        .drop("client")
+    )  # fmt: skip
     ok = F.col("status") == "ok"
     lat_ms = (F.col("complete_ns") - F.col("invoke_ns")) / 1e6
-    per_run = o.groupBy("run").agg(
+    unit = ("run", *GROUP)  # a run, or one level of a compare trace
+    per_run = o.groupBy(*unit).agg(
         F.min("invoke_ns").alias("start_ns"),
+        F.max("complete_ns").alias("end_ns"),
         ((F.max("complete_ns") - F.min("invoke_ns")) / 1e9).alias("duration_s"),
     )
-    durations = per_run.join(meta, "run").groupBy(*GROUP).agg(
-        F.sum("duration_s").alias("duration_s"), F.count("*").alias("runs")
-    )
+    durations = per_run.groupBy(*GROUP).agg(F.sum("duration_s").alias("duration_s"), F.count("*").alias("runs"))
     lat = o.groupBy(*GROUP).agg(
         F.count("*").alias("ops"),
         F.sum(ok.cast("long")).alias("ok_ops"),
@@ -47,8 +62,16 @@ def metrics(ops: Any, events: Any, meta: Any) -> tuple[Any, Any]:
         F.max(F.when(ok, lat_ms)).alias("latency_max_ms"),
         F.avg(F.when(ok, lat_ms)).alias("latency_mean_ms"),
     )
-    ev = events.select(F.col("run").cast("string").alias("run"), F.col("kind").cast("string").alias("kind"),
-                       "batch_size").join(meta, "run")  # fmt: skip
+    # Events by the run they belong to; in a compare trace, by the level
+    # whose time span they started in (the levels are few: broadcast).
+    spans = F.broadcast(per_run.join(meta.select("run", levels.alias("levels")), "run"))
+    e = events.select(F.col("run").cast("string").alias("run"), F.col("kind").cast("string").alias("kind"),
+                      "start_ns", "batch_size").alias("e")  # fmt: skip
+    ev = e.join(
+        spans.alias("s"),
+        (F.col("e.run") == F.col("s.run"))
+        & (~F.col("s.levels") | F.col("e.start_ns").between(F.col("s.start_ns"), F.col("s.end_ns"))),
+    ).select(*[F.col(f"s.{c}") for c in GROUP], "e.kind", "e.batch_size")
     evm = ev.groupBy(*GROUP).agg(
         F.sum(F.col("kind").startswith("oracle.").cast("long")).alias("oracle_calls"),
         F.sum((F.col("kind") == "group-commit").cast("long")).alias("group_commits"),
@@ -56,7 +79,7 @@ def metrics(ops: Any, events: Any, meta: Any) -> tuple[Any, Any]:
         F.max(F.when(F.col("kind") == "group-commit", F.col("batch_size"))).alias("group_commit_batch_max"),
     )
     windows = (
-        o.filter(ok).join(per_run.select("run", "start_ns"), "run")
+        o.filter(ok).join(per_run.select(*unit, "start_ns"), list(unit))
         .withColumn("second", F.floor((F.col("complete_ns") - F.col("start_ns")) / 1e9).cast("long"))
         .groupBy(*GROUP, "run", "second").agg(F.count("*").alias("ops"))
     )  # fmt: skip

@@ -86,12 +86,21 @@ def spark_session(
     for k, v in (conf or {}).items():
         b = b.config(k, v)
     if not verbose:
-        # Quiet from the first line: the JVM logs at INFO until setLogLevel runs.
-        b = b.config("spark.driver.extraJavaOptions", "-Dlog4j2.level=warn")
+        # Quiet from the first line: the JVM logs at INFO until setLogLevel
+        # runs. Under spark-submit the driver's JVM is already running: the
+        # context applies `spark.log.level` as it starts.
+        b = b.config("spark.driver.extraJavaOptions", "-Dlog4j2.level=warn").config("spark.log.level", "WARN")
     try:
         spark = b.getOrCreate()
     except Exception as exc:  # the JVM's errors are not typed from Python
         first = str(exc).strip().splitlines()[:1]
         raise SparkUnavailable(f"Spark did not start: {first[0] if first else type(exc).__name__}") from exc
     spark.sparkContext.setLogLevel("INFO" if verbose else "WARN")
+    jvm = spark.sparkContext._jvm
+    if not verbose and jvm is not None:
+        # Releasing a local checkpoint (`frames.Kept.release`) warns, once per
+        # frame, that it cannot be recomputed: by design, and no news.
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            "org.apache.spark.rdd.MapPartitionsRDD", jvm.org.apache.logging.log4j.Level.ERROR
+        )
     return spark
