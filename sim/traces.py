@@ -11,7 +11,6 @@ sees half a trace; readers reject another `SCHEMA_VERSION`.
 from __future__ import annotations
 
 import json
-import os
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +32,10 @@ from sim.history import (
     HistoryError,
     Status,
 )
+from sim.report import atomic_write
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
 __all__ = [
     "EVENTS_FILE",
@@ -252,19 +252,6 @@ class Trace:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def _write_text(path: Path, text: str) -> None:
-    path.write_text(text)
-
-
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def write_trace(
     directory: Path | str,
     history: History,
@@ -282,8 +269,8 @@ def write_trace(
     d.mkdir(parents=True, exist_ok=True)
     ops = _ops_table(history, run, config, seed)
     evs = _events_table(events, run)
-    _atomic_write(d / OPS_FILE, lambda p: pq.write_table(ops, p, compression="zstd"))
-    _atomic_write(d / EVENTS_FILE, lambda p: pq.write_table(evs, p, compression="zstd"))
+    atomic_write(d / OPS_FILE, lambda p: pq.write_table(ops, p, compression="zstd"))
+    atomic_write(d / EVENTS_FILE, lambda p: pq.write_table(evs, p, compression="zstd"))
     meta = {
         "schema_version": SCHEMA_VERSION,
         "run": run,
@@ -294,7 +281,7 @@ def write_trace(
         **(extra_meta or {}),
     }
     text = json.dumps(meta, indent=2, sort_keys=True) + "\n"
-    _atomic_write(d / META_FILE, lambda p: _write_text(p, text))
+    atomic_write(d / META_FILE, lambda p: p.write_text(text))
     return d
 
 

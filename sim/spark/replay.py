@@ -240,10 +240,6 @@ def annotate(tops: Any, *, cut_off: bool) -> Any:
     # (create) strictly after it (at ts - 1 here, so both compare with >=).
     saw_table = F.when(is_top & (st == "ok"), cts).when((k == "drop-table") & (st == "ok"), cts - 1)
     saw_none = F.when(is_top & (st == "fail"), cts).when((k == "create-table") & (st == "ok"), cts - 1)
-    if not cut_off:
-        tops = tops.withColumn("low_create", F.lit(None).cast("long")).withColumn(
-            "low_drop", F.lit(None).cast("long")
-        )
     x = (_cut_off_ddl(tops) if cut_off else tops).withColumn("rowid", F.monotonically_increasing_id()).select(
         "*",
         F.min("rowid").over(table).alias("tid"),
@@ -272,9 +268,10 @@ def annotate(tops: Any, *, cut_off: bool) -> Any:
     )
     n = F.col("n_ddl")
     last = F.col("last")
-    cut_off_seen = (F.col("ok_max_cts") >= F.col("low_create")) | (F.col("unk_max_cts") >= F.col("low_drop"))
-    checked = ~((F.col("unplaceable") == 1) | F.coalesce(cut_off_seen, F.lit(False))
-                | ((n == 0) & (F.col("n_ddl_all") > 0)))  # fmt: skip
+    checked = ~((F.col("unplaceable") == 1) | ((n == 0) & (F.col("n_ddl_all") > 0)))
+    if cut_off:
+        seen = (F.col("ok_max_cts") >= F.col("low_create")) | (F.col("unk_max_cts") >= F.col("low_drop"))
+        checked = checked & ~F.coalesce(seen, F.lit(False))
     # Without DDL in the history, the table existed all along iff some op on
     # it succeeded; else the last replayed DDL at or before the op's catalog_ts
     # decides (none: it exists iff the first DDL is a drop).
