@@ -33,7 +33,6 @@ Paths:
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 from typing import TYPE_CHECKING, Self, final
 
@@ -53,6 +52,7 @@ from coordinator.session import Result
 from coordinator.statements import Delete, Insert, Select, SqlError, SqlState, Update
 from oracle.stash import Fenced as OracleFenced
 from persist.location import ExternalError
+from sim.runtime import AsyncExitStack
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -90,7 +90,7 @@ class DecoupledCoordinator(RunningCoordinator):
         super().__init__(config, env, rt, cores=config.cores, events=events, actor=actor)
         self._waiters = PeekWaiters()
         self._tg: TaskGroup | None = None
-        self._stack: contextlib.AsyncExitStack | None = None
+        self._stack: AsyncExitStack | None = None
         self._peek_ids = itertools.count(1)
         self._pending: list[PendingWrite] = []
         self._gc_wake = anyio.Event()
@@ -102,7 +102,7 @@ class DecoupledCoordinator(RunningCoordinator):
     # --- lifecycle -------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        async with contextlib.AsyncExitStack() as stack:
+        async with AsyncExitStack() as stack:
             self._inc = await stack.enter_async_context(
                 open_incarnation(
                     self._env,

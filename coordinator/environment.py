@@ -38,6 +38,7 @@ from oracle.modeled import ModeledOracle, ModeledOracleRows
 from oracle.observed import ObservedOracle, OracleCall
 from oracle.stash import MemTimestampStash
 from persist.client import PersistClient
+from sim.runtime import AsyncExitStack
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -165,7 +166,7 @@ async def open_incarnation(
             coordinator makes, as its callers see it, is one), and who made them.
     """
     bad = config.known_bad
-    async with contextlib.AsyncExitStack() as stack:
+    async with AsyncExitStack() as stack:
         persist = await stack.enter_async_context(
             PersistClient(env.blob, env.consensus, rt.derive("persist"))
         )
@@ -244,7 +245,7 @@ async def advance_catalog_frontier(inc: Incarnation, upper: int) -> None:
 
 
 async def _open_oracles(
-    env: Environment, config: CoordinatorConfig, rt: Runtime, stack: contextlib.AsyncExitStack
+    env: Environment, config: CoordinatorConfig, rt: Runtime, stack: AsyncExitStack
 ) -> tuple[TimestampOracle, TimestampOracle, MemoryOracle | None]:
     realtime, catalog_tl = env.timeline(REALTIME_TIMELINE), env.timeline(CATALOG_TIMELINE)
     if config.oracle is OracleKind.MEMORY:
@@ -286,7 +287,7 @@ async def _open_catalog(
     rt: Runtime,
     persist: PersistClient,
     catalog_oracle: TimestampOracle,
-    stack: contextlib.AsyncExitStack,
+    stack: AsyncExitStack,
 ) -> DurableCatalog:
     catalog: DurableCatalog
     if config.catalog is CatalogKind.PERSIST:

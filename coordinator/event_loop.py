@@ -43,7 +43,6 @@ check, so a deposed coordinator's stale reads go unnoticed).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
@@ -64,6 +63,7 @@ from coordinator.session import Result
 from coordinator.statements import Delete, Insert, Select, SqlError, SqlState, Update
 from oracle.stash import Fenced as OracleFenced
 from persist.location import ExternalError
+from sim.runtime import AsyncExitStack
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -133,7 +133,7 @@ class EventLoopCoordinator(RunningCoordinator):
         self._arrivals = itertools.count()
         self._wake = anyio.Event()
         self._tg: TaskGroup | None = None
-        self._stack: contextlib.AsyncExitStack | None = None
+        self._stack: AsyncExitStack | None = None
         self._peek_ids = itertools.count(1)
         self._peeks: dict[int, _PeekJob] = {}
         # Answers that read coordinator state and wait for one confirm_leadership:
@@ -148,7 +148,7 @@ class EventLoopCoordinator(RunningCoordinator):
     # --- lifecycle -------------------------------------------------------------------
 
     async def __aenter__(self) -> Self:
-        async with contextlib.AsyncExitStack() as stack:
+        async with AsyncExitStack() as stack:
             self._inc = await stack.enter_async_context(
                 open_incarnation(
                     self._env,

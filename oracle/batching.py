@@ -15,7 +15,6 @@ Writes are not batched here (group commit batches them): `write_ts`,
 
 from __future__ import annotations
 
-import contextlib
 import copy
 from typing import TYPE_CHECKING, final
 
@@ -24,6 +23,7 @@ import anyio
 from oracle.api import TimestampOracle, WriteTimestamp
 from oracle.metrics import OracleMetrics, OracleStatistics
 from persist.location import CoordsimError, InvalidUsage
+from sim.runtime import AsyncExitStack
 
 if TYPE_CHECKING:
     from anyio.abc import TaskStatus
@@ -87,7 +87,7 @@ class BatchingOracle(TimestampOracle):
         self._inflight: _Batch | None = None
         self._wake = anyio.Event()
         self._scope: anyio.CancelScope | None = None
-        self._stack: contextlib.AsyncExitStack | None = None
+        self._stack: AsyncExitStack | None = None
         self._closed = False
 
     @property
@@ -104,7 +104,7 @@ class BatchingOracle(TimestampOracle):
     # --- lifecycle
 
     async def __aenter__(self) -> BatchingOracle:
-        async with contextlib.AsyncExitStack() as stack:
+        async with AsyncExitStack() as stack:
             tg = await stack.enter_async_context(anyio.create_task_group())
             await tg.start(self.serve)
             self._stack = stack.pop_all()

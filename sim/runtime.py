@@ -24,6 +24,8 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequenc
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, NoReturn, Self, TypeVar, final
 
+from sim.interrupts import guard
+
 if TYPE_CHECKING:
     from types import TracebackType
 
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "VIRTUAL_EPOCH_MS",
+    "AsyncExitStack",
     "Constant",
     "CorePool",
     "CorePoolStatistics",
@@ -593,6 +596,44 @@ class CorePool:
 # --- Owning background tasks -----------------------------------------------------------
 
 
+class AsyncExitStack(contextlib.AsyncExitStack):
+    """`contextlib.AsyncExitStack`, except that an exit callback that re-raises
+    the very exception it was handed counts as "did not suppress it".
+
+    Why: anyio's `TaskGroup.__aexit__` re-raises the exception it is given.
+    When an earlier callback of the same stack has raised a new exception N
+    (whose `__context__` is the frame's exception), contextlib's
+    `_fix_exception_context(N, N)` walks to N's context, finds the frame's
+    exception and sets `N.__context__ = N`. The next walk of that chain never
+    ends: a Ctrl-C during a real-mode run spun at 100 % CPU (issue 16). Every
+    stack in the product is this one.
+    """
+
+    def _push_exit_callback(self, callback: Callable[..., Any], is_sync: bool = True) -> None:
+        if is_sync:
+
+            def sync_exit(et: Any, exc: BaseException | None, tb: Any) -> Any:
+                try:
+                    return callback(et, exc, tb)
+                except BaseException as raised:
+                    if exc is not None and raised is exc:
+                        return False
+                    raise
+
+            super()._push_exit_callback(sync_exit, True)  # type: ignore[misc]
+            return
+
+        async def async_exit(et: Any, exc: BaseException | None, tb: Any) -> Any:
+            try:
+                return await callback(et, exc, tb)
+            except BaseException as raised:
+                if exc is not None and raised is exc:
+                    return False
+                raise
+
+        super()._push_exit_callback(async_exit, False)  # type: ignore[misc]
+
+
 class TaskOwner:
     """A component that owns background tasks for the span of its `async with`
     (structured concurrency: leaving the block cancels them and waits for them).
@@ -769,5 +810,5 @@ def run(
         VirtualEventLoop if virtual else asyncio.new_event_loop
     )
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(main(rt))
+        return runner.run(guard(main(rt)))
 
