@@ -8,17 +8,18 @@
 | `persist+mem://`, `stash+mem://`, `shadow+mem://` | the same in memory (fresh each time) |
 
 `shard` defaults to `catalog`, `env` to `default`. Postgres URLs also take the
-libpq TLS parameters and `connect_timeout`. Anything else is `InvalidUsage`.
+libpq parameters of `persist.urls.PG_PASSTHROUGH` (`password`, the TLS ones,
+`connect_timeout`, …). Anything else is `InvalidUsage`.
 """
 
 from __future__ import annotations
 
 import contextlib
 from typing import TYPE_CHECKING, Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from persist.location import InvalidUsage
-from persist.urls import parse_url, redact_url
+from persist.urls import PG_PASSTHROUGH, driver_url, parse_url, redact_url
+from sim.runtime import AsyncExitStack
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -31,15 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["open_catalog"]
 
-_PG_PASSTHROUGH: Final = frozenset({"sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout"})
 _KINDS: Final = ("persist", "stash", "shadow")
-
-
-def _driver_url(url: str) -> str:
-    """A plain postgresql:// URL with only the driver's parameters."""
-    parts = urlsplit(url)
-    kept = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k in _PG_PASSTHROUGH]
-    return urlunsplit(parts._replace(scheme="postgresql", query=urlencode(kept)))
 
 
 @contextlib.asynccontextmanager
@@ -60,7 +53,7 @@ async def open_catalog(
         if u.netloc or u.path not in ("", "/"):
             raise InvalidUsage(f"{u.scheme}:// takes no name or path, got {redact_url(url)}")
     else:
-        u.require_params(allowed | _PG_PASSTHROUGH)
+        u.require_params(allowed | PG_PASSTHROUGH)
         if kind != "stash" and not u.params.get("blob"):
             raise InvalidUsage(f"{redact_url(url)} needs ?blob=URL (file:///dir or s3://bucket/prefix)")
     shard = u.params.get("shard", "catalog")
@@ -94,7 +87,7 @@ async def _open(
     params: dict[str, str], kind: str, backend: str, url: str, shard: str, env: str, rt: Runtime,
     oracle: TimestampOracle | None, inner_oracle: TimestampOracle | None,
 ) -> AsyncIterator[DurableCatalog]:
-    async with contextlib.AsyncExitStack() as stack:
+    async with AsyncExitStack() as stack:
         persist_cat: PersistCatalog | None = None
         stash_cat: StashCatalog | None = None
         if kind in ("persist", "shadow"):
@@ -107,7 +100,7 @@ async def _open(
             else:
                 blob = await open_blob(params["blob"])
                 stack.push_async_callback(blob.close)
-                consensus = await open_consensus(_driver_url(url))
+                consensus = await open_consensus(driver_url(url))
                 stack.push_async_callback(consensus.close)
             client = await stack.enter_async_context(PersistClient(blob, consensus, rt))
             persist_cat = await PersistCatalog.connect(client, rt, shard_id=shard, oracle=inner_oracle)
@@ -121,7 +114,7 @@ async def _open(
             else:
                 from catalog.stash_postgres import PostgresStashStore
 
-                store = await PostgresStashStore.connect(_driver_url(url), rt, env=env)
+                store = await PostgresStashStore.connect(driver_url(url), rt, env=env)
                 stack.push_async_callback(store.close)
             stash_cat = StashCatalog(store, rt, oracle=inner_oracle)
         if persist_cat is not None and stash_cat is not None:

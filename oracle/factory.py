@@ -8,17 +8,16 @@ shared backend (`OracleFactory`).
 | `postgres://…`, `postgresql://…` | `PostgresOracle` | the `timestamp_oracle` table |
 | `modeled://` | `ModeledOracle` (virtual mode's Postgres oracle) | in-memory rows, modeled round trips |
 
-Postgres URLs also take `pool_size`, `application_name`, `connect_timeout` and
-the libpq TLS parameters. Unknown parameters are `InvalidUsage`. asyncpg is
+Postgres URLs also take `pool_size` and the libpq parameters of
+`persist.urls.PG_PASSTHROUGH` (`password`, `application_name`,
+`connect_timeout`, the TLS ones, …). Unknown parameters are `InvalidUsage`. asyncpg is
 imported only for Postgres URLs.
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 
@@ -28,7 +27,8 @@ from oracle.memory import DEFAULT_WINDOW_MS, MemoryOracle
 from oracle.modeled import ModeledOracle, ModeledOracleRows
 from oracle.stash import MemTimestampStash
 from persist.location import InvalidUsage
-from persist.urls import ParsedUrl, parse_url, redact_url
+from persist.urls import PG_PASSTHROUGH, ParsedUrl, driver_url, parse_url, redact_url
+from sim.runtime import AsyncExitStack
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -39,7 +39,6 @@ if TYPE_CHECKING:
 
 __all__ = ["OracleFactory", "open_oracle"]
 
-_PG_PASSTHROUGH: Final = frozenset({"sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout"})
 _PG_SCHEMES: Final = ("postgres", "postgresql")
 _MEMORY_PG_SCHEMES: Final = ("memory+postgres", "memory+postgresql")
 
@@ -81,29 +80,25 @@ def _parse(url: str, application_name: str | None) -> _Spec:
             raise InvalidUsage(f"modeled:// takes no name or path, got {redact_url(url)}")
         kind = "modeled"
     elif u.scheme in _PG_SCHEMES:
-        u.require_params(_PG_PASSTHROUGH | {"pool_size", "application_name"})
+        u.require_params(PG_PASSTHROUGH | {"pool_size"})
         kind = "postgres"
     elif u.scheme in _MEMORY_PG_SCHEMES:
-        u.require_params(_PG_PASSTHROUGH | {"pool_size", "application_name", "stash", "window_ms"})
+        u.require_params(PG_PASSTHROUGH | {"pool_size", "stash", "window_ms"})
         kind = "memory+postgres"
     else:
         raise InvalidUsage(
             f"unknown oracle URL scheme {u.scheme!r} in {redact_url(url)}: "
             "expected mem://, memory+postgres://, postgres:// or modeled://"
         )
-    driver_url = ""
-    if kind not in ("memory", "modeled"):
-        parts = urlsplit(url)
-        kept = [
-            (k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k in _PG_PASSTHROUGH
-        ]
-        driver_url = urlunsplit(parts._replace(scheme="postgresql", query=urlencode(kept)))
+    # application_name is not left to the URL: the client sets it explicitly
+    # (the `application_name` argument overrides the URL's).
+    dsn = "" if kind in ("memory", "modeled") else driver_url(url, drop=("application_name",))
     stash_name = u.params.get("stash", "default")
     if not stash_name:
         raise InvalidUsage(f"parameter stash in {redact_url(url)} must not be empty")
     return _Spec(
         kind=kind,
-        driver_url=driver_url,
+        driver_url=dsn,
         pool_size=_int_param(u, "pool_size", 8),
         application_name=application_name or u.params.get("application_name", "coordsim-oracle"),
         window_ms=_int_param(u, "window_ms", DEFAULT_WINDOW_MS),
@@ -204,7 +199,7 @@ class OracleFactory:
         self._known_bad_join_in_flight = known_bad_join_in_flight
         self._oracles: dict[str, TimestampOracle] = {}
         self._lock = anyio.Lock()
-        self._stack: contextlib.AsyncExitStack | None = None
+        self._stack: AsyncExitStack | None = None
         self._tg: TaskGroup | None = None
         self._client: PostgresClient | None = None
         self._stash: TimestampStash | None = None
@@ -222,7 +217,7 @@ class OracleFactory:
         return self._epoch
 
     async def __aenter__(self) -> OracleFactory:
-        async with contextlib.AsyncExitStack() as stack:
+        async with AsyncExitStack() as stack:
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             await self._open_backend(stack)
             # Runs first on exit: closes the oracles, which stops the batching
@@ -236,7 +231,7 @@ class OracleFactory:
         if stack is not None:
             await stack.aclose()
 
-    async def _open_backend(self, stack: contextlib.AsyncExitStack) -> None:
+    async def _open_backend(self, stack: AsyncExitStack) -> None:
         spec = self._spec
         if spec.kind == "modeled":
             self._rows = ModeledOracleRows()

@@ -7,8 +7,10 @@
 | `s3://bucket/prefix[?endpoint=…&region=…]` | S3Blob | —                  |
 | `postgres://…`, `postgresql://…[?pool_size=N]` | — | PostgresConsensus |
 
-`mem://` opens a fresh, empty store each time (there is no process-wide registry;
-share a store by passing the object). Unknown schemes or parameters are
+Postgres URLs also take the libpq parameters of `persist.urls.PG_PASSTHROUGH`
+(`password`, `sslmode`, `connect_timeout`, `application_name`, …), passed to
+the driver. `mem://` opens a fresh, empty store each time (there is no
+process-wide registry; share a store by passing the object). Unknown schemes or parameters are
 `InvalidUsage`, one line. Heavy client libraries are imported only when their
 scheme is used.
 """
@@ -17,10 +19,9 @@ from __future__ import annotations
 
 import os
 from typing import Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from persist.location import Blob, Consensus, InvalidUsage
-from persist.urls import ParsedUrl, parse_url, redact_url
+from persist.urls import PG_PASSTHROUGH, ParsedUrl, driver_url, parse_url, redact_url
 
 __all__ = ["S3_ENDPOINT_ENV", "open_blob", "open_consensus"]
 
@@ -28,11 +29,6 @@ __all__ = ["S3_ENDPOINT_ENV", "open_blob", "open_consensus"]
 S3_ENDPOINT_ENV: Final = "COORDSIM_S3_ENDPOINT"
 
 _BOOL = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
-
-# libpq parameters passed through to the Postgres driver untouched.
-_PG_PASSTHROUGH = frozenset(
-    {"sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "application_name"}
-)
 
 
 def _bool_param(u: ParsedUrl, name: str, default: bool) -> bool:
@@ -109,19 +105,12 @@ async def open_consensus(url: str) -> Consensus:
 
         return MemConsensus()
     if u.scheme in ("postgres", "postgresql"):
-        u.require_params(_PG_PASSTHROUGH | {"pool_size"})
+        u.require_params(PG_PASSTHROUGH | {"pool_size"})
         pool_size = _int_param(u, "pool_size", 8)
         from persist.postgres import PostgresConsensus
 
-        return await PostgresConsensus.open(_without_params(url, {"pool_size"}), pool_size=pool_size)
+        return await PostgresConsensus.open(driver_url(url), pool_size=pool_size)
     raise InvalidUsage(
         f"unknown consensus URL scheme {u.scheme!r} in {redact_url(url)}: "
         "expected mem:// or postgres://"
     )
-
-
-def _without_params(url: str, names: set[str]) -> str:
-    """`url` minus coordsim's own query parameters (the driver would reject them)."""
-    parts = urlsplit(url)
-    kept = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in names]
-    return urlunsplit(parts._replace(query=urlencode(kept)))

@@ -14,7 +14,7 @@ import asyncio
 import errno
 import os
 import socket
-from contextlib import AsyncExitStack, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, final
 from urllib.parse import urlsplit
@@ -42,7 +42,8 @@ from persist.location import (
     InvalidUsage,
     check_blob_key,
 )
-from persist.urls import redact_url
+from persist.urls import redact_text, redact_url
+from sim.runtime import AsyncExitStack
 
 if TYPE_CHECKING:
     from types_aiobotocore_s3 import S3Client
@@ -142,7 +143,7 @@ def _describe(exc: BaseException) -> str:
         text = _connect_failure(exc)
     else:
         text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return redact_url(" ".join(text.split()))
+    return redact_text(" ".join(text.split()))
 
 
 def _connect_failure(exc: EndpointConnectionError | ConnectTimeoutError) -> str:

@@ -9,9 +9,10 @@ in this package without its suffix), a workload name, or a path.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
+import sys
 import tomllib
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
@@ -20,6 +21,7 @@ import anyio
 
 from coordinator.factory import build_coordinator
 from persist.location import CoordsimError, InvalidUsage
+from sim.runtime import AsyncExitStack
 from sim.workloads import WORKLOADS
 
 if TYPE_CHECKING:
@@ -32,13 +34,45 @@ if TYPE_CHECKING:
     from sim.recording import RecordingSession
     from sim.runtime import Runtime
 
-__all__ = ["SCENARIO_DIR", "PythonScenario", "Sim", "TomlScenario", "load", "shipped"]
+__all__ = [
+    "SCENARIO_DIR",
+    "PythonScenario",
+    "ScenarioError",
+    "Sim",
+    "TomlScenario",
+    "load",
+    "scenario_error",
+    "shipped",
+]
 
 SCENARIO_DIR: Final = Path(__file__).parent
 
 
 class ScenarioFailed(CoordsimError):
     """A scenario's own `sim.expect` did not hold."""
+
+
+class ScenarioError(CoordsimError):
+    """A Python scenario raised (on import or while running): its own bug, told
+    in one line with the scenario's file and line (`scenario_error`)."""
+
+
+def scenario_error(path: Path, exc: BaseException) -> ScenarioError:
+    """`scenario my.py:12: ZeroDivisionError: division by zero` for `exc`,
+    raised by the scenario at `path`: the line is the innermost frame in that
+    file (where the scenario called whatever failed), else the innermost one."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]  # a task group's: the first failure is the story
+    frames = traceback.extract_tb(exc.__traceback__)
+    if isinstance(exc, SyntaxError) and exc.lineno is not None:
+        where = f"{path.name}:{exc.lineno}"
+    else:
+        target = path.resolve()
+        own = [f for f in frames if f.filename and Path(f.filename).resolve() == target]
+        frame = own[-1] if own else None
+        where = f"{path.name}:{frame.lineno}" if frame is not None else path.name
+    message = " ".join(str(exc).split())
+    return ScenarioError(f"scenario {where}: {type(exc).__name__}{': ' + message if message else ''}")
 
 
 @final
@@ -56,6 +90,7 @@ class TomlScenario:
 class PythonScenario:
     name: str
     main: Callable[[Sim], Awaitable[None]]
+    path: Path | None = None  # the file, to name it in errors
 
 
 def shipped() -> list[str]:
@@ -81,9 +116,13 @@ def load(spec: str) -> TomlScenario | PythonScenario:
             )
     if path.suffix == ".toml":
         try:
-            data = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise InvalidUsage(f"bad TOML in {path}: {exc}") from exc
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise InvalidUsage(f"cannot read scenario {path}: {exc.strerror or exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise InvalidUsage(f"scenario {path} is not UTF-8 text (byte {exc.start})") from exc
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:
+            raise InvalidUsage(f"bad TOML in {path}: {' '.join(str(exc).split())}") from exc
         wl = data.pop("workload", None)
         if not isinstance(wl, str):
             raise InvalidUsage(f"{path}: a TOML scenario needs `workload = \"<name>\"`")
@@ -97,14 +136,25 @@ def load(spec: str) -> TomlScenario | PythonScenario:
     if mod_spec is None or mod_spec.loader is None:
         raise InvalidUsage(f"cannot load scenario {path}")
     module = importlib.util.module_from_spec(mod_spec)
+    # No __pycache__ beside the user's file: coordsim leaves nothing behind
+    # that it was not asked to write.
+    wrote_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     try:
         mod_spec.loader.exec_module(module)
     except SyntaxError as exc:
-        raise InvalidUsage(f"{path}: {exc}") from exc
+        raise InvalidUsage(f"{path}: {' '.join(str(exc).split())}") from exc
+    except OSError as exc:
+        raise InvalidUsage(f"cannot read scenario {path}: {exc.strerror or exc}") from exc
+    except Exception as exc:
+        # The scenario's own code failed on import (a bad import, a typo at
+        # module level): its error, where it happened, not our traceback.
+        raise scenario_error(path, exc) from exc
+    finally:
+        sys.dont_write_bytecode = wrote_bytecode
     main = getattr(module, "scenario", None)
     if main is None or not callable(main):
         raise InvalidUsage(f"{path} has no `async def scenario(sim)`")
-    return PythonScenario(path.stem, main)
+    return PythonScenario(path.stem, main, path)
 
 
 @final
@@ -123,13 +173,13 @@ class Sim:
         self.recorder = recorder
         self._sink = event_sink(recorder)
         self._sessions: list[RecordingSession] = []
-        self._stack: contextlib.AsyncExitStack | None = None
+        self._stack: AsyncExitStack | None = None
         self.coord: Coordinator | None = None
         self.failures: list[str] = []
         self.restarts = 0
 
     async def start(self) -> None:
-        stack = contextlib.AsyncExitStack()
+        stack = AsyncExitStack()
         self.coord = await stack.enter_async_context(
             build_coordinator(self.config, self.env, self.rt, events=self._sink, actor=f"coordinator{self.restarts}")
         )
