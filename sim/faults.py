@@ -6,7 +6,8 @@ on it; the `Nemesis` acts on it at the times of a `FaultPlan`: a coordinator
 crashed and restarted on the same stores, a second coordinator started beside
 the first (split brain), Blob/Consensus calls that fail or time out (the
 `persist.faults` wrappers), a replica crashed or slowed, oracle round trips
-slowed (virtual mode), the database's backends killed (real mode). Every fault
+slowed (virtual mode), the database's backends killed or the embedded
+server's postmaster SIGKILLed and restarted (real mode). Every fault
 is recorded as an internal event (`EventKind.FAULT`) so explanations can
 mention it, and every fault heals before the nemesis returns, so a scenario
 ends on a healthy deployment.
@@ -26,6 +27,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 import anyio.lowlevel
+import anyio.to_thread
 
 from controllers.replica import REPLICA_LATENCIES
 from coordinator.environment import Environment
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from coordinator.config import CoordinatorConfig
     from coordinator.session import Coordinator
     from persist.location import Blob, Consensus
+    from sim.backends import EmbeddedPostgres
     from sim.history import HistoryRecorder
     from sim.runtime import Runtime
 
@@ -89,13 +92,15 @@ class FaultKind(StrEnum):
     REPLICA_SLOW = "replica-slow"  # replica hops `factor` times slower for `duration`
     ORACLE_SLOW = "oracle-slow"  # oracle and stash round trips `factor` times slower
     PG_KILL = "pg-kill"  # the run's Postgres backends are terminated, repeatedly for `duration`
+    PG_SIGKILL = "pg-sigkill"  # the embedded postmaster is SIGKILLed; restarted after `duration`
 
 
 #: Which mode each fault needs, for the kinds that work in only one: pg-kill
-#: needs a server to kill; oracle-slow scales modeled round trips, and real
+#: and pg-sigkill need a server to kill; oracle-slow scales modeled round trips, and real
 #: mode's oracle and stash round trips are real I/O that no model slows.
 _ONLY_IN: Final[Mapping[FaultKind, Mode]] = {
     FaultKind.PG_KILL: "real",
+    FaultKind.PG_SIGKILL: "real",
     FaultKind.ORACLE_SLOW: "virtual",
 }
 
@@ -463,6 +468,8 @@ class Nemesis:
     def __init__(self, dep: Deployment, plan: FaultPlan) -> None:
         """Raises `InvalidUsage` if a fault cannot act on `dep` (`check_plan`)."""
         check_plan(plan, "virtual" if dep.database_url is None else "real")
+        if any(f.kind is FaultKind.PG_SIGKILL for f in plan.faults):
+            _embedded(dep.database_url)
         self.dep = dep
         self.plan = plan
         self.injected: list[Fault] = []
@@ -528,6 +535,16 @@ class Nemesis:
             assert dep.database_url is not None  # check_plan: real mode only
             rounds, killed, apps = await _kill_backends(rt, dep.database_url, fault.duration_s)
             self._record(fault, start, rounds=rounds, killed=killed, applications=apps)
+        elif fault.kind is FaultKind.PG_SIGKILL:
+            pg = _embedded(dep.database_url)
+            # Blocking process management (the restart waits for the server):
+            # off the event loop, which keeps serving the clients meanwhile.
+            pid = await anyio.to_thread.run_sync(pg.sigkill_postmaster)
+            if pid is None:
+                return  # an overlapping pg-sigkill has it down; that one restarts it
+            await rt.sleep(fault.duration_s)
+            await anyio.to_thread.run_sync(pg.restart)
+            self._record(fault, start, postmaster=pid)
         else:
             group = "oracle" if fault.kind is FaultKind.ORACLE_SLOW else "replica"
             dep.switch.factors[group] = fault.factor
@@ -570,6 +587,24 @@ async def _kill_backends(
     finally:
         await conn.close()
     return rounds, killed, sorted(apps)
+
+
+def _embedded(database_url: str | None) -> EmbeddedPostgres:
+    """The embedded server holding `database_url`, which a pg-sigkill kills.
+
+    Raises:
+        InvalidUsage: the run's server is not one this process started (e.g.
+            `$COORDSIM_POSTGRES_URL`'s), so there is no postmaster to kill.
+    """
+    from sim.backends import embedded_serving
+
+    pg = None if database_url is None else embedded_serving(database_url)
+    if pg is None:
+        raise InvalidUsage(
+            f"{FaultKind.PG_SIGKILL} needs the embedded Postgres coordsim starts itself "
+            "(unset COORDSIM_POSTGRES_URL)"
+        )
+    return pg
 
 
 def _incarnation(coord: Coordinator) -> Any:

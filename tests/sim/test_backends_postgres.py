@@ -1,9 +1,14 @@
-"""EmbeddedPostgres: starts, is configured as asked, stops without leftovers, and
-fails with one actionable line when PostgreSQL is missing."""
+"""EmbeddedPostgres: starts, is configured as asked, survives crashes (pg_ctl's
+immediate shutdown and a real SIGKILL of the postmaster) through `restart()`,
+stops without leftovers, and fails with one actionable line when PostgreSQL is
+missing. (Authentication: test_pg_auth.py; the watchdog: test_pg_watchdog.py.)"""
 
 from __future__ import annotations
 
+import os
+import signal
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
@@ -38,7 +43,9 @@ async def test_embedded_postgres_serves_restarts_and_stops_cleanly(
 ) -> None:
     pg = private_pg
     url = pg.url
-    assert url == f"postgresql://coordsim@127.0.0.1:{pg.port}/postgres"
+    password = urlsplit(url).password
+    assert password
+    assert url == f"postgresql://coordsim:{password}@127.0.0.1:{pg.port}/postgres"
     assert pg.datadir.is_dir()
     conn = await asyncpg.connect(url)
     try:
@@ -77,6 +84,94 @@ async def test_serializable_option_sets_the_default_isolation(
     pg_serializable: EmbeddedPostgres,
 ) -> None:
     assert await _show(pg_serializable.url, "default_transaction_isolation") == "serializable"
+
+
+def _postmaster_pid(pg: EmbeddedPostgres) -> int:
+    with (pg.datadir / "postmaster.pid").open() as f:
+        return int(f.readline())
+
+
+def _alive(pid: int) -> bool:
+    return backends._alive(pid)
+
+
+@pytest.mark.postgres
+@pytest.mark.asyncio
+async def test_sigkilled_postmaster_restarts_with_its_data(private_pg: EmbeddedPostgres) -> None:
+    """A real SIGKILL (no shutdown at all: stale postmaster.pid and socket lock,
+    backends left to notice by themselves, shared memory still allocated), then
+    `restart()` on the same port, twice; `kill_server()` + `restart()` after it
+    still works, and `stop()` leaves no process of the cluster behind."""
+    pg = private_pg
+    url = pg.url
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("CREATE TABLE t (x int); INSERT INTO t VALUES (7)")
+        for round_ in range(2):
+            old = _postmaster_pid(pg)
+            assert pg.sigkill_postmaster() == old
+            assert [pg.running] == [False]  # (a list: mypy would narrow `running` for good)
+            assert pg.sigkill_postmaster() is None  # not running: nothing to kill
+            with pytest.raises(ConnectionError):  # refused, or reset by the dying postmaster
+                await asyncpg.connect(url, timeout=5)
+            # (`conn`'s backend may answer a moment longer, until it notices.)
+            conn.terminate()
+            pg.restart()
+            assert pg.running
+            assert pg.url == url
+            assert not _alive(old)
+            assert _postmaster_pid(pg) != old
+            conn = await asyncpg.connect(url)
+            assert await conn.fetchval("SELECT count(*) FROM t") == 1 + round_
+            await conn.execute("INSERT INTO t VALUES (8)")
+    finally:
+        await conn.close()
+    pg.kill_server()
+    pg.restart()
+    conn = await asyncpg.connect(url)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM t") == 3
+    finally:
+        await conn.close()
+    datadir = pg.datadir
+    pids = backends._cluster_pids(datadir)
+    assert _postmaster_pid(pg) in pids
+    pg.stop()
+    assert not any(_alive(p) for p in pids)
+    assert not datadir.exists()
+
+
+@pytest.mark.postgres
+def test_stop_after_sigkill_without_restart_leaves_nothing(private_pg: EmbeddedPostgres) -> None:
+    pg = private_pg
+    pids = backends._cluster_pids(pg.datadir)
+    assert pids
+    tmp = pg.datadir.parent
+    assert pg.sigkill_postmaster() in pids
+    pg.stop()
+    assert not tmp.exists()
+    assert not any(_alive(p) for p in pids)
+
+
+@pytest.mark.postgres
+def test_restart_sigkills_backends_that_linger(
+    private_pg: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A backend that outlives its postmaster (stopped, so it cannot notice)
+    holds the shared memory a new postmaster needs: after the bounded wait
+    `restart()` kills it and starts anyway."""
+    pg = private_pg
+    pm = _postmaster_pid(pg)
+    children = [p for p in backends._cluster_pids(pg.datadir) if p != pm]
+    assert children
+    for pid in children:
+        os.kill(pid, signal.SIGSTOP)
+    monkeypatch.setattr(backends, "_LINGER_S", 0.2)
+    pg.sigkill_postmaster()
+    pg.restart()
+    assert pg.running
+    assert not any(_alive(p) for p in children)
+    assert _postmaster_pid(pg) not in (pm, *children)
 
 
 def test_find_postgres_bindir_finds_the_server_binaries() -> None:
