@@ -52,7 +52,7 @@ class FileBlob(Blob):
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
         self.root = Path(root)
         self._fsync = fsync
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
 
     def _path(self, key: str) -> Path:
         check_blob_key(key)
@@ -115,8 +115,10 @@ def _read(path: Path) -> bytes | None:
 def _write_atomic(path: Path, value: bytes, fsync: bool) -> None:
     tmp = path.parent / f".tmp-{uuid.uuid4().hex}"
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # A store's data is private whatever the umask: 0600 files, 0700 directories.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with open(fd, "wb") as f:
             f.write(value)
             if fsync:
                 f.flush()

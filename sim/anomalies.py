@@ -12,6 +12,7 @@ fault plan but not the interleaving. Importing this module has no side effects.
 
 from __future__ import annotations
 
+import math
 import shlex
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, final
@@ -59,6 +60,15 @@ __all__ = [
 CONFIG_NAMES: Final = ("event-loop", "event-loop+pg-oracle", "decoupled")
 #: Seconds (virtual, or wall in real mode) after which a run counts as stuck.
 STUCK_AFTER_S: Final = 30.0
+#: Limits of `--clients` and `--size` (operations or rounds per client), and of
+#: their product: a history row costs ~0.5 KiB while recorded, so 10^8
+#: operations is already more than a 24 GiB machine holds; a scenario's defaults
+#: are a few clients and a dozen operations each.
+MAX_CLIENTS: Final = 100_000
+MAX_SIZE: Final = 10**7
+MAX_SCENARIO_OPS: Final = 10**8
+#: A slow fault's factor: 10^4 turns a 1 ms round trip into 10 s.
+MAX_FAULT_FACTOR: Final = 10_000.0
 
 
 def latency_model() -> LatencyModel:
@@ -184,6 +194,28 @@ class Spec:
 
     def __post_init__(self) -> None:
         check_plan(self.faults, self.mode)
+        # Lower bounds (>= 1) are `_run`'s: the shrinker steps down to them.
+        if self.clients > MAX_CLIENTS:
+            raise InvalidUsage(f"--clients {self.clients} exceeds the maximum {MAX_CLIENTS} clients")
+        if self.size > MAX_SIZE:
+            raise InvalidUsage(f"--size {self.size} exceeds the maximum {MAX_SIZE} operations per client")
+        if self.clients * self.size > MAX_SCENARIO_OPS:
+            raise InvalidUsage(
+                f"--clients {self.clients} x --size {self.size} exceeds the maximum "
+                f"{MAX_SCENARIO_OPS} operations in one run"
+            )
+        if not -(2**63) < self.seed < 2**63:
+            raise InvalidUsage(f"--seed {self.seed} does not fit in 64 bits (a trace stores it as int64)")
+        for fault in self.faults.faults:
+            # A fault still pending when the run counts as stuck would turn a
+            # typo (`@99999999ms`) into a "liveness bug" after 30 s.
+            end = fault.at_s + fault.duration_s
+            if not end < STUCK_AFTER_S:
+                raise InvalidUsage(
+                    f"fault {fault} ends {end:g} s into the run; a run is stopped as stuck after {STUCK_AFTER_S:g} s"
+                )
+            if not (math.isfinite(fault.factor) and 0 < fault.factor <= MAX_FAULT_FACTOR):
+                raise InvalidUsage(f"fault {fault}: factor must be > 0 and <= {MAX_FAULT_FACTOR:g}, got {fault.factor}")
 
     def command(self) -> str:
         """A one-line shell command replaying this run."""

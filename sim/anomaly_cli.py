@@ -9,17 +9,28 @@ from __future__ import annotations
 import contextlib
 from dataclasses import replace
 from pathlib import Path  # noqa: TC003 - typer reads the annotations at run time
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from persist.location import InvalidUsage
-from sim.anomalies import MODES, SCENARIOS, Spec, default_spec, parse_known_bad, run_spec
-from sim.checker import check_history
+from persist.location import CoordsimError, InvalidUsage
+from sim.anomalies import (
+    MAX_CLIENTS,
+    MAX_SIZE,
+    MODES,
+    SCENARIOS,
+    Spec,
+    default_spec,
+    parse_known_bad,
+    run_spec,
+)
+from sim.checker import ANOMALY_NAMES, check_history
 from sim.checker.verdict import Outcome
+from sim.config import check_int
 from sim.faults import FaultPlan
+from sim.outputs import staged_dir
 from sim.shrink import shrink
 from sim.traces import write_trace
 
@@ -30,6 +41,8 @@ __all__ = ["register"]
 
 _out = Console(soft_wrap=True)
 EXIT = {Outcome.VALID: 0, Outcome.INVALID: 1, Outcome.UNKNOWN: 3}
+#: `shrink --max-runs`: each run is a whole scenario (a second or so).
+MAX_SHRINK_RUNS: Final = 100_000
 
 anomalies_app = typer.Typer(help="Anomaly scenarios: run and check one scenario for one seed.")
 
@@ -69,6 +82,10 @@ def _spec(
     scenario: str, config: str, seed: int, known_bad: list[str] | None,
     clients: int | None, size: int | None, faults: str | None, mode: str,
 ) -> Spec:  # fmt: skip
+    if clients is not None:
+        check_int("--clients", clients, low=1, high=MAX_CLIENTS, unit="clients")
+    if size is not None:
+        check_int("--size", size, low=1, high=MAX_SIZE, unit="operations per client")
     spec = default_spec(
         scenario, config, seed, known_bad=parse_known_bad(known_bad or []), mode=_mode(mode)
     )
@@ -92,6 +109,34 @@ def _print_report(
     _out.print(f"replay: {escape(spec.command())}")
 
 
+def _check_postgres(mode: str) -> None:
+    """Real mode on `$COORDSIM_POSTGRES_URL`: one line now if the server cannot
+    be reached or refuses us (a wrong password), rather than a driver's
+    traceback from inside the run. (An embedded server is started, and
+    reported on, by the run itself.)"""
+    if mode != "real":
+        return
+    import asyncpg
+
+    from persist.urls import driver_url, redact_text, redact_url
+    from sim.backends import postgres_url_from_env
+    from sim.runtime import Runtime, run
+
+    url = postgres_url_from_env()
+    if url is None:
+        return
+
+    async def probe(rt: Runtime) -> None:
+        conn = await asyncpg.connect(driver_url(url), timeout=10)
+        await conn.close()
+
+    try:
+        run(probe, virtual=False)
+    except Exception as exc:  # whatever the driver raises, it is one line to the user
+        detail = " ".join(redact_text(f"{type(exc).__name__}: {exc}").split())
+        raise CoordsimError(f"cannot use Postgres at {redact_url(url)} (COORDSIM_POSTGRES_URL): {detail}") from exc
+
+
 @anomalies_app.command("run")
 def anomalies_run(
     scenario: Annotated[str, typer.Argument(help=f"One of: {', '.join(SCENARIOS)}.")],
@@ -108,14 +153,20 @@ def anomalies_run(
     same seed gives the same history; real mode: the same statements and faults
     on Postgres, in whatever interleaving the run takes)."""
     spec = _spec(scenario, config, seed, known_bad, clients, size, faults, mode)
-    history, events = run_spec(spec)
-    report = check_history(history, events)
+    _check_postgres(spec.mode)
+    with contextlib.ExitStack() as stack:
+        # Staged: an output that is not coordsim's is refused before the run,
+        # and a failed or interrupted run leaves nothing under `out`.
+        stage = stack.enter_context(staged_dir(out, "anomalies run")) if out is not None else None
+        history, events = run_spec(spec)
+        report = check_history(history, events)
+        if stage is not None:
+            write_trace(stage, history, events, run=f"{spec.scenario}-{spec.seed}", config=spec.config,
+                        seed=spec.seed, extra_meta={"scenario": spec.scenario, "mode": spec.mode,
+                                                    "replay": spec.command()})  # fmt: skip
     shown = [(a.name, v.checker, a.explanation) for v in report.verdicts for a in v.anomalies[:2]]
     _print_report(spec, history.n, report.names, shown)
     if out is not None:
-        write_trace(out, history, events, run=f"{spec.scenario}-{spec.seed}", config=spec.config,
-                    seed=spec.seed, extra_meta={"scenario": spec.scenario, "mode": spec.mode,
-                                                "replay": spec.command()})  # fmt: skip
         _out.print(f"trace: {escape(str(out))}")
     _out.print(f"verdict: [bold]{report.outcome.value}[/bold]")
     raise typer.Exit(EXIT[report.outcome])
@@ -147,6 +198,10 @@ def shrink_command(
     a candidate that happens not to show the anomaly is dropped, so shrinking
     is best effort there.)"""
     spec = _spec(scenario, config, seed, known_bad, clients, size, faults, mode)
+    check_int("--max-runs", max_runs, low=1, high=MAX_SHRINK_RUNS, unit="runs")
+    if anomaly is not None and anomaly not in ANOMALY_NAMES:
+        raise InvalidUsage(f"unknown anomaly {anomaly!r}; known: {', '.join(ANOMALY_NAMES)}")
+    _check_postgres(spec.mode)
     with contextlib.ExitStack() as stack:
         url = None
         if spec.mode == "real":

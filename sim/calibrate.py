@@ -16,12 +16,29 @@ import math
 import statistics
 import tempfile
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
+
+from persist.location import InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-__all__ = ["calibrate_profile", "fit", "render_profile"]
+__all__ = ["MAX_SAMPLES", "MIN_SAMPLES", "calibrate_profile", "check_samples", "fit", "render_profile"]
+
+#: Round trips measured per operation: below 5 the spread is noise; each is a
+#: real round trip (about a millisecond, 11 operations), so 10^6 is hours.
+MIN_SAMPLES: Final = 5
+MAX_SAMPLES: Final = 1_000_000
+
+
+def check_samples(samples: int) -> None:
+    """`InvalidUsage` unless `MIN_SAMPLES <= samples <= MAX_SAMPLES` (call it
+    before starting a server: it is the CLI's `--samples`)."""
+    if samples < MIN_SAMPLES:
+        raise InvalidUsage(f"--samples must be >= {MIN_SAMPLES}, got {samples}")
+    if samples > MAX_SAMPLES:
+        raise InvalidUsage(f"--samples {samples} exceeds the maximum {MAX_SAMPLES} round trips")
+
 
 #: Latency names virtual mode uses that a calibration does not measure.
 _UNMEASURED: dict[str, dict[str, Any]] = {
@@ -118,6 +135,7 @@ def calibrate_profile(pg_url: str, *, samples: int = 200, s3_url: str | None = N
     returns name → (median ms, sigma, samples)."""
     import asyncio
 
+    check_samples(samples)
     raw = asyncio.run(_measure(pg_url, samples, s3_url))
     return {name: (*fit(xs), len(xs)) for name, xs in raw.items()}
 

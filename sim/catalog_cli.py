@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path  # noqa: TC003 - typer reads the annotations at runtime
-from typing import TYPE_CHECKING, Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, Final, TypeVar
 
 import typer
 
@@ -20,6 +20,7 @@ from catalog.migrations import MigrationError
 from catalog.open import open_catalog
 from persist.location import CoordsimError, InvalidUsage
 from persist.urls import redact_text
+from sim.outputs import atomic_write, claim_file
 from sim.runtime import Runtime, run
 
 if TYPE_CHECKING:
@@ -48,8 +49,25 @@ Location = Annotated[
 
 def _fail(exc: CoordsimError) -> typer.Exit:
     tag = "invalid input" if isinstance(exc, InvalidUsage) else "error"
-    print(f"coordsim: {tag}: {redact_text(str(exc))}", file=sys.stderr)  # noqa: T201 - the CLI's error channel
+    line = " ".join(redact_text(str(exc)).split())  # one line, whatever a driver's message spans
+    print(f"coordsim: {tag}: {line}", file=sys.stderr)  # noqa: T201 - the CLI's error channel
     return typer.Exit(2)
+
+
+#: The start of every dump (`catalog.debug.dump_catalog`: sorted keys, indent 2):
+#: `--target` replaces only a file that begins so, i.e. an earlier dump.
+_DUMP_SIGNATURE: Final = '{\n  "objects": {'
+
+
+def _check_target(target: Path) -> None:
+    """Refuses, before the catalog is opened, a target that cannot be written
+    or that holds something other than an earlier dump."""
+    claim_file(target, _DUMP_SIGNATURE)
+    parent = target.absolute().parent
+    if not parent.is_dir():
+        raise InvalidUsage(f"cannot write {target}: no directory {parent}")
+    if not os.access(parent, os.W_OK):
+        raise InvalidUsage(f"cannot write {target}: directory {parent} is not writable")
 
 
 def _run(location: str, op: Callable[[DurableCatalog], Awaitable[T]]) -> T:
@@ -69,15 +87,18 @@ def dump(
 ) -> None:
     """Dump the catalog as JSON (every key and value as edit/delete take them)."""
     try:
+        if target is not None:
+            _check_target(target)
         text = _run(location, dump_catalog)
+        if target is None:
+            typer.echo(text)
+            return
+        try:
+            atomic_write(target, lambda p: p.write_text(text + "\n", encoding="utf-8"))
+        except OSError as exc:
+            raise InvalidUsage(f"cannot write {target}: {exc.strerror or exc}") from exc
     except CoordsimError as exc:
         raise _fail(exc) from exc
-    if target is None:
-        typer.echo(text)
-        return
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(text + "\n")
-    tmp.replace(target)
 
 
 @catalog_app.command("edit")

@@ -15,21 +15,27 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from persist.location import InvalidUsage
 from sim.checker.html import timeline_html
 from sim.checker.interchange import read_edn
 from sim.checker.run import CHECKERS, LINEAR_MAX_OPS, check_history
 from sim.checker.verdict import Outcome
+from sim.config import MAX_DURATION_S, MAX_OPS, check_float, check_int
 from sim.history import HistoryError
+from sim.outputs import atomic_write, claim_file
 from sim.traces import read_trace
 
 __all__ = ["EXIT", "check", "register"]
 
 EXIT: Final = {Outcome.VALID: 0, Outcome.INVALID: 1, Outcome.UNKNOWN: 3}
+#: Marks a timeline page as ours: `--html` replaces only a file that has it.
+HTML_SIGNATURE: Final = "written by coordsim check"
 _out = Console(highlight=False, soft_wrap=True)  # no hard wraps: output is grepped
 
 
 def _bad_input(msg: str) -> typer.Exit:
-    print(f"coordsim: invalid input: {msg}", file=sys.stderr)  # noqa: T201 - the CLI's error channel
+    line = " ".join(msg.split())  # one line, whatever a library's message spans
+    print(f"coordsim: invalid input: {line}", file=sys.stderr)  # noqa: T201 - the CLI's error channel
     return typer.Exit(2)
 
 
@@ -55,6 +61,13 @@ def check(
     bad = sorted(set(chosen) - set(CHECKERS))
     if bad:
         raise _bad_input(f"unknown checker(s) {', '.join(bad)}; choose from {', '.join(CHECKERS)}")
+    try:
+        check_float("--linear-limit", linear_limit, low=0, high=MAX_DURATION_S, unit="seconds")
+        check_int("--linear-max-ops", linear_max_ops, low=0, high=MAX_OPS, unit="operations")
+        if html is not None:
+            claim_file(html, HTML_SIGNATURE)  # before checking: refuse early
+    except InvalidUsage as exc:
+        raise _bad_input(str(exc)) from exc
     try:
         if path.is_dir():
             trace = read_trace(path)
@@ -91,8 +104,9 @@ def check(
             _out.print(f"[dim]… and {total - shown} more from {v.checker}[/dim]")
     _out.print(f"\nverdict: [bold]{report.outcome.value}[/bold]")
     if html is not None:
+        page = f"<!-- {HTML_SIGNATURE} -->\n" + timeline_html(h, report, title=str(path))
         try:
-            html.write_text(timeline_html(h, report, title=str(path)))
+            atomic_write(html, lambda p: p.write_text(page, encoding="utf-8"))
         except OSError as exc:
             raise _bad_input(f"cannot write {html}: {exc.strerror or exc}") from exc
         _out.print(f"timeline: {escape(str(html))}")

@@ -23,7 +23,8 @@ from rich.table import Table
 from persist.location import CoordsimError, InvalidUsage
 from persist.open import S3_ENDPOINT_ENV, open_blob, open_consensus
 from persist.testing import ConformanceFailure, check_blob, check_consensus
-from persist.urls import parse_url, redact_url
+from persist.urls import parse_url, redact_text, redact_url
+from sim import interrupts
 from sim.anomaly_cli import register as register_anomalies
 from sim.catalog_cli import catalog_app
 from sim.check_cli import register as register_check
@@ -115,7 +116,7 @@ def location_check(
             try:
                 elapsed = run(main, virtual=False)
             except ConformanceFailure as exc:
-                raise CoordsimError(f"{redact_url(url)} ({k}) does not conform: {exc}") from exc
+                raise CoordsimError(f"{redact_url(url)} ({k}) does not conform: {redact_text(str(exc))}") from exc
             table.add_row(redact_url(url), str(k), "conforms", f"{elapsed:.2f}")
     _out.print(table)
 
@@ -133,10 +134,6 @@ def postgres_start(
     """Start a throwaway PostgreSQL, print its URL, and stop it (deleting everything) on Ctrl-C."""
     from sim.backends import EmbeddedPostgres
 
-    def _terminate(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, _terminate)
     with EmbeddedPostgres(fsync=fsync, serializable=serializable) as pg:
         _out.print(f"export COORDSIM_POSTGRES_URL={pg.url}")
         _out.print("[dim]Ctrl-C stops the server and deletes its data.[/dim]")
@@ -168,7 +165,7 @@ def doctor() -> None:
             ok = False
             table.add_row("postgres", "missing", str(exc))
     s3 = os.environ.get(S3_ENDPOINT_ENV)
-    table.add_row("s3", "ok" if s3 else "local", s3 or "tests start a local S3 server (moto)")
+    table.add_row("s3", "ok" if s3 else "local", redact_url(s3) if s3 else "tests start a local S3 server (moto)")
     java = shutil.which("java")
     if java:
         proc = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
@@ -181,13 +178,19 @@ def doctor() -> None:
         raise typer.Exit(1)
 
 
+def _one_line(message: str) -> str:
+    """The error channel's promise is one line, whatever a library's message spans."""
+    return " ".join(message.split())
+
+
 def main() -> None:
     """Entry point: runs the app, turning expected errors — bad options and
     arguments included — into one line + exit 2."""
     try:
+        interrupts.install()  # raises for a signal that came while loading
         rc = app(standalone_mode=False)
-    except typer.Abort:
-        sys.exit(130)
+    except (typer.Abort, KeyboardInterrupt):
+        rc = 130
     except typer.TyperException as exc:
         # Typer's (vendored click's) usage errors; caught by their public base.
         ctx = getattr(exc, "ctx", None)
@@ -196,12 +199,16 @@ def main() -> None:
             sys.exit(2)
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-        print(f"coordsim: invalid input: {message}{hint}", file=sys.stderr)  # noqa: T201
+        print(f"coordsim: invalid input: {_one_line(redact_text(message))}{hint}", file=sys.stderr)  # noqa: T201
         sys.exit(2)
     except CoordsimError as exc:
         tag = "invalid input" if isinstance(exc, InvalidUsage) else "error"
-        print(f"coordsim: {tag}: {exc}", file=sys.stderr)  # noqa: T201 - the CLI's error channel
+        print(f"coordsim: {tag}: {_one_line(redact_text(str(exc)))}", file=sys.stderr)  # noqa: T201 - the CLI's error channel
         sys.exit(2)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    signum = interrupts.received()
+    if signum is not None:
+        # Typer turns a KeyboardInterrupt (ours: `Interrupted`) into exit 130;
+        # the signal that stopped us decides the code, as a shell expects.
+        print(f"coordsim: stopped by {signal.Signals(signum).name}; cleaned up", file=sys.stderr)  # noqa: T201
+        sys.exit(interrupts.exit_code(signum))
     sys.exit(rc if isinstance(rc, int) else 0)

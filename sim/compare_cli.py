@@ -9,8 +9,6 @@ half-written under the output name.
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -22,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from persist.location import CoordsimError, InvalidUsage
 from sim.config import Config
+from sim.outputs import atomic_write, claim_file, staged_dir
 from sim.report import (
     compare_baseline,
     plot,
@@ -95,7 +94,7 @@ def config_show(
         config_file, mode=mode, configurations=configs, workloads=workloads, concurrency=concurrency,
         ops_per_level=ops, open_loop_rate=rate, seed=seed, output=output, latency_profile=latency_profile,
     )
-    sys.stdout.write(cfg.to_toml())
+    sys.stdout.write(cfg.to_toml(redact=True))
 
 
 # --- Postgres for real mode -----------------------------------------------------------
@@ -126,53 +125,22 @@ def postgres_for(cfg: Config, *, fsync: bool = True) -> Iterator[Config]:
 
 
 def _check_reachable(url: str) -> None:
-    import asyncio
-
     import asyncpg
 
-    from persist.urls import redact_url
+    from persist.urls import redact_text, redact_url
+    from sim.runtime import Runtime, run
 
-    async def probe() -> None:
+    async def probe(rt: Runtime) -> None:
         conn = await asyncpg.connect(url, timeout=5)
         await conn.close()
 
     try:
-        asyncio.run(probe())
+        run(probe, virtual=False)
     except Exception as exc:
         raise CoordsimError(
-            f"cannot reach Postgres at {redact_url(url)} (COORDSIM_POSTGRES_URL): {type(exc).__name__}: {exc}"
+            f"cannot reach Postgres at {redact_url(url)} (COORDSIM_POSTGRES_URL): "
+            + redact_text(f"{type(exc).__name__}: {exc}")
         ) from exc
-
-
-# --- staging output -------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def staged(output: Path) -> Iterator[Path]:
-    """A fresh staging directory beside `output`, renamed onto it on success and
-    deleted on failure."""
-    output = output.absolute()
-    stage = output.parent / f".{output.name}.tmp-{os.getpid()}"
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        if stage.exists():
-            shutil.rmtree(stage)
-        stage.mkdir()
-    except OSError as exc:
-        raise InvalidUsage(f"output directory {output} is not writable: {exc.strerror or exc}") from exc
-    if output.exists() and not output.is_dir():
-        shutil.rmtree(stage, ignore_errors=True)
-        raise InvalidUsage(f"output {output} exists and is not a directory")
-    try:
-        yield stage
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
-    old = output.parent / f".{output.name}.old-{os.getpid()}"
-    if output.exists():
-        os.replace(output, old)
-    os.replace(stage, output)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 # --- compare --------------------------------------------------------------------------
@@ -207,7 +175,7 @@ def compare(
         )
     base_rows = read_results(baseline) if baseline is not None else None
     wall0 = time.perf_counter()
-    with staged(Path(cfg.output)) as stage, postgres_for(cfg) as cfg:
+    with staged_dir(Path(cfg.output), "compare") as stage, postgres_for(cfg) as cfg:
         rows = _sweep(cfg, stage)
         regressions = compare_baseline(rows, base_rows) if base_rows is not None else []
         plots = plot(stage, rows)
@@ -240,9 +208,7 @@ def compare(
 
 
 def _redacted(cfg: Config) -> Config:
-    from persist.urls import redact_url
-
-    return cfg.with_overrides(postgres_url=redact_url(cfg.postgres_url)) if cfg.postgres_url else cfg
+    return cfg.redacted()
 
 
 def _sweep(cfg: Config, stage: Path) -> list[LevelRow]:
@@ -288,14 +254,14 @@ def run_scenario(
         output=output or f"coordsim-run-{sc.name}",
     )
     if isinstance(sc, PythonScenario):
-        with staged(Path(cfg.output)) as stage, postgres_for(cfg) as cfg:
+        with staged_dir(Path(cfg.output), "run") as stage, postgres_for(cfg) as cfg:
             verdict = _run_python(cfg, config, sc, stage)
         _out.print(verdict, markup=False, highlight=False)
         if verdict.rstrip().endswith("FAIL"):
             raise typer.Exit(1)
         return
     cfg = cfg.with_overrides(**sc.params).with_overrides(workloads=[sc.workload], configurations=[config])
-    with staged(Path(cfg.output)) as stage, postgres_for(cfg) as cfg:
+    with staged_dir(Path(cfg.output), "run") as stage, postgres_for(cfg) as cfg:
         rows = _sweep(cfg, stage)
         write_csv(stage / "results.csv", rows)
     for t in tables(rows):
@@ -307,7 +273,7 @@ def _run_python(cfg: Config, config_name: str, sc: Any, stage: Path) -> str:
     from sim.history import HistoryRecorder
     from sim.runner import environment
     from sim.runtime import Runtime, run
-    from sim.scenarios import Sim
+    from sim.scenarios import Sim, scenario_error
     from sim.traces import write_trace
 
     holder: dict[str, Any] = {}
@@ -320,12 +286,33 @@ def _run_python(cfg: Config, config_name: str, sc: Any, stage: Path) -> str:
             await sim.start()
             try:
                 await sc.main(sim)
+            except Exception as exc:  # the scenario's own bug: one line, below
+                holder["error"] = exc
             finally:
                 await sim.stop()
 
     run(main, seed=cfg.seed, virtual=cfg.mode == "virtual", latency=cfg.latency())
     sim: Sim = holder["sim"]
     history, events = sim.recorder.history(), sim.recorder.events()
+    error: Exception | None = holder.get("error")
+    if error is not None:
+        # Report the scenario's error as one line (exit 2) and keep what it
+        # recorded until then. The stage is discarded when this raises, so the
+        # partial trace goes out through a staging of its own; the stage is
+        # still empty here, and removing it frees its name for that one.
+        failure = scenario_error(Path(getattr(sc, "path", None) or sc.name), error)
+        note = ""
+        try:
+            with contextlib.suppress(OSError):
+                stage.rmdir()
+            with staged_dir(Path(cfg.output), "run") as partial:
+                write_trace(partial / "trace", history, events, run=sc.name, config=config_name, seed=cfg.seed)
+                (partial / "verdict.txt").write_text(f"{failure}\nFAIL\n")
+            n = len(history)
+            note = f" (trace of the {n} operation{'' if n == 1 else 's'} before it: {Path(cfg.output) / 'trace'})"
+        except (CoordsimError, OSError) as exc:
+            note = f" (trace not written: {' '.join(str(exc).split())})"
+        raise CoordsimError(f"{failure}{note}") from error
     write_trace(stage / "trace", history, events, run=sc.name, config=config_name, seed=cfg.seed)
     report = check_history(history, events)
     lines = [f"{sc.name} under {config_name} ({cfg.mode}, seed {cfg.seed}): {len(history)} operations"]
@@ -357,19 +344,18 @@ def calibrate(
     """Measure oracle, stash and consensus round trips against the configured
     Postgres (embedded unless COORDSIM_POSTGRES_URL) and write a latency profile
     for `--mode virtual`."""
-    from sim.calibrate import calibrate_profile, render_profile
+    from sim.calibrate import calibrate_profile, check_samples, render_profile
 
-    if samples < 5:
-        raise InvalidUsage(f"--samples must be >= 5, got {samples}")
+    check_samples(samples)
     if output.suffix not in (".toml", ".json"):
         raise InvalidUsage(f"{output}: a profile is a .toml or .json file")
+    claim_file(output, "coordsim calibrate")  # before measuring: refuse early
     with postgres_for(Config(mode="real"), fsync=fsync) as cfg:
         assert cfg.postgres_url is not None
         measured = calibrate_profile(cfg.postgres_url, samples=samples, s3_url=s3)
     text = render_profile(measured, json_format=output.suffix == ".json")
-    from sim.report import atomic_write
-
     try:
+        claim_file(output, "coordsim calibrate")
         atomic_write(output, lambda p: p.write_text(text))
     except OSError as exc:
         raise InvalidUsage(f"cannot write {output}: {exc.strerror or exc}") from exc

@@ -8,6 +8,7 @@ starts or is written.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -26,6 +27,7 @@ from coordinator.config import (
     named,
 )
 from persist.location import InvalidUsage
+from persist.urls import redact_mapping
 from sim.runtime import LatencyModel, LatencySpecError
 from sim.workloads import workload
 
@@ -39,6 +41,76 @@ MODES: Final = ("real", "virtual")
 
 #: The shipped latency profile virtual mode uses unless told otherwise.
 DEFAULT_PROFILE: Final = Path(__file__).parent / "profiles" / "default.toml"
+
+# --- limits ---------------------------------------------------------------------------
+# Bad input is refused before anything starts (DESIGN.md §9), and that includes
+# numbers too large to mean anything but a typo: without a bound, `--concurrency
+# 50000000` dies in a MemoryError and `--rate 1e300` never finishes. Each bound is
+# generous for real use on a 24 GiB machine; docs/guide.md ("Limits") lists them.
+
+#: Clients per concurrency level: each is a task and a session (a few KiB), so
+#: 10^5 is ~1 GiB of state — beyond any level the seeds' questions need (256).
+MAX_CONCURRENCY: Final = 100_000
+#: Concurrency levels in one sweep.
+MAX_LEVELS: Final = 1_000
+#: Operations per level (and warm-up operations): a history row is ~100 bytes,
+#: so 10^8 is ~10 GiB of history at the largest level's sqrt(clients) scaling.
+MAX_OPS: Final = 10**8
+#: Tables in the schema: each is a persist shard with its own writer.
+MAX_TABLES: Final = 10_000
+#: Open-loop arrivals per second: 10^7/s is beyond the fastest configuration's
+#: peak by three orders of magnitude (virtual time makes it cost wall time only).
+MAX_RATE: Final = 1e7
+#: Any duration a user gives (a modeled CPU cost, a latency, an interval): one day.
+MAX_DURATION_S: Final = 86_400.0
+#: A log-normal latency's sigma: 4 already puts the 99.99th percentile ~3x10^6
+#: times the median; calibrated round trips measure 0.05-1.5.
+MAX_SIGMA: Final = 4.0
+#: Seeds and other stored integers are signed 64-bit in a trace (Parquet int64).
+MAX_SEED: Final = 2**63 - 1
+#: Coordinator CPU cores (the decoupled adapter's pool) and loop batch size.
+MAX_CORES: Final = 1_024
+MAX_BATCH: Final = 1_000_000
+#: A config file or latency profile: an empirical profile of 10^6 samples is
+#: ~20 MB; reading stops here, so `/dev/zero` is refused instead of eating RAM.
+MAX_FILE_BYTES: Final = 64 * 2**20
+
+
+def read_text_file(path: Path, what: str) -> str:
+    """`path`'s UTF-8 text, or `InvalidUsage` naming `what` and the reason
+    (unreadable, not UTF-8, larger than `MAX_FILE_BYTES`). Pipes (`<(…)`) work."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise InvalidUsage(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    if len(data) > MAX_FILE_BYTES:
+        raise InvalidUsage(f"{what} {path} is larger than the maximum {MAX_FILE_BYTES // 2**20} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidUsage(f"{what} {path} is not UTF-8 text (byte {exc.start})") from exc
+
+
+def check_int(name: str, value: int, *, low: int, high: int, unit: str = "") -> None:
+    """`InvalidUsage` unless `low <= value <= high`, naming the limit (`name` is
+    how the user spelled it, e.g. `--concurrency`)."""
+    if value < low:
+        raise InvalidUsage(f"{name} must be >= {low}, got {value}")
+    if value > high:
+        raise InvalidUsage(f"{name} {value} exceeds the maximum {high}{' ' + unit if unit else ''}")
+
+
+def check_float(
+    name: str, value: float, *, low: float, high: float, unit: str = "", strict_low: bool = False
+) -> None:
+    """As `check_int`, and NaN and infinities are refused."""
+    if not math.isfinite(value):
+        raise InvalidUsage(f"{name} must be a finite number, got {value}")
+    if value < low or (strict_low and value == low):
+        raise InvalidUsage(f"{name} must be {'>' if strict_low else '>='} {low:g}, got {value:g}")
+    if value > high:
+        raise InvalidUsage(f"{name} {value:g} exceeds the maximum {high:g}{' ' + unit if unit else ''}")
 
 
 @final
@@ -81,17 +153,25 @@ class Config:
             workload(name)
         if not self.concurrency or any(c < 1 for c in self.concurrency):
             raise InvalidUsage(f"concurrency levels must be >= 1, got {list(self.concurrency)}")
-        for name, value in (("ops_per_level", self.ops_per_level), ("tables", self.tables)):
-            if value < 1:
-                raise InvalidUsage(f"{name} must be >= 1, got {value}")
-        if self.warmup_ops < 0:
-            raise InvalidUsage(f"warmup_ops must be >= 0, got {self.warmup_ops}")
-        if self.open_loop_rate is not None and self.open_loop_rate <= 0:
-            raise InvalidUsage(f"open_loop_rate must be > 0, got {self.open_loop_rate}")
+        if len(self.concurrency) > MAX_LEVELS:
+            raise InvalidUsage(f"{len(self.concurrency)} concurrency levels exceed the maximum {MAX_LEVELS}")
+        for c in self.concurrency:
+            check_int("--concurrency", c, low=1, high=MAX_CONCURRENCY, unit="clients")
+        check_int("ops_per_level (--ops)", self.ops_per_level, low=1, high=MAX_OPS, unit="operations")
+        check_int("tables (--tables)", self.tables, low=1, high=MAX_TABLES, unit="tables")
+        check_int("warmup_ops (--warmup)", self.warmup_ops, low=0, high=MAX_OPS, unit="operations")
+        check_int("--seed", self.seed, low=-MAX_SEED, high=MAX_SEED)
+        if self.open_loop_rate is not None:
+            check_float("open_loop_rate (--rate)", self.open_loop_rate, low=0, high=MAX_RATE,
+                        unit="operations per second", strict_low=True)  # fmt: skip
         known_costs = {f.name for f in fields(Costs)}
         bad = sorted(set(self.costs) - known_costs)
         if bad:
             raise InvalidUsage(f"unknown cost(s) {', '.join(bad)}; known: {', '.join(sorted(known_costs))}")
+        for name, cost in self.costs.items():
+            if isinstance(cost, bool) or not isinstance(cost, int | float):
+                raise InvalidUsage(f"cost {name} must be a number of seconds, got {cost!r}")
+            check_float(f"cost {name}", cost, low=0, high=MAX_DURATION_S, unit="seconds")
         for name in self.configurations:
             self.coordinator(name)  # validates overrides
 
@@ -103,11 +183,9 @@ class Config:
         an `[overrides]` table); unknown keys and bad values are `InvalidUsage`."""
         p = Path(path)
         try:
-            data = tomllib.loads(p.read_text())
-        except OSError as exc:
-            raise InvalidUsage(f"cannot read config {p}: {exc.strerror or exc}") from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise InvalidUsage(f"bad TOML in {p}: {exc}") from exc
+            data = tomllib.loads(read_text_file(p, "config"))
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:
+            raise InvalidUsage(f"bad TOML in {p}: {' '.join(str(exc).split())}") from exc
         return cls().with_overrides(**data)
 
     def with_overrides(self, **changes: Any) -> Config:
@@ -138,6 +216,9 @@ class Config:
                 v = float(v)
             elif not isinstance(v, str):
                 raise InvalidUsage(f"{k} must be a string, got {v!r}")
+            elif "\x00" in v:
+                # A path or URL with a NUL byte: no system call takes it.
+                raise InvalidUsage(f"{k} must not contain a NUL character, got {v!r}")
             clean[k] = v
         try:
             return replace(self, **clean)
@@ -175,11 +256,22 @@ class Config:
         d["overrides"] = dict(self.overrides)
         return d
 
-    def to_toml(self) -> str:
-        """The value as TOML that `from_toml` reads back (None fields omitted)."""
+    def redacted(self) -> Config:
+        """A copy safe to print or store: passwords in its URLs (and any
+        secret-named override) replaced by `***` (`persist.urls.redact_mapping`)."""
+        return self.with_overrides(**redact_mapping(self.to_dict()))
+
+    def to_toml(self, *, redact: bool = True) -> str:
+        """The value as TOML that `from_toml` reads back (None fields omitted).
+
+        Secrets are redacted (see `redacted`) unless `redact=False`: the text is
+        for printing and for the `config.toml` of an output directory, and a
+        password read back is `***`.
+        """
         lines: list[str] = []
         tables: list[str] = []
-        for k, v in self.to_dict().items():
+        d = redact_mapping(self.to_dict()) if redact else self.to_dict()
+        for k, v in d.items():
             if v is None:
                 continue
             if isinstance(v, dict):
@@ -206,8 +298,27 @@ _ENUMS: Final = {
 }
 
 
+#: Bounds of the numeric `CoordinatorConfig` fields an `[overrides]` table may set.
+_INT_OVERRIDES: Final = {"cores": MAX_CORES, "max_batch": MAX_BATCH}
+_BOOL_OVERRIDES: Final = ("confirm_leadership", "batch_read_ts")
+
+
 def _coerce(key: str, v: Any) -> Any:
-    """TOML values of `CoordinatorConfig` fields: enum names and the `known_bad` table."""
+    """TOML values of `CoordinatorConfig` fields: enum names and the `known_bad`
+    table, with numbers and switches checked (a NaN interval or a string for a
+    switch would only fail deep inside a run)."""
+    if key in _INT_OVERRIDES:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise InvalidUsage(f"override {key} must be an integer, got {v!r}")
+        check_int(f"override {key}", v, low=1, high=_INT_OVERRIDES[key])
+    elif key == "group_commit_interval_s":
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise InvalidUsage(f"override {key} must be a number of seconds, got {v!r}")
+        check_float(f"override {key}", v, low=0, high=MAX_DURATION_S, unit="seconds", strict_low=True)
+    elif key in _BOOL_OVERRIDES and not isinstance(v, bool):
+        raise InvalidUsage(f"override {key} must be true or false, got {v!r}")
+    elif key in ("name", "costs"):
+        raise InvalidUsage(f"override {key} cannot be set here (costs go in the [costs] table)")
     try:
         if key in _ENUMS and isinstance(v, str):
             return _ENUMS[key](v)
@@ -242,18 +353,33 @@ def load_profile(path: str | Path) -> LatencyModel:
     distributions as `LatencyModel.from_dict` reads them, plus an optional
     `[meta]` saying where the numbers came from."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise InvalidUsage(f"cannot read latency profile {p}: {exc.strerror or exc}") from exc
+    text = read_text_file(p, "latency profile")
     try:
         data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidUsage(f"bad latency profile {p}: {exc}") from exc
-    spec = data.get("latency")
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise InvalidUsage(f"bad latency profile {p}: {' '.join(str(exc).split())}") from exc
+    spec = data.get("latency") if isinstance(data, dict) else None
     if not isinstance(spec, dict):
         raise InvalidUsage(f"latency profile {p} has no [latency] table")
     try:
-        return LatencyModel.from_dict(spec)
+        model = LatencyModel.from_dict(spec)
     except LatencySpecError as exc:
         raise InvalidUsage(f"bad latency profile {p}: {exc}") from exc
+    for name, dist in model.to_dict().items():
+        _check_distribution(p, name, dist)
+    return model
+
+
+def _check_distribution(path: Path, name: str, dist: Mapping[str, Any]) -> None:
+    """Latencies beyond `MAX_DURATION_S` (or a sigma beyond `MAX_SIGMA`) are typos:
+    the virtual clock would jump past anything a trace can store."""
+    where = f"bad latency profile {path}: latency {name!r}"
+    limit_ms = MAX_DURATION_S * 1000
+    for key, value in dist.items():
+        values = value if key == "samples_ms" else [value] if key.endswith("_ms") else []
+        for ms in values:
+            if ms > limit_ms:
+                raise InvalidUsage(f"{where}: {key} {ms:g} exceeds the maximum {limit_ms:g} ms (one day)")
+    sigma = dist.get("sigma")
+    if isinstance(sigma, float) and sigma > MAX_SIGMA:
+        raise InvalidUsage(f"{where}: sigma {sigma:g} exceeds the maximum {MAX_SIGMA:g}")

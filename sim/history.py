@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from coordinator.statements import Statement
 
 __all__ = [
+    "MAX_TIME",
     "NONE",
     "Clock",
     "Event",
@@ -44,6 +45,11 @@ __all__ = [
 #: The "absent" value of an integer column (a null in Arrow). Timestamps and
 #: times are never negative, so the sentinel cannot collide with data.
 NONE: Final = -(2**63)
+
+#: The largest time (ns) or timestamp a history may hold. The checkers use
+#: 2**62 as "never" (`sim.checker.tables.INF`), so a value there or beyond would
+#: be read as an operation that never completed; 2**62 ns is 146 years.
+MAX_TIME: Final = 2**62 - 1
 
 #: The recorder's time source (`Runtime.now`, seconds); stored as integer ns.
 Clock: TypeAlias = "Callable[[], float]"
@@ -441,8 +447,8 @@ def statement_op(stmt: Statement) -> StatementOp:
 
 def validate(h: History) -> None:
     """Checks that `h` is a well-formed history, raising `HistoryError` naming the
-    first offending operation: ids unique; ok/fail completions not before their
-    invoke; a process never overlaps its own operations nor acts after an `info`;
+    first offending operation: ids unique; times, timestamps and counts within
+    0..`MAX_TIME`; ok/fail completions not before their invoke; a process never overlaps its own operations nor acts after an `info`;
     `add`s carry elements and ok `read`s a result; values an `add` may have
     inserted are unique per table (the set workload's premise: one write per
     value, so a read reveals which write it saw)."""
@@ -462,6 +468,10 @@ def validate(h: History) -> None:
         st, c, inv = status[i], end_col[i], inv_col[i]
         if inv < 0:
             raise HistoryError(f"op {ids[i]}: negative invoke time {inv}")
+        if max(inv, c) > MAX_TIME:
+            raise HistoryError(
+                f"op {ids[i]}: time {max(inv, c)} ns is beyond the largest a history holds ({MAX_TIME})"
+            )
         if c == NONE:
             if st != INFO:
                 raise HistoryError(f"op {ids[i]}: {STATUSES[st]} without a completion time")
@@ -486,6 +496,13 @@ def validate(h: History) -> None:
                     f"{ids[pi]} is still running (until {end_col[pi]} ns)"
                 )
         last[p] = i
+    for name, col in (
+        ("read_ts", h.read_ts), ("write_ts", h.write_ts), ("catalog_ts", h.catalog_ts), ("count", h.count)
+    ):  # fmt: skip
+        # C-speed scans first (a million-row history); the row only on failure.
+        if min(filter(NONE.__ne__, col), default=0) < 0 or max(col, default=0) > MAX_TIME:
+            i = next(i for i, v in enumerate(col) if v != NONE and not 0 <= v <= MAX_TIME)
+            raise HistoryError(f"op {ids[i]}: {name} {col[i]} is outside 0..{MAX_TIME}")
     values: dict[int, dict[int, int]] = {}  # table -> value -> row
     el = h.el
     for i, k in enumerate(kind):

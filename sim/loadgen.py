@@ -2,6 +2,13 @@
 when the previous one returns) swept over concurrency levels, and an open loop
 (Poisson arrivals at a target rate).
 
+Steady state (DESIGN.md §10), the way pgbench `-T`, wrk2 and Materialize's
+scalability framework measure: every client runs continuously; a warm-up is
+discarded, then `repeat` consecutive windows of `duration_s` each give one
+throughput sample (completions in the window / its length) and feed the
+latency histogram. The alternative, a fixed number of operations, remains for
+tests and tiny runs.
+
 The open loop measures every operation from its *intended* start, the moment
 its arrival was scheduled, not from when a free connection finally sent it: a
 system that stalls therefore pays for every operation that should have run
@@ -28,7 +35,10 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_LEVELS",
     "LevelResult",
+    "Window",
     "closed_loop",
+    "measure_closed",
+    "measure_open",
     "new_histogram",
     "open_loop",
     "ops_for_level",
@@ -58,19 +68,58 @@ def ops_for_level(base: int, concurrency: int) -> int:
     return max(concurrency, round(base * math.sqrt(concurrency)))
 
 
+def _code(outcome: str | bool | None) -> str | None:
+    """An operation's outcome: None when it succeeded, else the error's
+    SQLSTATE-like code (a plain False, from a generator that knows no code,
+    is "unknown")."""
+    if outcome is None or outcome is True:
+        return None
+    return "unknown" if outcome is False else outcome
+
+
+@final
+@dataclass(frozen=True)
+class Window:
+    """How one concurrency level is measured: `warmup_s` discarded, then
+    `repeat` windows of `duration_s` (steady state), or, with `duration_s`
+    None, `repeat` runs of `ops` operations each."""
+
+    warmup_s: float = 0.0
+    duration_s: float | None = None
+    ops: int | None = None
+    repeat: int = 1
+
+    def __post_init__(self) -> None:
+        if (self.duration_s is None) == (self.ops is None):
+            raise InvalidUsage("a measurement window has either a duration or a number of operations")
+        if self.repeat < 1 or self.warmup_s < 0 or (self.duration_s is not None and self.duration_s <= 0):
+            raise InvalidUsage(f"bad measurement window {self}")
+
+
 @final
 @dataclass
 class LevelResult:
-    """What one measured level produced. `elapsed_s` is in the run's clock
-    (virtual or real seconds)."""
+    """What one measurement window produced. `elapsed_s` is in the run's clock
+    (virtual or real seconds); `errors` counts failed operations by code."""
 
     concurrency: int
     ops: int = 0
-    errors: int = 0
     elapsed_s: float = 0.0
     histogram: HdrHistogram = field(default_factory=new_histogram)
     start_s: float = 0.0
     rate: float | None = None  # open loop: the target arrival rate
+    errors_by_code: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def errors(self) -> int:
+        return sum(self.errors_by_code.values())
+
+    def add(self, seconds: float, code: str | None) -> None:
+        """Counts one completed operation of `seconds` latency."""
+        _record(self.histogram, seconds)
+        self.ops += 1
+        if code is not None:
+            self.errors_by_code[code] = self.errors_by_code.get(code, 0) + 1
 
     @property
     def throughput(self) -> float:
@@ -85,7 +134,7 @@ class LevelResult:
 
 async def closed_loop(
     rt: Runtime,
-    op: Callable[[int, int], Awaitable[bool]],
+    op: Callable[[int, int], Awaitable[str | bool | None]],
     *,
     concurrency: int,
     ops: int,
@@ -100,10 +149,8 @@ async def closed_loop(
     async def client(c: int, share: int) -> None:
         for k in range(share):
             start = rt.now()
-            ok = await op(c, k)
-            _record(result.histogram, rt.now() - start)
-            result.ops += 1
-            result.errors += 0 if ok else 1
+            code = _code(await op(c, k))
+            result.add(rt.now() - start, code)
 
     result.start_s = rt.now()
     async with anyio.create_task_group() as tg:
@@ -117,7 +164,7 @@ async def closed_loop(
 
 async def open_loop(
     rt: Runtime,
-    op: Callable[[int, int], Awaitable[bool]],
+    op: Callable[[int, int], Awaitable[str | bool | None]],
     *,
     rate: float,
     ops: int,
@@ -145,10 +192,8 @@ async def open_loop(
         try:
             k = seqs[slot]
             seqs[slot] += 1
-            ok = await op(slot, k)
-            _record(result.histogram, rt.now() - intended)
-            result.ops += 1
-            result.errors += 0 if ok else 1
+            code = _code(await op(slot, k))
+            result.add(rt.now() - intended, code)
         finally:
             slots.append(slot)
             freed.set()
@@ -166,3 +211,118 @@ async def open_loop(
             tg.start_soon(one, slots.pop(), intended)
     result.elapsed_s = rt.now() - start
     return result
+
+
+async def measure_closed(
+    rt: Runtime,
+    op: Callable[[int, int], Awaitable[str | bool | None]],
+    *,
+    concurrency: int,
+    window: Window,
+) -> list[LevelResult]:
+    """`window.repeat` samples of a closed loop of `concurrency` clients.
+
+    Steady state: the clients run without pause through the warm-up and every
+    window; an operation belongs to the window it completes in. When the last
+    window ends the clients stop after their current operation (nothing is
+    cancelled mid-statement, so the history stays clean)."""
+    if window.duration_s is None:
+        assert window.ops is not None
+        if window.warmup_s > 0:
+            await _closed_for(rt, op, concurrency, window.warmup_s, 1)
+        return [await closed_loop(rt, op, concurrency=concurrency, ops=window.ops) for _ in range(window.repeat)]
+    if concurrency < 1:
+        raise InvalidUsage(f"concurrency must be >= 1, got {concurrency}")
+    return await _closed_for(rt, op, concurrency, window.warmup_s, window.repeat, window.duration_s)
+
+
+async def _closed_for(
+    rt: Runtime,
+    op: Callable[[int, int], Awaitable[str | bool | None]],
+    concurrency: int,
+    warmup_s: float,
+    repeat: int,
+    duration_s: float | None = None,
+) -> list[LevelResult]:
+    start = rt.now()
+    first = start + warmup_s
+    length = duration_s if duration_s is not None else 0.0
+    end = first + length * repeat if duration_s is not None else first
+    results = [LevelResult(concurrency, start_s=first + i * length) for i in range(repeat)]
+    for r in results:
+        r.elapsed_s = length
+
+    async def client(c: int) -> None:
+        k = 0
+        while rt.now() < end:
+            t0 = rt.now()
+            code = _code(await op(c, k))
+            t1 = rt.now()
+            k += 1
+            if duration_s is not None and first <= t1 < end:
+                results[min(repeat - 1, int((t1 - first) / length))].add(t1 - t0, code)
+
+    async with anyio.create_task_group() as tg:
+        for c in range(concurrency):
+            tg.start_soon(client, c)
+    return results if duration_s is not None else []
+
+
+async def measure_open(
+    rt: Runtime,
+    op: Callable[[int, int], Awaitable[str | bool | None]],
+    *,
+    rate: float,
+    max_in_flight: int,
+    window: Window,
+) -> list[LevelResult]:
+    """`window.repeat` samples of an open loop at `rate` arrivals per second.
+
+    An operation belongs to the window of its intended start and its latency
+    runs from there (see `open_loop`); a window's throughput is its operations
+    over its length. Arrivals stop at the end of the last window and the ones
+    in flight finish."""
+    if window.duration_s is None:
+        assert window.ops is not None
+        return [
+            await open_loop(rt, op, rate=rate, ops=window.ops, max_in_flight=max_in_flight)
+            for _ in range(window.repeat)
+        ]
+    if rate <= 0 or max_in_flight < 1:
+        raise InvalidUsage(f"rate and max_in_flight must be positive, got {rate}, {max_in_flight}")
+    length = window.duration_s
+    start = rt.now()
+    first = start + window.warmup_s
+    end = first + length * window.repeat
+    results = [LevelResult(max_in_flight, rate=rate, start_s=first + i * length, elapsed_s=length)
+               for i in range(window.repeat)]  # fmt: skip
+    slots = list(range(max_in_flight - 1, -1, -1))
+    freed = anyio.Event()
+    seqs = [0] * max_in_flight
+
+    async def one(slot: int, intended: float) -> None:
+        nonlocal freed
+        try:
+            k = seqs[slot]
+            seqs[slot] += 1
+            code = _code(await op(slot, k))
+            if intended >= first:
+                results[min(window.repeat - 1, int((intended - first) / length))].add(rt.now() - intended, code)
+        finally:
+            slots.append(slot)
+            freed.set()
+            freed = anyio.Event()
+
+    async with anyio.create_task_group() as tg:
+        intended = start
+        while True:
+            intended += rt.rng.expovariate(rate)
+            if intended >= end:
+                break
+            wait = intended - rt.now()
+            if wait > 0:
+                await rt.sleep(wait)
+            while not slots:
+                await freed.wait()
+            tg.start_soon(one, slots.pop(), intended)
+    return results

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 from typing import TYPE_CHECKING, Any, Final
 
 from rich.table import Table
 
 from persist.location import InvalidUsage
+from sim.outputs import atomic_write
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
     from pathlib import Path
 
     from sim.runner import LevelRow
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 __all__ = [
     "COLUMNS",
     "REGRESSION_THRESHOLD",
-    "atomic_write",
     "compare_baseline",
     "plot",
     "read_results",
@@ -52,16 +51,6 @@ COLUMNS: Final = (
 
 #: `--baseline`: throughput more than this fraction below the baseline is flagged.
 REGRESSION_THRESHOLD: Final = 0.20
-
-
-def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
-    """Calls `write(tmp)` for a temporary sibling of `path`, then renames it over `path`."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _fmt(col: str, v: object) -> str:

@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 import anyio
 
@@ -25,6 +25,7 @@ from coordinator.environment import Environment
 from coordinator.factory import build_coordinator
 from persist.location import CoordsimError
 from persist.mem import MemBlob, MemConsensus
+from persist.urls import driver_url
 from sim.history import HistoryRecorder
 from sim.latent import LatentBlob, LatentConsensus
 from sim.loadgen import LevelResult, closed_loop, open_loop, ops_for_level
@@ -101,7 +102,7 @@ async def fresh_database(pg_url: str) -> str:
     import asyncpg
 
     name = f"coordsim_{uuid.uuid4().hex[:12]}"
-    conn = await asyncpg.connect(pg_url, timeout=10)
+    conn = await asyncpg.connect(driver_url(pg_url), timeout=10)
     try:
         await conn.execute(f'CREATE DATABASE "{name}"')
     finally:
@@ -111,15 +112,35 @@ async def fresh_database(pg_url: str) -> str:
     return f"{root}/{name}" + (f"?{query}" if query else "")
 
 
+#: How long dropping a run's database may take when the run is being stopped.
+DROP_WITHIN_S: Final = 5.0
+
+
 async def drop_database(pg_url: str, db_url: str) -> None:
-    """Best effort: a leftover database on a user's server is litter, not an error."""
+    """Best effort, but it happens: a leftover database on a user's server is
+    litter, not an error. Runs shielded (within `DROP_WITHIN_S`), because it is
+    the cleanup of a run that Ctrl-C or an error is unwinding, and first ends
+    the run's own sessions that a cancelled close left open: PostgreSQL's DROP
+    DATABASE would wait 5 s for them and then fail."""
     import asyncpg
 
     name = db_url.partition("?")[0].rsplit("/", 1)[1]
-    with contextlib.suppress(Exception):
-        conn = await asyncpg.connect(pg_url, timeout=10)
+    with anyio.move_on_after(DROP_WITHIN_S, shield=True):
         try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            conn = await asyncpg.connect(driver_url(pg_url), timeout=DROP_WITHIN_S)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            return
+        try:
+            with contextlib.suppress(asyncpg.PostgresError):
+                # PostgreSQL only (CockroachDB has no such function, and drops
+                # a database in use anyway); the sessions are our own.
+                await conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE datname = $1 AND pid <> pg_backend_pid()",
+                    name,
+                )
+            with contextlib.suppress(asyncpg.PostgresError):
+                await conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         finally:
             await conn.close()
 

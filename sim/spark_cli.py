@@ -4,24 +4,62 @@ run invalid, 2 bad input or Spark unavailable (one line on stderr)."""
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Final
 
 import typer
 from rich.console import Console
 
-from persist.location import CoordsimError
+from persist.location import CoordsimError, InvalidUsage
+from sim.config import MAX_SEED, check_int
+from sim.outputs import claim_dir, staged_dir
 
 __all__ = ["register"]
 
 _out = Console(highlight=False, soft_wrap=True)
 
 
-def _fail(msg: str) -> typer.Exit:
-    print(f"coordsim: error: {msg}", file=sys.stderr)  # noqa: T201 - the CLI's error channel
+def _fail(exc: CoordsimError | str) -> typer.Exit:
+    tag = "invalid input" if isinstance(exc, InvalidUsage) else "error"
+    line = " ".join(str(exc).split())  # one line, whatever Spark's message spans
+    print(f"coordsim: {tag}: {line}", file=sys.stderr)  # noqa: T201 - the CLI's error channel
     return typer.Exit(2)
+
+
+#: Seeds one `coordsim sweep` runs: each is a Spark task writing a trace.
+MAX_SWEEP_SEEDS: Final = 1_000_000
+#: Spark shuffle partitions (Spark's own default is 200).
+MAX_PARTITIONS: Final = 100_000
+
+
+#: The master URLs Spark accepts (`SparkContext`'s own check, made before the
+#: JVM starts so a typo is one line rather than the JVM's usage text).
+_MASTER: Final = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|(spark|mesos|k8s)://\S+|yarn")
+
+
+def _check_partitions(partitions: int | None) -> None:
+    if partitions is not None:
+        check_int("--shuffle-partitions", partitions, low=1, high=MAX_PARTITIONS, unit="partitions")
+
+
+def _claim_out(out: str, command: str) -> None:
+    """A local `--out` becomes coordsim's output directory: a file there, or a
+    directory of someone else's files, is refused before Spark starts (and
+    nothing of theirs is overwritten); called again after the run to list what
+    was written. A URL (`s3a://…`) is Spark's to write."""
+    if "://" not in out:
+        claim_dir(Path(out), command)
+
+
+def _check_master(option: str, master: str) -> None:
+    if not _MASTER.fullmatch(master):
+        raise InvalidUsage(
+            f"{option} {master!r} is not a Spark master URL (local, local[N], local[*], spark://host:port, "
+            "k8s://…, mesos://…, yarn)"
+        )
 
 
 def _session(master: str, verbose: bool, partitions: int | None) -> object:
@@ -55,11 +93,15 @@ def replay(
     from sim.spark.job import replay as run_replay
 
     try:
+        _check_partitions(partitions)
+        _check_master("--master", master)
         expand_traces(traces)  # bad paths fail here, before Spark starts
+        _claim_out(out, "replay")
         spark = _session(master, verbose, partitions)
         res = run_replay(spark, traces, out)
+        _claim_out(out, "replay")
     except CoordsimError as exc:
-        raise _fail(str(exc)) from exc
+        raise _fail(exc) from exc
     _summary(res)
     raise typer.Exit(1 if res.invalid_runs else 0)
 
@@ -78,10 +120,17 @@ def sweep(
     task), write their traces, then replay them all."""
     import os
 
+    from sim.anomalies import default_spec, parse_known_bad
     from sim.spark.job import replay as run_replay
     from sim.spark.sweep import simulate
 
     try:
+        # Bad names and numbers fail here, before Spark starts.
+        check_int("--seeds", seeds, low=1, high=MAX_SWEEP_SEEDS, unit="seeds")
+        check_int("--first-seed", first_seed, low=-MAX_SEED, high=MAX_SEED - seeds)
+        default_spec(scenario, config, first_seed, known_bad=parse_known_bad(known_bad or []))
+        _check_master("--spark", spark_master)
+        _claim_out(out, "sweep")
         spark = _session(spark_master, verbose, None)
         traces = f"{out.rstrip('/')}/traces"
         if "://" not in traces:
@@ -91,8 +140,9 @@ def sweep(
         _out.print(f"simulated {len(rows)} seeds ({sum(r[2] for r in rows)} operations) "
                    f"in {time.perf_counter() - t0:.1f}s")  # fmt: skip
         res = run_replay(spark, [r[1] for r in rows], out)
+        _claim_out(out, "sweep")
     except CoordsimError as exc:
-        raise _fail(str(exc)) from exc
+        raise _fail(exc) from exc
     _summary(res)
     raise typer.Exit(1 if res.invalid_runs else 0)
 
@@ -105,14 +155,23 @@ def synth_trace(
 ) -> None:
     """Write a large realistic trace (valid by construction, with a few planted
     anomalies) for benchmarks, in bounded memory."""
+    from sim.spark.synth import MAX_SYNTH_OPS
     from sim.spark.synth import synth_trace as write
 
     t0 = time.perf_counter()
     try:
-        d = write(out, ops, seed=seed, planted=planted)
-    except (CoordsimError, OSError) as exc:
-        raise _fail(str(exc)) from exc
-    _out.print(f"wrote {ops} operations to {d} in {time.perf_counter() - t0:.1f}s")
+        # Refused before anything is created: bad numbers, then an output that
+        # is not ours (staged: a failed or interrupted run leaves nothing).
+        check_int("--ops", ops, low=1, high=MAX_SYNTH_OPS, unit="operations")
+        check_int("--planted", planted, low=0, high=MAX_SYNTH_OPS, unit="chunks")
+        check_int("--seed", seed, low=-MAX_SEED, high=MAX_SEED)
+        with staged_dir(out, "synth-trace") as stage:
+            write(stage, ops, seed=seed, planted=planted)
+    except OSError as exc:
+        raise _fail(f"cannot write {out}: {exc.strerror or exc}") from exc
+    except CoordsimError as exc:
+        raise _fail(exc) from exc
+    _out.print(f"wrote {ops} operations to {out} in {time.perf_counter() - t0:.1f}s")
 
 
 def register(app: typer.Typer) -> None:

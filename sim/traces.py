@@ -32,7 +32,7 @@ from sim.history import (
     HistoryError,
     Status,
 )
-from sim.report import atomic_write
+from sim.outputs import DIR_MODE, atomic_write
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -210,10 +210,30 @@ def _read_list(col: Any) -> tuple[array[int], array[int]]:
     return offsets, out
 
 
-def _history_from_table(t: Any) -> History:
-    missing = [f.name for f in OPS_SCHEMA if f.name not in t.column_names]
+def _conform(t: Any, schema: Any, what: str) -> Any:
+    """`t`'s columns of `schema`, cast to its types (a writer may have used
+    int32 or plain strings), with nulls refused where the schema has none:
+    the readers below take the raw buffers as int64, so anything else would be
+    read as garbage rather than refused."""
+    missing = [f.name for f in schema if f.name not in t.column_names]
     if missing:
-        raise HistoryError(f"ops table lacks columns {missing}")
+        raise HistoryError(f"{what} table lacks columns {', '.join(missing)}")
+    cols = []
+    for f in schema:
+        col = t[f.name]
+        if not f.nullable and col.null_count:
+            raise HistoryError(f"{what} table: column {f.name} has {col.null_count} nulls")
+        if col.type != f.type:
+            try:
+                col = col.cast(f.type)
+            except (pa.ArrowException, ValueError) as exc:
+                raise HistoryError(f"{what} table: column {f.name} is {col.type}, not {f.type}") from exc
+        cols.append(col)
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _history_from_table(t: Any) -> History:
+    t = _conform(t, OPS_SCHEMA, "ops")
     h = History()
     h.n = t.num_rows
     h.op_id = _read_i64(t["op_id"])
@@ -266,7 +286,7 @@ def write_trace(
     `directory`, each under a temporary name then renamed: a reader that finds
     `meta.json` finds complete files."""
     d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
+    d.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
     ops = _ops_table(history, run, config, seed)
     evs = _events_table(events, run)
     atomic_write(d / OPS_FILE, lambda p: pq.write_table(ops, p, compression="zstd"))
@@ -293,9 +313,11 @@ def read_trace(directory: Path | str) -> Trace:
     if not meta_path.is_file():
         raise HistoryError(f"{d}: no {META_FILE} (not a trace directory, or a half-written one)")
     try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise HistoryError(f"{meta_path}: unreadable: {exc}") from exc
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise HistoryError(f"{meta_path}: unreadable: {_one_line(exc)}") from exc
+    if not isinstance(meta, dict):
+        raise HistoryError(f"{meta_path}: not a JSON object")
     version = meta.get("schema_version")
     if version != SCHEMA_VERSION:
         raise HistoryError(f"{d}: schema version {version!r}, this coordsim reads {SCHEMA_VERSION}")
@@ -304,7 +326,7 @@ def read_trace(directory: Path | str) -> Trace:
         ev_path = d / EVENTS_FILE
         events: list[Event] = []
         if ev_path.exists():
-            for r in pq.read_table(ev_path).to_pylist():
+            for r in _conform(pq.read_table(ev_path), EVENTS_SCHEMA, "events").to_pylist():
                 events.append(
                     Event(
                         seq=r["seq"], kind=r["kind"], component=r["component"],
@@ -315,6 +337,15 @@ def read_trace(directory: Path | str) -> Trace:
                 )  # fmt: skip
     except (OSError, pa.ArrowException, KeyError, ValueError) as exc:
         if isinstance(exc, HistoryError):
-            raise
-        raise HistoryError(f"{d}: unreadable trace: {exc}") from exc
+            raise HistoryError(f"{d}: {exc}") from exc
+        raise HistoryError(f"{d}: unreadable trace: {_one_line(exc)}") from exc
+    for key, n in (("ops", history.n), ("events", len(events))):
+        said = meta.get(key)
+        if isinstance(said, int) and not isinstance(said, bool) and said != n:
+            raise HistoryError(f"{d}: {META_FILE} says {said} {key}, the trace holds {n} (a mixed or damaged trace)")
     return Trace(history, events, meta)
+
+
+def _one_line(exc: BaseException) -> str:
+    """Arrow's messages span lines (and some name only a path): one line, with the type."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"

@@ -60,9 +60,13 @@ _INT: Final = re.compile(r"[+-]?\d+N?")
 _FLOAT: Final = re.compile(r"[+-]?\d+(\.\d*)?([eE][+-]?\d+)?M?")
 _ESC: Final = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "b": "\b", "f": "\f"}
 _CLOSE: Final = {"[": "]", "(": ")", "{": "}", "#{": "}"}
+_HEX4: Final = re.compile(r"[0-9A-Fa-f]{4}")
+#: Integers longer than this are refused: no history value needs more than a
+#: 64-bit integer's 19 digits, and Python's int-from-text limit is 4,300.
+MAX_INT_DIGITS: Final = 100
 
 
-def _unescape(s: str) -> str:
+def _unescape(s: str, line: int) -> str:
     out: list[str] = []
     i = 0
     while i < len(s):
@@ -70,7 +74,10 @@ def _unescape(s: str) -> str:
         if c == "\\" and i + 1 < len(s):
             n = s[i + 1]
             if n == "u":
-                out.append(chr(int(s[i + 2 : i + 6], 16)))
+                digits = s[i + 2 : i + 6]
+                if not _HEX4.fullmatch(digits):
+                    raise HistoryError(f"EDN line {line}: bad unicode escape \\u{digits}")
+                out.append(chr(int(digits, 16)))
                 i += 6
                 continue
             out.append(_ESC.get(n, n))
@@ -93,6 +100,10 @@ def _atom(tok: str, line: int) -> Any:
             raise HistoryError(f"EDN line {line}: empty keyword")
         return Keyword(tok[1:])
     if _INT.fullmatch(tok):
+        digits = tok.rstrip("N").lstrip("+-")
+        if len(digits) > MAX_INT_DIGITS:
+            # Python refuses to convert such strings anyway (its int-str limit).
+            raise HistoryError(f"EDN line {line}: an integer of {len(digits)} digits (at most {MAX_INT_DIGITS})")
         return int(tok.rstrip("N"))
     if _FLOAT.fullmatch(tok):
         return float(tok.rstrip("M"))
@@ -122,7 +133,7 @@ def loads_all(text: str) -> list[Any]:
     def parse(i: int) -> tuple[Any, int]:
         kind, tok, ln = tokens[i]
         if kind == "str":
-            return _unescape(tok[1:-1]), i + 1
+            return _unescape(tok[1:-1], ln), i + 1
         if kind == "atom":
             return _atom(tok, ln), i + 1
         if kind == "close":
@@ -151,14 +162,22 @@ def loads_all(text: str) -> list[Any]:
             if len(items) % 2:
                 raise HistoryError(f"EDN line {ln}: a map needs an even number of forms")
             try:
-                return dict(zip(items[::2], items[1::2], strict=True)), j
+                m = dict(zip(items[::2], items[1::2], strict=True))
             except TypeError as exc:
                 raise HistoryError(f"EDN line {ln}: unhashable map key") from exc
+            if len(m) != len(items) // 2:
+                # Invalid EDN (the spec: "no duplicate keys"); a reader that
+                # kept the last would silently drop part of an event.
+                raise HistoryError(f"EDN line {ln}: a map with a duplicate key: {_first_duplicate(items[::2])}")
+            return m, j
         if tok == "#{":
             try:
-                return frozenset(items), j
+                fs = frozenset(items)
             except TypeError as exc:
                 raise HistoryError(f"EDN line {ln}: unhashable set element") from exc
+            if len(fs) != len(items):
+                raise HistoryError(f"EDN line {ln}: a set with a duplicate element: {_first_duplicate(items)}")
+            return fs, j
         return tuple(items), j
 
     def parse_required(i: int, ln: int) -> tuple[Any, int]:
@@ -177,6 +196,21 @@ def loads_all(text: str) -> list[Any]:
 
 
 _DISCARDED: Final = object()
+
+
+def _first_duplicate(items: list[Any]) -> str:
+    """The first element equal to an earlier one, printed; Python equates
+    `1`, `1.0` and `true`, which EDN does not, so such a pair is named as one
+    this reader cannot hold apart (not a history's values anyway)."""
+    seen: dict[Any, Any] = {}
+    for x in items:
+        if x in seen:
+            y = seen[x]
+            if type(x) is type(y):
+                return dumps(x)[:40]
+            return f"{dumps(y)[:20]} and {dumps(x)[:20]} are equal to this reader"
+        seen[x] = x
+    return "?"
 _BARE: Final = re.compile(r"[A-Za-z*+!\-_?<>=/.][A-Za-z0-9*+!\-_?<>=/.:#]*")
 
 

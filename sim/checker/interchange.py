@@ -68,8 +68,12 @@ def _name(v: Any, where: str) -> str:
 
 
 def _int(v: Any, where: str) -> int:
+    """A value stored in a 64-bit column: `NONE` (-2**63) means "absent" there,
+    so the range is one short of int64's at the bottom."""
     if isinstance(v, bool) or not isinstance(v, int):
-        raise HistoryError(f"{where}: expected an integer, got {dumps(v)}")
+        raise HistoryError(f"{where}: expected an integer, got {dumps(v)[:60]}")
+    if not NONE < v < 2**63:
+        raise HistoryError(f"{where}: {v} is outside the 64-bit range a history stores (|n| < 2**63)")
     return v
 
 
@@ -101,7 +105,7 @@ def _split_value(kind: Kind, v: Any, where: str) -> tuple[str | None, tuple[int,
         return None, (), None
     # Jepsen's single-set workload names no table: `:add 5`, `:read nil`.
     if kind == Kind.ADD and isinstance(v, int) and not isinstance(v, bool):
-        return DEFAULT_TABLE, (v,), None
+        return DEFAULT_TABLE, (_int(v, f"{where}: element"),), None
     if kind == Kind.READ and v is None:
         return DEFAULT_TABLE, (), None
     if not isinstance(v, tuple):
@@ -112,8 +116,8 @@ def _split_value(kind: Kind, v: Any, where: str) -> tuple[str | None, tuple[int,
     rest = v[1] if len(v) > 1 else None
     if kind == Kind.ADD:
         if isinstance(rest, tuple | frozenset):
-            return obj, tuple(_int(x, where) for x in rest), None
-        return obj, (_int(rest, where),), None
+            return obj, tuple(_int(x, f"{where}: element") for x in rest), None
+        return obj, (_int(rest, f"{where}: element"),), None
     if isinstance(rest, dict):
         return obj, (), _to_json(rest)
     return obj, (), None
@@ -121,7 +125,10 @@ def _split_value(kind: Kind, v: Any, where: str) -> tuple[str | None, tuple[int,
 
 def history_from_edn(forms: Sequence[Any], *, source: str = "EDN") -> tuple[History, list[Event]]:
     """Pairs Jepsen events into operations; nemesis events become `fault`
-    events. Raises `HistoryError` naming the event on malformed input."""
+    events. Raises `HistoryError` naming the event on malformed input, and on
+    no events at all (an empty or truncated file, not an empty history)."""
+    if not forms:
+        raise HistoryError(f"{source}: no events (an empty file is not a history)")
     b = HistoryBuilder()
     open_: dict[Any, tuple[int, dict[Any, Any], int, int]] = {}  # process -> (index, invoke, time)
     dead: dict[Any, int] = {}
@@ -132,10 +139,10 @@ def history_from_edn(forms: Sequence[Any], *, source: str = "EDN") -> tuple[Hist
         if not isinstance(m, dict):
             raise HistoryError(f"{source}: form {pos} is not a map: {dumps(m)[:60]}")
         index = _get(m, "index")
-        index = pos if index is None else index
+        index = pos if index is None else _int(index, f"{source}: form {pos}: :index")
         where = f"{source}: event :index {index}"
         t = _get(m, "time")
-        t = index if t is None else _int(t, where)
+        t = index if t is None else _int(t, f"{where}: :time")
         typ = _get(m, "type")
         proc = _get(m, "process")
         if not isinstance(typ, Keyword) or typ.name not in ("invoke", "ok", "fail", "info"):
@@ -146,6 +153,7 @@ def history_from_edn(forms: Sequence[Any], *, source: str = "EDN") -> tuple[Hist
             continue
         if isinstance(proc, bool) or not isinstance(proc, int):
             raise HistoryError(f"{where}: :process must be an integer (or :nemesis)")
+        _int(proc, f"{where}: :process")
         f = _get(m, "f")
         if not isinstance(f, Keyword):
             raise HistoryError(f"{where}: :f must be a keyword")
@@ -184,7 +192,7 @@ def history_from_edn(forms: Sequence[Any], *, source: str = "EDN") -> tuple[Hist
             res = v if isinstance(v, frozenset) else v[1] if isinstance(v, tuple) and len(v) > 1 else None
             if not isinstance(res, frozenset | tuple):
                 raise HistoryError(f"{where}: an :ok :read needs :value [table #{{elements}}]")
-            result = tuple(sorted(_int(x, where) for x in res))
+            result = tuple(sorted(_int(x, f"{where}: read element") for x in res))
         code = msg = None
         err = _get(m, "error")
         if status != OK and err is not None:
@@ -205,11 +213,11 @@ def history_from_edn(forms: Sequence[Any], *, source: str = "EDN") -> tuple[Hist
         for key, k in _TS_KEYS:
             v = _get(m, key)
             if v is not None:
-                ts[k] = _int(v, where)
+                ts[k] = _int(v, f"{where}: :{key}")
         count = _get(m, "count")
         client = _get(inv, "client")
         rows.append([pid, proc, KIND_CODE[kind], obj, inv_t, t, status, els, result,
-                     NONE if count is None else _int(count, where),
+                     NONE if count is None else _int(count, f"{where}: :count"),
                      None if args is None else json.dumps(args, sort_keys=True),
                      code, msg, ts[0], ts[1], ts[2], None if client is None else str(client)])  # fmt: skip
     for proc, (inv_index, inv, inv_t, pid) in sorted(open_.items(), key=lambda x: x[1][3]):
@@ -231,7 +239,7 @@ def history_from_edn(forms: Sequence[Any], *, source: str = "EDN") -> tuple[Hist
 def read_edn(path: Path | str) -> tuple[History, list[Event]]:
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise HistoryError(f"{p}: unreadable: {exc}") from exc
     try:

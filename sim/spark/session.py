@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from typing import TYPE_CHECKING, Any, Final
 
 from persist.location import CoordsimError
@@ -74,6 +75,11 @@ def spark_session(
     b = b.config("spark.sql.session.timeZone", "UTC")
     if shuffle_partitions is not None:
         b = b.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    if "PYSPARK_PYTHON" not in os.environ and "spark.pyspark.python" not in (conf or {}):
+        # Workers on this machine run this interpreter (with coordsim and
+        # pyarrow importable), not whatever `python3` PATH finds first. The
+        # variable, because RDD jobs read only it (pyspark's SparkContext).
+        os.environ["PYSPARK_PYTHON"] = sys.executable
     if (master or DEFAULT_MASTER).startswith("local") and "spark.driver.memory" not in (conf or {}):
         # In local mode the driver is the executor; Spark's 1 GB default runs
         # out on a million-operation trace.

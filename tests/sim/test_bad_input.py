@@ -1,0 +1,488 @@
+"""The bad-input corpus (DESIGN.md §9, issue 16): every command, given input it
+must refuse, prints exactly one line on stderr, exits 2, shows no traceback,
+and changes nothing in its working directory except, at most, the one
+directory it was asked to create — `important.txt` beside it survives.
+
+Each case is a real process. Starting Python and importing coordsim takes
+about a second, so a server process imports coordsim once and forks a child
+per case (its own working directory, environment, stdout/stderr files and
+exit status, exactly as `coordsim` would have them); a few cases also run the
+installed entry point itself, to keep the fork honest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Final
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sim.checker.generate import GenConfig, generate
+from sim.traces import read_trace, write_trace
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping
+
+_IMPORTANT: Final = b"the user's notes: not coordsim's to touch\n"
+_ENTRY: Final = Path(sys.executable).parent / "coordsim"
+_COORDSIM: Final = [str(_ENTRY)] if _ENTRY.exists() else [sys.executable, "-c", "from sim.cli import main; main()"]
+
+# The fork server: reads one JSON request per line, forks, runs the entry point in the
+# child with the request's cwd/env/argv and fds 1 and 2 on files, and answers
+# with the child's exit code. A child ends as the interpreter would: SystemExit
+# decides the code, anything else prints its traceback and exits 1.
+_SERVER: Final = textwrap.dedent(
+    """
+    import atexit, importlib, json, os, signal, sys, tempfile, tomllib, traceback
+    sys.path[:] = [os.path.abspath(p) for p in sys.path]  # "" would follow each child's chdir
+    with open("pyproject.toml", "rb") as f:  # the function the `coordsim` script calls
+        module, _, name = tomllib.load(f)["project"]["scripts"]["coordsim"].partition(":")
+    entry = getattr(importlib.import_module(module), name)
+    import sim.cli  # the second of imports: once, here
+
+    for line in sys.stdin:
+        req = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                signal.alarm(120)  # a case that hangs dies (SIGALRM) rather than the suite
+                os.chdir(req["cwd"])
+                os.environ.clear()
+                os.environ.update(req["env"])
+                tempfile.tempdir = None
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                for fd, name in ((1, "stdout"), (2, "stderr")):
+                    os.dup2(os.open(req[name], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
+                sys.argv = ["coordsim", *req["args"]]
+                try:
+                    entry()
+                    code = 0
+                except SystemExit as exc:
+                    if exc.code is None or isinstance(exc.code, int):
+                        code = exc.code or 0
+                    else:
+                        print(exc.code, file=sys.stderr)
+                except BaseException:
+                    traceback.print_exc()
+            finally:
+                try:
+                    atexit._run_exitfuncs()
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"rc": os.waitstatus_to_exitcode(status)}), flush=True)
+    """
+)
+
+@dataclass(frozen=True)
+class Case:
+    """One bad input: `args` run in a fresh directory holding `files` (and
+    whatever `setup` makes); the one stderr line must contain `expect`."""
+
+    id: str
+    args: tuple[str, ...]
+    expect: str
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    setup: Callable[[Path, Path], None] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    creates: str | None = None  # a directory the command may leave (its output)
+    then: Callable[[Path], None] | None = None  # checks what it left, given the directory
+    entry_point: bool = False  # run the installed `coordsim`, not a fork
+
+
+def _c(id: str, *args: str, expect: str, **kw: object) -> Case:
+    return Case(id, args, expect, **kw)  # type: ignore[arg-type]
+
+
+# --- fixture files --------------------------------------------------------------------
+
+_NOT_UTF8: Final = b'mode = "virtual"\n\xff\xfe\x00 not text\n'
+_EVENT: Final = "{{:type :{t}, :process 0, :f :{f}, :value {v}, :time {time}}}\n"
+
+
+def _edn(*events: tuple[str, str, str, str]) -> bytes:
+    return "".join(_EVENT.format(t=t, f=f, v=v, time=time) for t, f, v, time in events).encode()
+
+
+def _add(value: str, time0: str = "0", time1: str = "1") -> bytes:
+    return _edn(("invoke", "add", value, time0), ("ok", "add", value, time1))
+
+
+def _read(result: str) -> bytes:
+    return _edn(("invoke", "read", "nil", "0"), ("ok", "read", f"[set {result}]", "1"))
+
+
+def _trace(name: str, damage: Callable[[Path], object]) -> Callable[[Path, Path], None]:
+    def setup(cwd: Path, valid: Path) -> None:
+        shutil.copytree(valid, cwd / name)
+        damage(cwd / name)
+
+    return setup
+
+
+def _flip_bytes(p: Path) -> None:
+    b = bytearray(p.read_bytes())
+    for i in range(200, min(len(b) - 100, 1200)):
+        b[i] ^= 0x5A
+    p.write_bytes(bytes(b))
+
+
+def _retype_elements(d: Path) -> None:
+    t = pq.read_table(d / "ops.parquet")
+    i = t.schema.get_field_index("elements")
+    strings = pa.array([["x"]] * t.num_rows, pa.list_(pa.string()))
+    pq.write_table(t.set_column(i, "elements", strings), d / "ops.parquet")
+
+
+def _drop_rows(d: Path) -> None:
+    t = pq.read_table(d / "ops.parquet")
+    pq.write_table(t.slice(0, 1), d / "ops.parquet")
+
+
+def _mkdir_with_file(name: str) -> Callable[[Path, Path], None]:
+    def setup(cwd: Path, valid: Path) -> None:
+        (cwd / name).mkdir()
+        (cwd / name / "notes.txt").write_text("mine\n")
+
+    return setup
+
+
+def _closed_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port  # closed now: connecting is refused at once
+
+
+def _partial_trace(cwd: Path) -> None:
+    """The scenario's error is in the verdict, and the one operation it ran
+    before failing is in the trace."""
+    out = cwd / "coordsim-run-my"
+    assert "ZeroDivisionError" in (out / "verdict.txt").read_text()
+    assert read_trace(out / "trace").history.n == 1
+
+
+_RAISES: Final = b'async def scenario(sim):\n    s = sim.session()\n    await sim.sql(s, "CREATE TABLE t (a int)")\n    1 / 0\n'
+_V: Final = ("--mode", "virtual")
+
+CASES: Final = [
+    # --- compare / config show: bounds, NaN, files --------------------------------------
+    _c("compare-rate-nan", "compare", *_V, "--rate", "nan", expect="--rate) must be a finite number"),
+    _c("compare-rate-inf", "compare", *_V, "--rate", "inf", expect="must be a finite number"),
+    _c("compare-rate-negative", "compare", *_V, "--rate", "-5", expect="must be > 0"),
+    _c("compare-rate-huge", "compare", *_V, "--rate", "1e300", expect="exceeds the maximum 1e+07"),
+    _c("compare-concurrency-huge", "compare", *_V, "--concurrency", "50000000",
+       expect="--concurrency 50000000 exceeds the maximum 100000 clients", entry_point=True),
+    _c("compare-concurrency-zero", "compare", *_V, "--concurrency", "0", expect="must be >= 1"),
+    _c("compare-concurrency-not-integers", "compare", *_V, "--concurrency", "1,x", expect="must be integers"),
+    _c("compare-ops-float", "compare", *_V, "--ops", "1e23", expect="--ops"),
+    _c("compare-ops-huge", "compare", *_V, "--ops", "1000000000000", expect="exceeds the maximum 100000000"),
+    _c("compare-ops-zero", "compare", *_V, "--ops", "0", expect="must be >= 1"),
+    _c("compare-warmup-negative", "compare", *_V, "--warmup", "-1", expect="must be >= 0"),
+    _c("compare-tables-huge", "compare", *_V, "--tables", "99999999", expect="exceeds the maximum 10000 tables"),
+    _c("compare-seed-huge", "compare", *_V, "--seed", "99999999999999999999", expect="--seed"),
+    _c("compare-unknown-configuration", "compare", *_V, "--configs", "bogus", expect="unknown configuration"),
+    _c("compare-unknown-workload", "compare", *_V, "--workloads", "nope", expect="unknown workload"),
+    _c("compare-unknown-mode", "compare", "--mode", "bogus", expect="unknown mode"),
+    _c("compare-config-file-missing", "compare", "-c", "nope.toml", expect="cannot read config"),
+    _c("compare-config-file-is-a-directory", "compare", "-c", "adir", expect="cannot read config",
+       setup=lambda cwd, _: (cwd / "adir").mkdir()),
+    _c("compare-config-file-not-utf8", "compare", "-c", "c.toml", files={"c.toml": _NOT_UTF8},
+       expect="is not UTF-8"),
+    _c("compare-config-file-bad-toml", "compare", "-c", "c.toml", files={"c.toml": b"mode = [\n"},
+       expect="bad TOML"),
+    _c("compare-config-file-unknown-key", "compare", "-c", "c.toml", files={"c.toml": b"bogus = 1\n"},
+       expect="unknown config key"),
+    _c("compare-config-file-nan-rate", "compare", "-c", "c.toml",
+       files={"c.toml": b'mode = "virtual"\nopen_loop_rate = nan\n'}, expect="must be a finite number"),
+    _c("compare-config-file-nan-cost", "compare", "-c", "c.toml",
+       files={"c.toml": b'mode = "virtual"\n[costs]\nparse_plan = nan\n'}, expect="cost parse_plan"),
+    _c("compare-config-file-infinite-interval", "compare", "-c", "c.toml",
+       files={"c.toml": b'mode = "virtual"\n[overrides]\ngroup_commit_interval_s = inf\n'},
+       expect="group_commit_interval_s"),
+    _c("compare-config-file-huge-cores", "compare", "-c", "c.toml",
+       files={"c.toml": b'mode = "virtual"\n[overrides]\ncores = 100000000\n'}, expect="exceeds the maximum 1024"),
+    _c("compare-config-file-endless", "compare", "-c", "/dev/zero", expect="larger than the maximum 64 MiB"),
+    _c("compare-config-file-nul-in-output", "compare", "-c", "c.toml",
+       files={"c.toml": b'mode = "virtual"\noutput = "a\\u0000b"\n'}, expect="must not contain a NUL"),
+    _c("compare-profile-endless", "compare", *_V, "--latency-profile", "/dev/zero", expect="larger than the maximum"),
+    _c("compare-profile-not-utf8", "compare", *_V, "--latency-profile", "p.toml",
+       files={"p.toml": b"[latency]\n\xff\xfe\n"}, expect="is not UTF-8"),
+    _c("compare-profile-json-not-utf8", "compare", *_V, "--latency-profile", "p.json",
+       files={"p.json": b'{"latency": \xff}'}, expect="is not UTF-8"),
+    _c("compare-profile-json-not-an-object", "compare", *_V, "--latency-profile", "p.json",
+       files={"p.json": b"[1, 2]"}, expect="has no [latency] table"),
+    _c("compare-profile-latency-of-1e300-ms", "compare", *_V, "--latency-profile", "p.toml",
+       files={"p.toml": b'[latency]\n"oracle.pg" = {kind = "lognormal", median_ms = 1e300, sigma = 0.5}\n'},
+       expect="exceeds the maximum 8.64e+07 ms"),
+    _c("compare-output-is-a-file", "compare", *_V, "--output", "important.txt", expect="is not a directory"),
+    _c("compare-output-is-a-users-directory", "compare", *_V, "--output", "mine",
+       setup=_mkdir_with_file("mine"), expect="was not written by coordsim"),
+    _c("compare-output-unwritable", "compare", *_V, "--output", "/proc/coordsim-out", expect="not writable"),
+    _c("compare-baseline-missing", "compare", *_V, "--quick", "--baseline", "nope", expect="cannot read baseline"),
+    _c("config-show-concurrency-huge", "config", "show", "--concurrency", "1,200000", expect="exceeds the maximum"),
+    # --- run: scenarios -----------------------------------------------------------------
+    _c("run-unknown-scenario", "run", "nosuch", expect="unknown scenario"),
+    _c("run-scenario-raises", "run", "my.py", files={"my.py": _RAISES}, creates="coordsim-run-my",
+       then=_partial_trace, expect="scenario my.py:4: ZeroDivisionError: division by zero", entry_point=True),
+    _c("run-scenario-raises-on-import", "run", "my.py", files={"my.py": b"x = 1\ny = x / 0\n"},
+       expect="scenario my.py:2: ZeroDivisionError", entry_point=True),
+    _c("run-scenario-imports-a-missing-module", "run", "my.py", files={"my.py": b"import no_such_module_xyz\n"},
+       expect="scenario my.py:1: ModuleNotFoundError"),
+    _c("run-scenario-syntax-error", "run", "my.py", files={"my.py": b"def scenario(:\n"}, expect="my.py"),
+    _c("run-scenario-not-callable", "run", "my.py", files={"my.py": b"scenario = 3\n"}, expect="has no `async def"),
+    _c("run-scenario-toml-not-utf8", "run", "s.toml", files={"s.toml": b"\xff\xfe"}, expect="is not UTF-8"),
+    _c("run-scenario-toml-huge-concurrency", "run", "s.toml",
+       files={"s.toml": b'workload = "insert"\nconcurrency = [50000000]\n'}, expect="exceeds the maximum 100000"),
+    _c("run-scenario-toml-unknown-workload", "run", "s.toml", files={"s.toml": b'workload = "nope"\n'},
+       expect="unknown workload"),
+    _c("run-unknown-configuration", "run", "insert", "--config", "bogus", expect="unknown configuration"),
+    _c("run-output-unwritable", "run", "insert", "--output", "/proc/x", expect="not writable"),
+    # --- anomalies / shrink -------------------------------------------------------------
+    _c("anomalies-unknown-scenario", "anomalies", "run", "nosuch", expect="unknown scenario"),
+    _c("anomalies-size-huge", "anomalies", "run", "seed001", "--size", "1000000000000",
+       expect="--size 1000000000000 exceeds the maximum 10000000"),
+    _c("anomalies-clients-huge", "anomalies", "run", "seed001", "--clients", "1000000000",
+       expect="--clients 1000000000 exceeds the maximum 100000 clients"),
+    _c("anomalies-clients-times-size-huge", "anomalies", "run", "seed001", "--clients", "100000",
+       "--size", "100000", expect="operations in one run"),
+    _c("anomalies-clients-zero", "anomalies", "run", "seed001", "--clients", "0", expect="must be >= 1"),
+    _c("anomalies-fault-after-the-run", "anomalies", "run", "seed001", "--faults",
+       "crash-restart@99999999999ms+3ms", expect="stopped as stuck"),
+    _c("anomalies-fault-factor-nan", "anomalies", "run", "seed001", "--faults", "oracle-slow@1ms+5msxnan",
+       expect="factor"),
+    _c("anomalies-fault-garbage", "anomalies", "run", "seed001", "--faults", "garbage", expect="bad fault"),
+    _c("anomalies-fault-needs-real-mode", "anomalies", "run", "seed001", "--faults", "pg-kill@1ms",
+       expect="needs --mode real"),
+    _c("anomalies-seed-huge", "anomalies", "run", "seed001", "--seed", "99999999999999999999",
+       expect="does not fit in 64 bits"),
+    _c("anomalies-unknown-known-bad", "anomalies", "run", "seed001", "--known-bad", "nope",
+       expect="unknown known-bad variant"),
+    _c("anomalies-out-unwritable", "anomalies", "run", "seed001", "--out", "/proc/x", expect="not writable"),
+    _c("anomalies-out-is-a-file", "anomalies", "run", "seed001", "--out", "important.txt",
+       expect="is not a directory"),
+    _c("anomalies-real-mode-postgres-refuses", "anomalies", "run", "seed001", "--mode", "real",
+       env={"COORDSIM_POSTGRES_URL": "postgresql://coordsim:s3cret-pw@127.0.0.1:{closed_port}/postgres"},
+       expect="cannot use Postgres at postgresql://coordsim:***@127.0.0.1", entry_point=True),
+    _c("shrink-max-runs-zero", "shrink", "seed001", "--max-runs", "0", expect="--max-runs must be >= 1"),
+    _c("shrink-unknown-anomaly", "shrink", "seed001", "--anomaly", "nope", expect="unknown anomaly"),
+    # --- check: EDN histories -----------------------------------------------------------
+    _c("check-edn-empty", "check", "h.edn", files={"h.edn": b""}, expect="no events"),
+    _c("check-edn-only-a-comment", "check", "h.edn", files={"h.edn": b"; nothing\n"}, expect="no events"),
+    _c("check-edn-set-with-a-duplicate", "check", "h.edn", files={"h.edn": _read("#{1 1}")},
+       expect="a set with a duplicate element: 1"),
+    _c("check-edn-map-with-a-duplicate-key", "check", "h.edn",
+       files={"h.edn": b"{:type :invoke, :type :ok, :process 0, :f :add, :value 1}\n"}, expect="duplicate key"),
+    _c("check-edn-element-beyond-64-bits", "check", "h.edn", files={"h.edn": _add(str(2**64))},
+       expect="outside the 64-bit range"),
+    _c("check-edn-time-beyond-64-bits", "check", "h.edn", files={"h.edn": _add("1", str(2**63), str(2**63))},
+       expect=":time"),
+    _c("check-edn-time-the-checkers-read-as-never", "check", "h.edn", files={"h.edn": _add("1", "0", str(2**62))},
+       expect="beyond the largest a history holds"),
+    _c("check-edn-read-element-beyond-64-bits", "check", "h.edn", files={"h.edn": _read(f"#{{{-(2**63)}}}")},
+       expect="read element"),
+    _c("check-edn-integer-of-5000-digits", "check", "h.edn", files={"h.edn": _add("9" * 5000)},
+       expect="an integer of 5000 digits"),
+    _c("check-edn-not-utf8", "check", "h.edn", files={"h.edn": b"\xff\xfe\xfd"}, expect="unreadable"),
+    _c("check-edn-unclosed", "check", "h.edn", files={"h.edn": b"{:type :invoke"}, expect="never closed"),
+    _c("check-edn-bad-unicode-escape", "check", "h.edn", files={"h.edn": b'{:f "\\uZZ"}'},
+       expect="bad unicode escape"),
+    _c("check-edn-not-a-map", "check", "h.edn", files={"h.edn": b"[1 2 3]\n"}, expect="is not a map"),
+    _c("check-path-missing", "check", "nope", expect="no such trace directory or EDN file"),
+    # --- check: trace directories -------------------------------------------------------
+    _c("check-trace-without-meta", "check", "t", setup=_trace("t", lambda d: (d / "meta.json").unlink()),
+       expect="no meta.json"),
+    _c("check-trace-meta-not-json", "check", "t",
+       setup=_trace("t", lambda d: (d / "meta.json").write_text("{not json")), expect="unreadable"),
+    _c("check-trace-meta-not-an-object", "check", "t",
+       setup=_trace("t", lambda d: (d / "meta.json").write_text("[1, 2]")), expect="not a JSON object"),
+    _c("check-trace-meta-not-utf8", "check", "t",
+       setup=_trace("t", lambda d: (d / "meta.json").write_bytes(b"\xff\xfe")), expect="unreadable"),
+    _c("check-trace-ops-truncated", "check", "t",
+       setup=_trace("t", lambda d: (d / "ops.parquet").write_bytes((d / "ops.parquet").read_bytes()[:3000])),
+       expect="unreadable trace"),
+    _c("check-trace-ops-corrupt", "check", "t", setup=_trace("t", lambda d: _flip_bytes(d / "ops.parquet")),
+       expect="unreadable trace"),
+    _c("check-trace-ops-missing", "check", "t", setup=_trace("t", lambda d: (d / "ops.parquet").unlink()),
+       expect="unreadable trace"),
+    _c("check-trace-ops-empty-file", "check", "t", setup=_trace("t", lambda d: (d / "ops.parquet").write_bytes(b"")),
+       expect="unreadable trace"),
+    _c("check-trace-events-corrupt", "check", "t", setup=_trace("t", lambda d: _flip_bytes(d / "events.parquet")),
+       expect="unreadable trace"),
+    _c("check-trace-wrong-column-type", "check", "t", setup=_trace("t", _retype_elements),
+       expect="column elements is list<"),
+    _c("check-trace-ops-count-mismatch", "check", "t", setup=_trace("t", _drop_rows), expect="meta.json says"),
+    _c("check-unknown-checker", "check", "t", "-c", "bogus", setup=_trace("t", lambda d: None),
+       expect="unknown checker"),
+    _c("check-linear-limit-nan", "check", "t", "--linear-limit", "nan", setup=_trace("t", lambda d: None),
+       expect="must be a finite number"),
+    _c("check-linear-max-ops-negative", "check", "t", "--linear-max-ops", "-5", setup=_trace("t", lambda d: None),
+       expect="must be >= 0"),
+    _c("check-html-unwritable", "check", "t", "--html", "/proc/x.html", setup=_trace("t", lambda d: None),
+       expect="cannot write /proc/x.html"),
+    _c("check-html-is-a-users-file", "check", "t", "--html", "important.txt", setup=_trace("t", lambda d: None),
+       expect="was not written by coordsim"),
+    # --- catalog ------------------------------------------------------------------------
+    _c("catalog-dump-target-unwritable", "catalog", "dump", "--location", "persist+mem://", "--target",
+       "/proc/x.json", expect="cannot write /proc/x.json"),
+    _c("catalog-dump-target-is-a-directory", "catalog", "dump", "--location", "persist+mem://", "--target",
+       "adir", setup=lambda cwd, _: (cwd / "adir").mkdir(), expect="is not a regular file"),
+    _c("catalog-dump-target-is-a-users-file", "catalog", "dump", "--location", "persist+mem://", "--target",
+       "important.txt", expect="was not written by coordsim"),
+    _c("catalog-dump-target-in-a-missing-directory", "catalog", "dump", "--location", "persist+mem://",
+       "--target", "nodir/x.json", expect="no directory"),
+    _c("catalog-unknown-scheme", "catalog", "dump", "--location", "bogus://x", expect="unknown catalog URL scheme"),
+    _c("catalog-edit-bad-json", "catalog", "edit", "table", "{bad", "{}", "--location", "persist+mem://",
+       expect="not valid JSON"),
+    _c("catalog-delete-missing-key", "catalog", "delete", "table", '{"id": 3}', "--location", "persist+mem://",
+       expect="no table with key"),
+    # --- synth-trace, sweep, replay -----------------------------------------------------
+    _c("synth-trace-ops-negative", "synth-trace", "--ops", "-1", expect="--ops must be >= 1"),
+    _c("synth-trace-ops-zero", "synth-trace", "--ops", "0", expect="--ops must be >= 1"),
+    _c("synth-trace-ops-huge", "synth-trace", "--ops", "99999999999", expect="exceeds the maximum"),
+    _c("synth-trace-planted-negative", "synth-trace", "--ops", "10", "--planted", "-1", expect="--planted"),
+    _c("synth-trace-out-unwritable", "synth-trace", "--ops", "10", "--out", "/proc/x", expect="not writable"),
+    _c("synth-trace-out-is-a-file", "synth-trace", "--ops", "10", "--out", "important.txt",
+       expect="is not a directory"),
+    _c("synth-trace-out-is-a-users-directory", "synth-trace", "--ops", "10", "--out", "mine",
+       setup=_mkdir_with_file("mine"), expect="was not written by coordsim"),
+    _c("sweep-seeds-negative", "sweep", "--seeds", "-1", "--config", "decoupled", "--scenario", "seed001",
+       expect="--seeds must be >= 1"),
+    _c("sweep-unknown-scenario", "sweep", "--seeds", "2", "--config", "decoupled", "--scenario", "nope",
+       expect="unknown scenario"),
+    _c("replay-missing-trace", "replay", "nope", expect="no trace directory"),
+    _c("replay-bad-master", "replay", "t", "--master", "bogus", setup=_trace("t", lambda d: None),
+       expect="is not a Spark master URL"),
+    _c("replay-shuffle-partitions-zero", "replay", "t", "--shuffle-partitions", "0",
+       setup=_trace("t", lambda d: None), expect="--shuffle-partitions must be >= 1"),
+    # --- location, calibrate, usage ------------------------------------------------------
+    _c("location-unknown-scheme", "location", "check", "bogus://x", expect="unknown blob URL scheme"),
+    _c("location-no-scheme", "location", "check", "", expect="malformed URL"),
+    _c("location-unknown-kind", "location", "check", "mem://", "--kind", "zzz", expect="--kind"),
+    _c("calibrate-too-few-samples", "calibrate", "--samples", "1", expect="--samples must be >= 5"),
+    _c("calibrate-output-not-a-profile", "calibrate", "--output", "x.txt", expect="a .toml or .json file"),
+    _c("calibrate-output-is-a-users-file", "calibrate", "--output", "mine.toml",
+       files={"mine.toml": b"[mine]\n"}, expect="was not written by coordsim"),
+    _c("unknown-command", "bogus", expect="No such command"),
+    _c("unknown-option", "doctor", "--bogus", expect="No such option"),
+    _c("missing-argument", "check", expect="Missing argument"),
+]
+
+
+# --- running --------------------------------------------------------------------------
+
+
+@dataclass
+class _Forker:
+    proc: subprocess.Popen[str]
+
+    def run(self, args: list[str], cwd: Path, env: Mapping[str, str], out: Path, err: Path) -> int:
+        req = {"args": args, "cwd": str(cwd), "env": dict(env), "stdout": str(out), "stderr": str(err)}
+        stdin, stdout = self.proc.stdin, self.proc.stdout
+        assert stdin is not None
+        assert stdout is not None
+        stdin.write(json.dumps(req) + "\n")
+        stdin.flush()
+        line = stdout.readline()
+        assert line, f"the fork server died (exit {self.proc.poll()})"
+        rc: int = json.loads(line)["rc"]
+        return rc
+
+
+@pytest.fixture(scope="module")
+def forker() -> Iterator[_Forker]:
+    with subprocess.Popen(
+        [sys.executable, "-c", _SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        cwd=Path(__file__).parents[2],
+    ) as proc:  # fmt: skip
+        try:
+            yield _Forker(proc)
+        finally:
+            stdin: IO[str] | None = proc.stdin
+            if stdin is not None:
+                stdin.close()  # the server's loop ends; leaving the block waits for it
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture(scope="module")
+def valid_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("valid") / "trace"
+    write_trace(d, generate(GenConfig(ops=40, processes=4, seed=7)), run="bad-input", config="decoupled", seed=7)
+    return d
+
+
+def _snapshot(root: Path, *, with_root: bool) -> dict[str, tuple[bool, int, int]]:
+    """Every path under `root` with (is a directory, size, mtime): a file
+    written, replaced, removed or even created and removed again shows."""
+    entries = [root, *sorted(root.rglob("*"))] if with_root else sorted(root.rglob("*"))
+    out = {}
+    for p in entries:
+        st = p.lstat()
+        out[str(p.relative_to(root))] = (p.is_dir(), 0 if p.is_dir() else st.st_size, st.st_mtime_ns)
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_one_line_exit_2_and_changes_nothing(
+    case: Case, forker: _Forker, valid_trace: Path, tmp_path: Path
+) -> None:
+    cwd = tmp_path / "cwd"
+    tmp = tmp_path / "tmp"
+    cwd.mkdir()
+    tmp.mkdir()
+    (cwd / "important.txt").write_bytes(_IMPORTANT)
+    for name, content in case.files.items():
+        (cwd / name).write_bytes(content)
+    if case.setup is not None:
+        case.setup(cwd, valid_trace)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("COORDSIM_")}
+    env.update({k: v.format(closed_port=_closed_port()) for k, v in case.env.items()})
+    env.update({"TMPDIR": str(tmp), "COLUMNS": "200", "NO_COLOR": "1"})
+    before = _snapshot(cwd, with_root=case.creates is None)
+
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    if case.entry_point:
+        with out.open("w") as fo, err.open("w") as fe:
+            rc = subprocess.run(
+                [*_COORDSIM, *case.args], cwd=cwd, env=env, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL,
+                timeout=120, check=False,
+            ).returncode  # fmt: skip
+    else:
+        rc = forker.run(list(case.args), cwd, env, out, err)
+    stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
+
+    story = f"coordsim {' '.join(case.args)} -> exit {rc}\nstderr:\n{stderr[-3000:]}\nstdout:\n{stdout[-1000:]}"
+    assert "Traceback" not in stdout + stderr, story
+    assert rc == 2, story
+    lines = stderr.splitlines()
+    assert len(lines) == 1, story
+    assert lines[0].startswith(("coordsim: invalid input: ", "coordsim: error: ")), story
+    assert case.expect in lines[0], story
+
+    assert (cwd / "important.txt").read_bytes() == _IMPORTANT
+    after = _snapshot(cwd, with_root=case.creates is None)
+    if case.creates is not None:
+        new = {p for p in after if p not in before}
+        assert all(p == case.creates or p.startswith(case.creates + "/") for p in new), (story, sorted(new))
+        after = {p: v for p, v in after.items() if p not in new}
+    assert after == before, story
+    assert sorted(os.listdir(tmp)) == [], f"left in TMPDIR: {sorted(os.listdir(tmp))}"
+    if case.then is not None:
+        case.then(cwd)
