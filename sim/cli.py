@@ -135,7 +135,8 @@ def postgres_start(
     from sim.backends import EmbeddedPostgres
 
     with EmbeddedPostgres(fsync=fsync, serializable=serializable) as pg:
-        _out.print(f"export COORDSIM_POSTGRES_URL={pg.url}")
+        # Plain print: a console would wrap the line, and it is meant to be pasted.
+        print(f"export COORDSIM_POSTGRES_URL={pg.url}", flush=True)  # noqa: T201
         _out.print("[dim]Ctrl-C stops the server and deletes its data.[/dim]")
         try:
             while True:

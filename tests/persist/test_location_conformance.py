@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+import stat
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
@@ -118,3 +120,20 @@ async def test_mem_conformance_on_the_virtual_loop() -> None:
     await check_blob(_mem_blob)
     await check_consensus(_mem_consensus)
     await check_consensus(_unreliable_mem_consensus, reliable=False)
+
+
+@pytest.mark.asyncio
+async def test_file_blobs_are_private_whatever_the_umask(tmp_path: Path) -> None:
+    """A store's contents (a catalog, table data) are nobody else's business:
+    0600 files in 0700 directories even under a permissive umask (issue 16)."""
+    old = os.umask(0o000)
+    try:
+        blob = FileBlob(tmp_path / "blob", fsync=False)
+        await blob.set("a/b/c", b"secret")
+    finally:
+        os.umask(old)
+    root = tmp_path / "blob"
+    assert stat.S_IMODE(root.stat().st_mode) == 0o700
+    files = [p for p in root.rglob("*") if p.is_file()]
+    assert files
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in files)
