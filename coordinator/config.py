@@ -17,6 +17,7 @@ from typing import Any, Final, final
 from persist.location import InvalidUsage
 
 __all__ = [
+    "APPLIES_TO",
     "CONFIGURATIONS",
     "Architecture",
     "CatalogKind",
@@ -25,6 +26,8 @@ __all__ = [
     "GroupCommitPolicy",
     "KnownBad",
     "OracleKind",
+    "check_applies",
+    "knobs",
     "named",
 ]
 
@@ -106,6 +109,11 @@ class CoordinatorConfig:
     known_bad: KnownBad = field(default_factory=KnownBad)
 
     def __post_init__(self) -> None:
+        if self.architecture is Architecture.DECOUPLED and self.confirm_leadership:
+            raise InvalidUsage(
+                f"{self.name}: confirm_leadership does not apply to the decoupled architecture "
+                "(its reads are linearized by the oracle and fenced by catalog_ts)"
+            )
         if self.cores < 1:
             raise InvalidUsage(f"cores must be >= 1, got {self.cores}")
         if self.max_batch < 1:
@@ -120,6 +128,46 @@ class CoordinatorConfig:
         if unknown:
             raise InvalidUsage(f"unknown configuration field(s): {', '.join(unknown)}")
         return replace(self, **changes)
+
+
+#: Fields that mean something for one architecture only: setting one on the
+#: other is a mistake (it would be silently ignored), so overrides refuse it.
+APPLIES_TO: Final[dict[str, frozenset[Architecture]]] = {
+    "confirm_leadership": frozenset({Architecture.EVENT_LOOP}),
+    "max_batch": frozenset({Architecture.EVENT_LOOP}),  # client messages per loop wake
+    "cores": frozenset({Architecture.DECOUPLED}),  # the event loop has exactly one
+}
+
+
+def check_applies(config: CoordinatorConfig, field_name: str) -> None:
+    """`InvalidUsage` if `field_name` does not apply to `config`'s architecture."""
+    archs = APPLIES_TO.get(field_name)
+    if archs is not None and config.architecture not in archs:
+        only = ", ".join(sorted(a.value for a in archs))
+        raise InvalidUsage(
+            f"{field_name} does not apply to {config.name} ({config.architecture.value}); only to {only}"
+        )
+
+
+def knobs(config: CoordinatorConfig) -> dict[str, Any]:
+    """Every effective value of `config` that applies to its architecture, as
+    plain data (what `coordsim config show` prints for it)."""
+    out: dict[str, Any] = {}
+    for f in fields(config):
+        if f.name in ("name", "costs", "known_bad"):
+            continue
+        archs = APPLIES_TO.get(f.name)
+        if archs is not None and config.architecture not in archs:
+            continue
+        v = getattr(config, f.name)
+        out[f.name] = v.value if isinstance(v, StrEnum) else v
+    if config.architecture is Architecture.EVENT_LOOP:
+        out["cores"] = 1
+    out["costs"] = {f.name: getattr(config.costs, f.name) for f in fields(config.costs)}
+    enabled = config.known_bad.enabled()
+    if enabled:
+        out["known_bad"] = dict.fromkeys(enabled, True)
+    return out
 
 
 CONFIGURATIONS: Final[dict[str, CoordinatorConfig]] = {

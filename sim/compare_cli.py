@@ -9,8 +9,10 @@ half-written under the output name.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -19,9 +21,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from persist.location import CoordsimError, InvalidUsage
-from sim.config import Config
+from sim.ablation import Step, chain, parse_ablate, plot_waterfall, waterfall_lines
+from sim.config import Config, is_scenario_file, knobs_toml
 from sim.outputs import atomic_write, claim_file, staged_dir
 from sim.report import (
+    DEFAULT_REGRESSION_THRESHOLD,
     compare_baseline,
     plot,
     read_results,
@@ -32,9 +36,9 @@ from sim.report import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
-    from sim.runner import LevelRow
+    from sim.runner import LevelRow, RunOutput
 
 __all__ = ["register"]
 
@@ -57,13 +61,17 @@ def register(app: typer.Typer) -> None:
 ConfigFile = Annotated[Path | None, typer.Option("--config-file", "-c", help="TOML file of `Config` keys.")]
 ModeOpt = Annotated[str | None, typer.Option("--mode", help="real (default; embedded Postgres unless COORDSIM_POSTGRES_URL) or virtual.")]
 ConfigsOpt = Annotated[str | None, typer.Option("--configs", help="Comma-separated configurations.")]
-WorkloadsOpt = Annotated[str | None, typer.Option("--workloads", "-w", help="Comma-separated workloads.")]
+WorkloadsOpt = Annotated[str | None, typer.Option("--workloads", "-w", help="Comma-separated workloads (select-one, insert, update, …) or scenario files (.toml: a workload with its settings; .py: a script, run --repeat times).")]
 ConcOpt = Annotated[str | None, typer.Option("--concurrency", help="Comma-separated client counts, e.g. 1,4,16.")]
-OpsOpt = Annotated[int | None, typer.Option("--ops", help="Operations at concurrency 1 (scaled with sqrt(clients)).")]
+OpsOpt = Annotated[int | None, typer.Option("--ops", help="Instead of --duration: operations per window at concurrency 1 (scaled with sqrt(clients)).")]
 RateOpt = Annotated[float | None, typer.Option("--rate", help="Open loop: Poisson arrivals per second (latency from intended start).")]
 SeedOpt = Annotated[int | None, typer.Option("--seed", help="Seed (every configuration gets the same).")]
 OutOpt = Annotated[str | None, typer.Option("--output", "-o", help="Output directory.")]
 ProfileOpt = Annotated[str | None, typer.Option("--latency-profile", help="Latency profile TOML/JSON (virtual mode).")]
+DurationOpt = Annotated[float | None, typer.Option("--duration", "-T", help="Seconds of each measurement window (virtual mode: simulated seconds). Default: 1 real, 0.2 virtual.")]
+WarmupOpt = Annotated[float | None, typer.Option("--warmup", help="Seconds discarded before each level's first window. Default: 0.5 real, 0.05 virtual.")]
+RepeatOpt = Annotated[int | None, typer.Option("--repeat", help="Windows per level; the throughput interval is over them. Default: 3.")]
+
 
 
 def build_config(
@@ -83,18 +91,26 @@ def config_show(
     configs: ConfigsOpt = None,
     workloads: WorkloadsOpt = None,
     concurrency: ConcOpt = None,
+    duration: DurationOpt = None,
+    warmup: WarmupOpt = None,
+    repeat: RepeatOpt = None,
     ops: OpsOpt = None,
     rate: RateOpt = None,
     seed: SeedOpt = None,
     output: OutOpt = None,
     latency_profile: ProfileOpt = None,
 ) -> None:
-    """Print the effective configuration (defaults < --config-file < flags) as TOML."""
+    """Print the effective configuration (defaults < --config-file < flags) as
+    TOML: the run's settings with every mode default filled in, then every knob
+    of every configuration it compares (architecture, oracle, catalog,
+    group-commit policy and interval, confirm_leadership, read_ts batching,
+    cores, batch size, CPU costs). Secrets are redacted."""
     cfg = build_config(
         config_file, mode=mode, configurations=configs, workloads=workloads, concurrency=concurrency,
         ops_per_level=ops, open_loop_rate=rate, seed=seed, output=output, latency_profile=latency_profile,
+        duration_s=duration, warmup_s=warmup, repeat=repeat,
     )
-    sys.stdout.write(cfg.to_toml(redact=True))
+    sys.stdout.write(knobs_toml(cfg.redacted()))
 
 
 # --- Postgres for real mode -----------------------------------------------------------
@@ -146,41 +162,79 @@ def _check_reachable(url: str) -> None:
 # --- compare --------------------------------------------------------------------------
 
 
+#: `compare` exits 1 when a cell's error rate is above this (unless --allow-errors).
+DEFAULT_ERROR_THRESHOLD = 0.001
+
+
 def compare(
     config_file: ConfigFile = None,
     mode: ModeOpt = None,
     configs: ConfigsOpt = None,
     workloads: WorkloadsOpt = None,
     concurrency: ConcOpt = None,
+    duration: DurationOpt = None,
+    warmup: WarmupOpt = None,
+    repeat: RepeatOpt = None,
     ops: OpsOpt = None,
     rate: RateOpt = None,
     seed: SeedOpt = None,
     output: OutOpt = None,
     latency_profile: ProfileOpt = None,
-    warmup: Annotated[int | None, typer.Option("--warmup", help="Warm-up operations before the sweep.")] = None,
     tables_: Annotated[int | None, typer.Option("--tables", help="Tables in the schema.")] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="A short sweep (1,4,16,64 clients, few ops).")] = False,
-    baseline: Annotated[Path | None, typer.Option("--baseline", help="A previous output directory: flag >20% throughput drops (exit 1).")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="A short sweep: 1,4,16,64 clients, 2 short windows per level.")] = False,
+    baseline: Annotated[Path | None, typer.Option("--baseline", help="A previous output directory: flag cells worse beyond the threshold and the noise (exit 1).")] = None,
+    threshold: Annotated[float, typer.Option("--threshold", help="--baseline: the relative change that counts as a regression.")] = DEFAULT_REGRESSION_THRESHOLD,
+    allow_errors: Annotated[bool, typer.Option("--allow-errors", help="Exit 0 even when a cell's error rate is above --error-threshold.")] = False,
+    error_threshold: Annotated[float, typer.Option("--error-threshold", help="Largest error rate per cell that still exits 0.")] = DEFAULT_ERROR_THRESHOLD,
+    no_check: Annotated[bool, typer.Option("--no-check", help="Skip the checkers (faster; no verdicts).")] = False,
+    ablate: Annotated[str | None, typer.Option("--ablate", metavar="FROM..TO", help="Run the chain of configurations from FROM to TO that changes one mechanism at a time, and attribute the difference to each (e.g. event-loop..event-loop+pg-oracle).")] = None,
 ) -> None:
-    """Run workloads under each configuration with the same seed; print tables,
-    write plots, report.md, results.csv and the traces to the output directory."""
+    """Run workloads under each configuration with the same seed, in steady state
+    (warm-up, then --repeat windows of --duration per level); print tables with
+    95 % intervals, errors and the checkers' verdict; write plots, report.md,
+    results.csv, config.toml and the traces to the output directory. Exit 1 on an
+    anomaly, an error rate above --error-threshold, or a regression."""
+    from sim.stats import check_fraction
+
+    check_fraction("--threshold", threshold)
+    check_fraction("--error-threshold", error_threshold)
     cfg = build_config(
         config_file, mode=mode, configurations=configs, workloads=workloads, concurrency=concurrency,
         ops_per_level=ops, open_loop_rate=rate, seed=seed, output=output, latency_profile=latency_profile,
-        warmup_ops=warmup, tables=tables_,
+        duration_s=duration, warmup_s=warmup, repeat=repeat, tables=tables_,
     )
+    steps: list[Step] = []
+    if ablate is not None:
+        if configs is not None:
+            raise InvalidUsage("--ablate chooses the configurations itself; leave out --configs")
+        steps = chain(*parse_ablate(ablate))
+        cfg = cfg.with_overrides(
+            configurations=[st.name for st in steps],
+            variants={**cfg.variants, **{st.name: st.variant for st in steps if st.variant is not None}},
+        )
     if quick:
         cfg = cfg.with_overrides(
-            concurrency=concurrency or [1, 4, 16, 64], ops_per_level=ops or 4, warmup_ops=warmup or 8
+            concurrency=concurrency or [1, 4, 16, 64], repeat=repeat or 2,
+            duration_s=duration or (0.3 if cfg.mode == "real" else 0.02),
+            warmup_s=warmup or (0.2 if cfg.mode == "real" else 0.01),
         )
     base_rows = read_results(baseline) if baseline is not None else None
     wall0 = time.perf_counter()
     with staged_dir(Path(cfg.output), "compare") as stage, postgres_for(cfg) as cfg:
-        rows = _sweep(cfg, stage)
-        regressions = compare_baseline(rows, base_rows) if base_rows is not None else []
+        rows, verdicts, anomalies = _sweep(cfg, stage, check=not no_check)
+        regressions, compared = (
+            compare_baseline(rows, base_rows, threshold=threshold) if base_rows is not None else ([], 0)
+        )
         plots = plot(stage, rows)
+        waterfall = waterfall_lines(rows, steps) if steps else []
+        if steps:
+            plots += plot_waterfall(stage, rows, steps)
         write_csv(stage / "results.csv", rows)
-        (stage / "config.toml").write_text(_redacted(cfg).to_toml())
+        knobs = knobs_toml(cfg.redacted())
+        atomic_write(stage / "config.toml", lambda p: p.write_text(knobs))
+        w = cfg.window()
+        how = (f"steady state: {w.warmup_s:g} s warm-up, then {w.repeat} windows of {w.duration_s:g} s per level"
+               if w.duration_s is not None else f"{w.repeat} runs of a fixed number of operations per level")  # fmt: skip
         header = (
             f"mode `{cfg.mode}`, seed {cfg.seed}, configurations {', '.join(cfg.configurations)}; "
             + (
@@ -189,48 +243,126 @@ def compare(
                 if cfg.open_loop_rate
                 else "closed loop; "
             )
-            + f"wall time {time.perf_counter() - wall0:.0f} s. Columns: throughput = ops / elapsed; "
-            "latencies from HdrHistograms; oracle q/op = backing oracle queries per operation; "
-            "loop busy = modeled coordinator CPU / (elapsed x cores)."
+            + f"{how}; wall time {time.perf_counter() - wall0:.0f} s on {os.cpu_count()} cores. "
+            "Throughput: mean over the windows ± the 95 % Student-t half-width; latencies from "
+            "HdrHistograms over all windows, `lat. n` operations (a percentile needs 10 samples beyond it, "
+            "else —); errors by SQLSTATE; oracle q/op = backing oracle queries per statement; "
+            "loop busy = modeled coordinator CPU / (time x cores); verdict = the checkers on the run's trace."
         )
-        write_markdown(stage / "report.md", rows, plots, header=header, regressions=regressions)
-    for t in tables(rows):
-        _out.print(t)
-    _out.print("[bold]peak throughput / p50 at most clients[/bold]")
-    for wl, c, peak, p50 in summary(rows):
-        _out.print(f"  {wl:20} {c:22} {peak:10,.0f} ops/s  {p50:9.2f} ms")
-    _out.print(f"wrote {Path(cfg.output).absolute()}/report.md ({time.perf_counter() - wall0:.0f} s)")
-    if regressions:
-        _out.print("[bold red]regressions against the baseline (> 20 % slower):[/bold red]")
-        for line in regressions:
-            _out.print(f"  {line}")
+        write_markdown(stage / "report.md", rows, plots, header=header, regressions=regressions,
+                       knobs=knobs, verdicts=verdicts, ablation=waterfall)  # fmt: skip
+    plain = not _out.is_terminal
+    out = Console(width=1000, soft_wrap=True) if plain else _out
+    for t in tables(rows, plain=plain):
+        out.print(t)
+    out.print("peak throughput (95% CI) / p50 at most clients / verdict")
+    for pk in summary(rows):
+        ci = "" if pk.row.throughput_ci95 is None else f" ± {pk.row.throughput_ci95:,.0f}"
+        p50 = "—" if pk.top_p50_ms is None else f"{pk.top_p50_ms:,.2f} ms"
+        out.print(f"  {pk.workload:20} {pk.config:22} {pk.row.throughput_ops_s:10,.0f}{ci} ops/s "
+                  f"at {pk.row.concurrency}  {p50}  {pk.verdict or '—'}", markup=False, highlight=False)  # fmt: skip
+    if waterfall:
+        out.print("ablation (one mechanism at a time; a step's share depends on the order):", markup=False)
+        for line in waterfall:
+            out.print(line, markup=False, highlight=False)
+    out.print(f"wrote {Path(cfg.output).absolute()}/report.md ({time.perf_counter() - wall0:.0f} s)", markup=False)
+    failed = False
+    for line in verdicts:
+        out.print(line, markup=False, highlight=False)
+    if anomalies:
+        failed = True
+    erring = [r for r in rows if r.error_rate > error_threshold]
+    if erring:
+        worst = max(erring, key=lambda r: r.error_rate)
+        codes = ", ".join(f"{k} x{n}" for k, n in worst.errors_by_code)
+        note = "" if allow_errors else " (exit 1; --allow-errors to accept)"
+        out.print(f"errors above {error_threshold:.2%} in {len(erring)} cell(s); worst: {worst.workload} "
+                  f"{worst.config} c={worst.concurrency}: {worst.error_rate:.2%} ({codes}){note}", markup=False)  # fmt: skip
+        failed = failed or not allow_errors
+    if base_rows is not None:
+        if regressions:
+            out.print(f"{len(regressions)} regression(s) against the baseline ({compared} comparisons, "
+                      f"threshold {threshold:.0%}, beyond the noise):", markup=False)  # fmt: skip
+            for x in regressions:
+                out.print(f"  {x}", markup=False)
+            failed = True
+        else:
+            out.print(f"baseline: pass ({compared} comparisons, none worse than {threshold:.0%} "
+                      "beyond the noise)", markup=False)  # fmt: skip
+    if failed:
         raise typer.Exit(1)
 
 
-def _redacted(cfg: Config) -> Config:
-    return cfg.redacted()
+def _label(entry: str) -> str:
+    """A `--workloads` entry as the name outputs use: a scenario file's stem."""
+    return Path(entry).stem if is_scenario_file(entry) else entry
 
 
-def _sweep(cfg: Config, stage: Path) -> list[LevelRow]:
-    from sim.runner import run_pair
+def _run_entry(cfg: Config, name: str, entry: str, trace: Path, on_level: Callable[[LevelRow], None]) -> RunOutput:
+    """One `--workloads` entry under one configuration: a built-in workload's
+    sweep, a TOML scenario's (its workload, with its own settings), or a Python
+    scenario run `--repeat` times as one row."""
+    from sim.runner import run_pair, run_script
+    from sim.scenarios import PythonScenario, load
+
+    if not is_scenario_file(entry):
+        return run_pair(cfg, name, entry, trace, on_level=on_level)
+    sc = load(entry)
+    if isinstance(sc, PythonScenario):
+        out = run_script(cfg, name, sc, trace)
+        for row in out.rows:
+            on_level(row)
+        return out
+    own = cfg.with_overrides(**sc.params)
+    out = run_pair(own, name, sc.workload, trace, on_level=on_level)
+    return replace(out, rows=[replace(r, workload=sc.name) for r in out.rows])
+
+
+def _sweep(cfg: Config, stage: Path, *, check: bool) -> tuple[list[LevelRow], list[str], list[str]]:
+    """Every (workload, configuration) pair: measured, traced and (unless
+    `check` is off) judged by the in-process checkers. Returns the rows (with
+    their verdict), one verdict line per pair, and the anomaly lines."""
+    from sim.checker import check_history
 
     rows: list[LevelRow] = []
+    verdicts: list[str] = []
+    anomalies: list[str] = []
     total = len(cfg.workloads) * len(cfg.configurations) * len(cfg.concurrency)
+    done = [0]
+    t0 = time.perf_counter()
+    live = _err.is_terminal
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=_err, transient=True,
+        console=_err, transient=True, disable=not live,
     ) as progress:
         task = progress.add_task("compare", total=total)
         for wl in cfg.workloads:
             for name in cfg.configurations:
                 progress.update(task, description=f"{wl} / {name}")
 
-                def on_level(row: LevelRow) -> None:
+                def on_level(row: LevelRow, wl: str = wl, name: str = name) -> None:
                     progress.advance(task)
+                    done[0] += 1
+                    if not live:  # like pgbench -P: one line per level on a pipe or log
+                        _err.print(f"compare: {wl} / {name} c={row.concurrency}: {row.throughput_ops_s:,.0f} ops/s, "
+                                   f"{row.errors} errors ({done[0]}/{total}, {time.perf_counter() - t0:.0f} s)",
+                                   markup=False, highlight=False, soft_wrap=True)  # fmt: skip
 
-                out = run_pair(cfg, name, wl, stage / "traces" / wl / name, on_level=on_level)
-                rows.extend(out.rows)
-    return rows
+                trace = stage / "traces" / _label(wl) / name
+                out = _run_entry(cfg, name, wl, trace, on_level)
+                verdict = ""
+                if check:
+                    progress.update(task, description=f"{wl} / {name}: checking")
+                    report = check_history(out.history, out.events)
+                    verdict = report.outcome.value
+                    line = f"{_label(wl)} / {name}: {verdict}"
+                    if report.names:
+                        line += (f" — {', '.join(report.names)}; inspect: coordsim check "
+                                 f"{Path(cfg.output).absolute() / 'traces' / _label(wl) / name}")  # fmt: skip
+                        anomalies.append(line)
+                    verdicts.append(line)
+                rows.extend(replace(r, verdict=verdict) for r in out.rows)
+    return rows, verdicts, anomalies
 
 
 # --- run ------------------------------------------------------------------------------
@@ -262,10 +394,15 @@ def run_scenario(
         return
     cfg = cfg.with_overrides(**sc.params).with_overrides(workloads=[sc.workload], configurations=[config])
     with staged_dir(Path(cfg.output), "run") as stage, postgres_for(cfg) as cfg:
-        rows = _sweep(cfg, stage)
+        rows, verdicts, anomalies = _sweep(cfg, stage, check=True)
         write_csv(stage / "results.csv", rows)
-    for t in tables(rows):
+    for t in tables(rows, plain=not _out.is_terminal):
         _out.print(t)
+    for line in verdicts:
+        _out.print(line, markup=False, highlight=False)
+    _out.print(f"wrote {Path(cfg.output).absolute()}", markup=False, highlight=False)
+    if anomalies:
+        raise typer.Exit(1)
 
 
 def _run_python(cfg: Config, config_name: str, sc: Any, stage: Path) -> str:

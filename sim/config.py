@@ -11,9 +11,10 @@ import json
 import math
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import Any, Final, final
 
 from coordinator.config import (
     CONFIGURATIONS,
@@ -24,23 +25,37 @@ from coordinator.config import (
     GroupCommitPolicy,
     KnownBad,
     OracleKind,
+    check_applies,
+    knobs,
     named,
 )
 from persist.location import InvalidUsage
 from persist.urls import redact_mapping
+from sim.loadgen import Window
 from sim.runtime import LatencyModel, LatencySpecError
 from sim.workloads import workload
 
-if TYPE_CHECKING:
-    from collections.abc import Mapping
-
-__all__ = ["DEFAULT_PROFILE", "Config", "Mode", "load_profile"]
+__all__ = ["DEFAULT_PROFILE", "Config", "Mode", "is_scenario_file", "knobs_toml", "load_profile"]
 
 Mode = str  # "real" | "virtual"
 MODES: Final = ("real", "virtual")
 
 #: The shipped latency profile virtual mode uses unless told otherwise.
 DEFAULT_PROFILE: Final = Path(__file__).parent / "profiles" / "default.toml"
+
+# --- measurement defaults ------------------------------------------------------------
+# Chosen so that a default run (3 workloads x 3 configurations x 5 levels x
+# (warm-up + 3 windows)) takes under 5 minutes in real mode and under 2 in
+# virtual mode on the 2-core machine (measured: see the README), while each
+# window still holds hundreds to thousands of operations at the busier levels.
+
+#: Seconds of one measurement window, by mode (virtual: simulated seconds).
+DEFAULT_DURATION_S: Final = {"real": 1.0, "virtual": 0.2}
+#: Seconds discarded before the first window of each level.
+DEFAULT_WARMUP_S: Final = {"real": 0.5, "virtual": 0.05}
+#: Windows per level: the throughput interval is over these (n - 1 = 2
+#: degrees of freedom: wide, and honest about it).
+DEFAULT_REPEAT: Final = 3
 
 # --- limits ---------------------------------------------------------------------------
 # Bad input is refused before anything starts (DESIGN.md §9), and that includes
@@ -68,6 +83,8 @@ MAX_DURATION_S: Final = 86_400.0
 MAX_SIGMA: Final = 4.0
 #: Seeds and other stored integers are signed 64-bit in a trace (Parquet int64).
 MAX_SEED: Final = 2**63 - 1
+#: Repetitions of a level.
+MAX_REPEAT: Final = 1_000
 #: Coordinator CPU cores (the decoupled adapter's pool) and loop batch size.
 MAX_CORES: Final = 1_024
 MAX_BATCH: Final = 1_000_000
@@ -127,8 +144,15 @@ class Config:
     mode: Mode = "real"
     configurations: tuple[str, ...] = tuple(CONFIGURATIONS)
     workloads: tuple[str, ...] = ("select-one", "insert", "update")
-    concurrency: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-    ops_per_level: int = 8
+    concurrency: tuple[int, ...] = (1, 4, 16, 64, 256)
+    #: Steady state: seconds of each measurement window (None: the mode's
+    #: default, `DEFAULT_DURATION_S`), after `warmup_s` discarded, `repeat`
+    #: windows per level. Setting `ops_per_level` measures a fixed number of
+    #: operations per window instead.
+    duration_s: float | None = None
+    warmup_s: float | None = None
+    repeat: int | None = None
+    ops_per_level: int | None = None
     warmup_ops: int = 10
     tables: int = 1
     open_loop_rate: float | None = None
@@ -139,6 +163,10 @@ class Config:
     blob_url: str | None = None  # real mode; None: files under the output directory
     costs: Mapping[str, float] = field(default_factory=dict)
     overrides: Mapping[str, Any] = field(default_factory=dict)  # CoordinatorConfig fields
+    #: Configurations of the user's own, by name: `{"base": "<a named one>",
+    #: field = value, …}` (`[variants."my-decoupled"]` in TOML); `--ablate`
+    #: builds its chain of one-mechanism steps this way.
+    variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -147,17 +175,33 @@ class Config:
             raise InvalidUsage("no configurations chosen")
         if not self.workloads:
             raise InvalidUsage("no workloads chosen")
+        for vname, spec in self.variants.items():
+            if vname in CONFIGURATIONS:
+                raise InvalidUsage(f"variant {vname!r} would shadow the named configuration of that name")
+            if not isinstance(spec, Mapping) or not isinstance(spec.get("base"), str):
+                raise InvalidUsage(f"variant {vname!r} needs base = \"<configuration>\" and fields to change")
+            named(spec["base"])
         for name in self.configurations:
-            named(name)
+            if name not in self.variants:
+                named(name)
         for name in self.workloads:
-            workload(name)
+            if not is_scenario_file(name):
+                workload(name)
         if not self.concurrency or any(c < 1 for c in self.concurrency):
             raise InvalidUsage(f"concurrency levels must be >= 1, got {list(self.concurrency)}")
         if len(self.concurrency) > MAX_LEVELS:
             raise InvalidUsage(f"{len(self.concurrency)} concurrency levels exceed the maximum {MAX_LEVELS}")
         for c in self.concurrency:
             check_int("--concurrency", c, low=1, high=MAX_CONCURRENCY, unit="clients")
-        check_int("ops_per_level (--ops)", self.ops_per_level, low=1, high=MAX_OPS, unit="operations")
+        if self.ops_per_level is not None:
+            check_int("ops_per_level (--ops)", self.ops_per_level, low=1, high=MAX_OPS, unit="operations")
+        if self.duration_s is not None:
+            check_float("duration_s (--duration)", self.duration_s, low=0, high=MAX_DURATION_S,
+                        unit="seconds", strict_low=True)  # fmt: skip
+        if self.warmup_s is not None:
+            check_float("warmup_s (--warmup)", self.warmup_s, low=0, high=MAX_DURATION_S, unit="seconds")
+        if self.repeat is not None:
+            check_int("repeat (--repeat)", self.repeat, low=1, high=MAX_REPEAT, unit="repetitions")
         check_int("tables (--tables)", self.tables, low=1, high=MAX_TABLES, unit="tables")
         check_int("warmup_ops (--warmup)", self.warmup_ops, low=0, high=MAX_OPS, unit="operations")
         check_int("--seed", self.seed, low=-MAX_SEED, high=MAX_SEED)
@@ -186,6 +230,9 @@ class Config:
             data = tomllib.loads(read_text_file(p, "config"))
         except (tomllib.TOMLDecodeError, RecursionError) as exc:
             raise InvalidUsage(f"bad TOML in {p}: {' '.join(str(exc).split())}") from exc
+        # `[configuration.*]` tables are what `config show` and an output's
+        # config.toml print for reading; they are not settings.
+        data.pop("configuration", None)
         return cls().with_overrides(**data)
 
     def with_overrides(self, **changes: Any) -> Config:
@@ -203,11 +250,15 @@ class Config:
                 v = tuple(_names(k, v))
             elif k == "concurrency":
                 v = tuple(_ints(k, v))
-            elif k in ("costs", "overrides"):
+            elif k in ("costs", "overrides", "variants"):
                 if not isinstance(v, dict):
                     raise InvalidUsage(f"{k} must be a table, got {v!r}")
                 v = dict(v)
-            elif k in ("ops_per_level", "warmup_ops", "tables", "seed"):
+            elif k in ("duration_s", "warmup_s"):
+                if isinstance(v, bool) or not isinstance(v, int | float):
+                    raise InvalidUsage(f"{k} must be a number of seconds, got {v!r}")
+                v = float(v)
+            elif k in ("ops_per_level", "warmup_ops", "tables", "seed", "repeat"):
                 if isinstance(v, bool) or not isinstance(v, int):
                     raise InvalidUsage(f"{k} must be an integer, got {v!r}")
             elif k == "open_loop_rate":
@@ -229,7 +280,18 @@ class Config:
 
     def coordinator(self, name: str) -> CoordinatorConfig:
         """The named coordinator configuration with this run's cost and field overrides."""
-        base = named(name)
+        variant = self.variants.get(name)
+        if variant is not None:
+            base = named(variant["base"])
+            own = {k: _coerce(k, v) for k, v in variant.items() if k != "base"}
+            try:
+                base = base.with_overrides(name=name, **own)
+            except TypeError as exc:
+                raise InvalidUsage(f"bad variant {name!r}: {exc}") from exc
+        else:
+            base = named(name)
+        for k in self.overrides:
+            check_applies(base, k)
         changes: dict[str, Any] = {k: _coerce(k, v) for k, v in self.overrides.items()}
         if self.costs:
             try:
@@ -240,6 +302,23 @@ class Config:
             return base.with_overrides(**changes) if changes else base
         except TypeError as exc:
             raise InvalidUsage(f"bad configuration override: {exc}") from exc
+
+    def window(self) -> Window:
+        """How each concurrency level is measured (see `DEFAULT_DURATION_S`)."""
+        repeat = self.repeat if self.repeat is not None else DEFAULT_REPEAT
+        if self.ops_per_level is not None and self.duration_s is None:
+            return Window(warmup_s=0.0, ops=self.ops_per_level, repeat=repeat)
+        duration = self.duration_s if self.duration_s is not None else DEFAULT_DURATION_S[self.mode]
+        warmup = self.warmup_s if self.warmup_s is not None else DEFAULT_WARMUP_S[self.mode]
+        return Window(warmup_s=warmup, duration_s=duration, repeat=repeat)
+
+    def effective(self) -> Config:
+        """This value with every mode-dependent default filled in, as a run uses
+        it (what `config show` prints and an output's `config.toml` records)."""
+        w = self.window()
+        if w.duration_s is None:
+            return replace(self, repeat=w.repeat)
+        return replace(self, duration_s=w.duration_s, warmup_s=w.warmup_s, repeat=w.repeat)
 
     def effective_postgres_url(self) -> str | None:
         return self.postgres_url or os.environ.get("COORDSIM_POSTGRES_URL") or None
@@ -254,6 +333,7 @@ class Config:
             d[k] = list(d[k])
         d["costs"] = dict(self.costs)
         d["overrides"] = dict(self.overrides)
+        d["variants"] = {k: dict(v) for k, v in self.variants.items()}
         return d
 
     def redacted(self) -> Config:
@@ -280,6 +360,32 @@ class Config:
             else:
                 lines.append(f"{k} = {_toml_value(v)}")
         return "\n".join(lines + tables) + "\n"
+
+
+def is_scenario_file(name: str) -> bool:
+    """A `--workloads` entry that names a scenario file (.py or .toml) of the
+    user's rather than a built-in workload (`sim.scenarios.load` reads it)."""
+    return name.endswith((".py", ".toml")) and Path(name).is_file()
+
+
+def knobs_toml(cfg: Config) -> str:
+    """Every effective value of the run (`Config.effective`) and of every
+    configuration it compares — architecture, oracle, catalog, group-commit
+    policy and interval, confirm_leadership, read_ts batching, cores, batch
+    size, CPU costs, known-bad toggles — plus the latency profile's source:
+    nothing a comparison depends on is left implicit (DESIGN.md §2, §10)."""
+    head = cfg.effective().to_toml()
+    out = [head.rstrip(), ""]
+    out.append(f"# latency profile: {cfg.latency_profile or DEFAULT_PROFILE}")
+    for name in cfg.configurations:
+        k = knobs(cfg.coordinator(name))
+        out.append(f"\n[configuration.{json.dumps(name)}]")
+        out.extend(f"{key} = {_toml_value(v)}" for key, v in k.items() if not isinstance(v, dict))
+        for key, v in k.items():
+            if isinstance(v, dict):
+                out.append(f"\n[configuration.{json.dumps(name)}.{key}]")
+                out.extend(f"{kk} = {_toml_value(vv)}" for kk, vv in v.items())
+    return "\n".join(out) + "\n"
 
 
 def _toml_value(v: Any) -> str:

@@ -1,19 +1,24 @@
-"""The comparison's outputs: a rich table per workload, PNG plots (throughput vs
-concurrency per configuration; latency percentiles), `results.csv` with a fixed
-column set, and `report.md` linking them. Every file is written under a
-temporary name and renamed, so a reader never sees half of one.
+"""The comparison's outputs: a table per workload, PNG plots (throughput with
+its interval vs concurrency per configuration; latency percentiles),
+`results.csv` with a fixed column set, and `report.md` linking them — each
+number with its uncertainty, sample count, errors and the run's verdict
+(DESIGN.md §10). Every file is written under a temporary name and renamed.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-from typing import TYPE_CHECKING, Any, Final
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, final
 
+from rich import box
 from rich.table import Table
 
 from persist.location import InvalidUsage
 from sim.outputs import atomic_write
+from sim.stats import compare_samples
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -23,7 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COLUMNS",
-    "REGRESSION_THRESHOLD",
+    "DEFAULT_REGRESSION_THRESHOLD",
+    "Regression",
     "compare_baseline",
     "plot",
     "read_results",
@@ -33,31 +39,48 @@ __all__ = [
     "write_markdown",
 ]
 
-#: The columns of `results.csv`, in order.
+#: The columns of `results.csv`, in order. Samples are `;`-separated (one per
+#: window); errors_by_code is `CODE:n;…`; an empty percentile had too few
+#: samples to estimate (`sim.stats.percentile_shown`).
 COLUMNS: Final = (
     "workload",
     "config",
     "mode",
     "concurrency",
+    "repeats",
+    "window_s",
     "ops",
-    "elapsed_s",
+    "errors",
+    "error_rate",
+    "errors_by_code",
     "throughput_ops_s",
+    "throughput_ci95",
+    "throughput_samples",
+    "latency_samples",
     "p50_ms",
     "p99_ms",
     "p999_ms",
+    "p50_samples_ms",
+    "p99_samples_ms",
     "oracle_queries_per_op",
     "loop_busy_fraction",
+    "verdict",
 )
 
-#: `--baseline`: throughput more than this fraction below the baseline is flagged.
-REGRESSION_THRESHOLD: Final = 0.20
+#: `--baseline`'s default threshold: a cell worse than this fraction (and
+#: outside the noise, `sim.stats.compare_samples`) is a regression.
+DEFAULT_REGRESSION_THRESHOLD: Final = 0.20
 
 
-def _fmt(col: str, v: object) -> str:
+def _cell(v: object) -> str:
+    if v is None:
+        return ""
     if isinstance(v, float):
-        if col == "elapsed_s":
-            return f"{v:.6f}"
-        return f"{v:.4f}"
+        return "" if math.isnan(v) else f"{v:.6g}"
+    if isinstance(v, tuple):
+        if v and isinstance(v[0], tuple):
+            return ";".join(f"{k}:{n}" for k, n in v)
+        return ";".join(f"{x:.6g}" for x in v)
     return str(v)
 
 
@@ -66,100 +89,163 @@ def write_csv(path: Path, rows: Sequence[LevelRow]) -> None:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)
     for r in rows:
-        w.writerow([_fmt(c, getattr(r, c)) for c in COLUMNS])
+        w.writerow([_cell(getattr(r, c)) for c in COLUMNS])
     text = buf.getvalue()
     atomic_write(path, lambda p: p.write_text(text))
 
 
 def read_results(path: Path) -> list[dict[str, str]]:
-    """Reads a `results.csv` (or the one in directory `path`)."""
+    """Reads a `results.csv` (or the one in directory `path`); `InvalidUsage`
+    if it is unreadable or not one of ours."""
     p = path / "results.csv" if path.is_dir() else path
     try:
-        with p.open(newline="") as f:
+        with p.open(newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f))
-    except OSError as exc:
-        raise InvalidUsage(f"cannot read baseline {p}: {exc.strerror or exc}") from exc
-    if rows and set(COLUMNS) - set(rows[0]):
-        raise InvalidUsage(f"{p} is not a coordsim results.csv (columns {sorted(rows[0])})")
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise InvalidUsage(f"cannot read baseline {p}: {getattr(exc, 'strerror', None) or exc}") from exc
+    if not rows or set(COLUMNS) - set(rows[0]):
+        raise InvalidUsage(f"{p} is not a coordsim results.csv of this version (missing columns)")
+    for r in rows:
+        try:
+            int(r["concurrency"])
+            _samples(r["throughput_samples"])
+            _samples(r["p50_samples_ms"])
+            _samples(r["p99_samples_ms"])
+        except ValueError as exc:
+            raise InvalidUsage(f"{p}: a row has a value that is not a number: {exc}") from exc
     return rows
+
+
+def _samples(text: str) -> list[float]:
+    return [float(x) for x in text.split(";") if x]
 
 
 def _workloads(rows: Sequence[LevelRow]) -> list[str]:
     return list(dict.fromkeys(r.workload for r in rows))
 
 
-def tables(rows: Sequence[LevelRow]) -> list[Table]:
-    """One table per workload: configuration x concurrency → the measures."""
+def _ms(v: float | None) -> str:
+    return "—" if v is None else f"{v:,.2f}"
+
+
+def _tput(r: LevelRow) -> str:
+    ci = "" if r.throughput_ci95 is None else f" ± {r.throughput_ci95:,.0f}"
+    return f"{r.throughput_ops_s:,.0f}{ci}"
+
+
+def _errors(r: LevelRow) -> str:
+    if not r.errors:
+        return "0"
+    codes = ", ".join(f"{k} {n}" for k, n in r.errors_by_code)
+    return f"{r.errors} ({r.error_rate:.2%}: {codes})"
+
+
+_HEAD: Final = ("config", "clients", "ops/s (95% CI)", "ops", "errors", "p50 ms", "p99 ms", "p99.9 ms",
+                "lat. n", "oracle q/op", "loop busy", "verdict")  # fmt: skip
+
+
+def _cells(r: LevelRow) -> list[str]:
+    return [r.config, str(r.concurrency), _tput(r), f"{r.ops:,}", _errors(r), _ms(r.p50_ms), _ms(r.p99_ms),
+            _ms(r.p999_ms), f"{r.latency_samples:,}", f"{r.oracle_queries_per_op:.2f}",
+            f"{r.loop_busy_fraction:.0%}", r.verdict or "—"]  # fmt: skip
+
+
+def tables(rows: Sequence[LevelRow], *, plain: bool = False) -> list[Table]:
+    """One table per workload: configuration x concurrency → the measures.
+    `plain` (stdout not a terminal): ASCII borders and nothing folded."""
     out = []
     for wl in _workloads(rows):
-        t = Table(
-            "config", "clients", "ops", "ops/s", "p50 ms", "p99 ms", "p99.9 ms", "oracle q/op", "loop busy",
-            title=f"{wl} ({rows[0].mode} mode)",
-        )
+        t = Table(*_HEAD, title=f"{wl} ({rows[0].mode} mode)", box=box.ASCII if plain else box.HEAVY_HEAD)
+        for col in t.columns:
+            col.no_wrap = True
+            if col.header in ("config", "errors"):
+                col.overflow = "fold" if not plain else "ignore"
         for r in rows:
-            if r.workload != wl:
-                continue
-            t.add_row(
-                r.config,
-                str(r.concurrency),
-                str(r.ops) + (f" ({r.errors} err)" if r.errors else ""),
-                f"{r.throughput_ops_s:,.0f}",
-                f"{r.p50_ms:.2f}",
-                f"{r.p99_ms:.2f}",
-                f"{r.p999_ms:.2f}",
-                f"{r.oracle_queries_per_op:.2f}",
-                f"{r.loop_busy_fraction:.0%}",
-            )
+            if r.workload == wl:
+                t.add_row(*_cells(r))
         out.append(t)
     return out
 
 
-def summary(rows: Sequence[LevelRow]) -> list[tuple[str, str, float, float]]:
-    """Per workload and configuration: (workload, config, peak throughput, p50 at
-    the highest concurrency) — the numbers the README's directions are about."""
+@final
+@dataclass(frozen=True)
+class Peak:
+    """A (workload, configuration)'s level of highest mean throughput."""
+
+    workload: str
+    config: str
+    row: LevelRow
+    top_p50_ms: float | None  # p50 at the highest concurrency
+    top_concurrency: int
+    verdict: str
+
+
+def summary(rows: Sequence[LevelRow]) -> list[Peak]:
+    """Per workload and configuration: the peak-throughput level and the
+    median latency at the most clients — the numbers the README's directions
+    are about."""
     out = []
     for wl in _workloads(rows):
         for cfg in dict.fromkeys(r.config for r in rows if r.workload == wl):
             mine = [r for r in rows if r.workload == wl and r.config == cfg]
             top = max(mine, key=lambda r: r.concurrency)
-            out.append((wl, cfg, max(r.throughput_ops_s for r in mine), top.p50_ms))
+            peak = max(mine, key=lambda r: r.throughput_ops_s)
+            out.append(Peak(wl, cfg, peak, top.p50_ms, top.concurrency, mine[0].verdict))
     return out
 
 
 def plot(directory: Path, rows: Sequence[LevelRow]) -> list[Path]:
-    """Two PNGs per workload: throughput vs concurrency, and p50/p99 latency vs
-    concurrency, one line per configuration."""
+    """Two PNGs per workload: throughput vs concurrency with its 95 % interval,
+    and p50/p99 latency vs concurrency, one line per configuration; a level
+    with errors is marked with its error count."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedFormatter, FixedLocator
 
     paths = []
     for wl in _workloads(rows):
         configs = list(dict.fromkeys(r.config for r in rows if r.workload == wl))
+        levels = sorted({r.concurrency for r in rows if r.workload == wl})
         for kind in ("throughput", "latency"):
-            fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+            fig, ax = plt.subplots(figsize=(7.2, 4.4), dpi=100)
             for cfg in configs:
                 mine = sorted((r for r in rows if r.workload == wl and r.config == cfg), key=lambda r: r.concurrency)
                 xs = [r.concurrency for r in mine]
                 if kind == "throughput":
-                    ax.plot(xs, [r.throughput_ops_s for r in mine], marker="o", label=cfg)
+                    ys = [r.throughput_ops_s for r in mine]
+                    bars = ax.errorbar(xs, ys, yerr=[r.throughput_ci95 or 0.0 for r in mine], marker="o",
+                                       capsize=3, label=cfg)  # fmt: skip
+                    color = bars[0].get_color()
+                    for r in mine:
+                        if r.errors:
+                            ax.annotate(f"{r.errors} err", (r.concurrency, r.throughput_ops_s), fontsize=7,
+                                        color=color, textcoords="offset points", xytext=(4, 4))  # fmt: skip
                 else:
-                    line = ax.plot(xs, [r.p50_ms for r in mine], marker="o", label=f"{cfg} p50")
-                    ax.plot(xs, [r.p99_ms for r in mine], linestyle="--", color=line[0].get_color(), label=f"{cfg} p99")
+                    pts50 = [(r.concurrency, r.p50_ms) for r in mine if r.p50_ms is not None]
+                    pts99 = [(r.concurrency, r.p99_ms) for r in mine if r.p99_ms is not None]
+                    drawn = ax.plot([x for x, _ in pts50], [y for _, y in pts50], marker="o", label=f"{cfg} p50")
+                    ax.plot([x for x, _ in pts99], [y for _, y in pts99], linestyle="--", marker=".",
+                            color=drawn[0].get_color(), label=f"{cfg} p99")  # fmt: skip
             ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_locator(FixedLocator(levels))
+            ax.xaxis.set_major_formatter(FixedFormatter([str(c) for c in levels]))
+            ax.xaxis.set_minor_locator(FixedLocator([]))
             ax.set_xlabel("concurrent clients")
             if kind == "throughput":
-                ax.set_ylabel("operations / s")
+                ax.set_ylabel("operations / s (mean, 95% CI)")
                 ax.set_ylim(bottom=0)
             else:
-                ax.set_yscale("log")
+                if any(r.p50_ms is not None or r.p99_ms is not None for r in rows if r.workload == wl):
+                    ax.set_yscale("log")  # not with no point to scale: too few samples everywhere
                 ax.set_ylabel("latency (ms)")
             ax.set_title(f"{wl}: {kind} ({rows[0].mode} mode)")
             ax.grid(True, alpha=0.3)
-            ax.legend(fontsize="small")
+            ax.legend(fontsize="small", loc="best")
             fig.tight_layout()
             path = directory / f"{wl}-{kind}.png"
+
             def save(p: Path, fig: Any = fig) -> None:
                 fig.savefig(p, format="png")
 
@@ -169,33 +255,88 @@ def plot(directory: Path, rows: Sequence[LevelRow]) -> list[Path]:
     return paths
 
 
-def compare_baseline(rows: Sequence[LevelRow], baseline: Sequence[dict[str, str]]) -> list[str]:
-    """Workload/configuration/concurrency points whose throughput is more than
-    `REGRESSION_THRESHOLD` below the baseline's, as one line each."""
-    base = {
-        (b["workload"], b["config"], int(b["concurrency"])): float(b["throughput_ops_s"]) for b in baseline
-    }
-    out = []
+@final
+@dataclass(frozen=True)
+class Regression:
+    """One cell and measure worse than its baseline beyond threshold and noise."""
+
+    workload: str
+    config: str
+    concurrency: int
+    measure: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.workload} {self.config} c={self.concurrency} {self.measure}: {self.reason}"
+
+
+#: What `compare_baseline` checks: (measure, samples column, higher is better).
+_CHECKED: Final = (
+    ("throughput", "throughput_samples", True),
+    ("p50", "p50_samples_ms", False),
+    ("p99", "p99_samples_ms", False),
+)
+
+
+def compare_baseline(
+    rows: Sequence[LevelRow], baseline: Sequence[dict[str, str]], *, threshold: float = DEFAULT_REGRESSION_THRESHOLD
+) -> tuple[list[Regression], int]:
+    """Cells whose throughput, p50 or p99 is worse than the baseline's by more
+    than `threshold` *and* beyond both runs' noise (`sim.stats.compare_samples`
+    says which test and why); returns them and the number of comparisons made.
+    A p99 per window needs at least 100 operations in it to mean anything, so
+    a cell whose windows are smaller is compared on throughput and p50 only."""
+    base = {(b["workload"], b["config"], int(b["concurrency"])): b for b in baseline}
+    found: list[Regression] = []
+    made = 0
     for r in rows:
         b = base.get((r.workload, r.config, r.concurrency))
-        if b and r.throughput_ops_s < b * (1 - REGRESSION_THRESHOLD):
-            out.append(
-                f"{r.workload} {r.config} c={r.concurrency}: {r.throughput_ops_s:,.0f} ops/s "
-                f"vs baseline {b:,.0f} ({r.throughput_ops_s / b - 1:+.0%})"
-            )
-    return out
+        if b is None:
+            continue
+        for measure, column, higher in _CHECKED:
+            if measure == "p99" and r.latency_samples < 100 * max(1, r.repeats):
+                continue
+            new = list(getattr(r, column))
+            old = _samples(b[column])
+            if not new or not old:
+                continue
+            made += 1
+            v = compare_samples(old, new, threshold=threshold, higher_is_better=higher)
+            if v.regressed:
+                found.append(Regression(r.workload, r.config, r.concurrency, measure, v.reason))
+    return found, made
 
 
 def write_markdown(
-    path: Path, rows: Sequence[LevelRow], plots: Sequence[Path], *, header: str, regressions: Sequence[str]
+    path: Path,
+    rows: Sequence[LevelRow],
+    plots: Sequence[Path],
+    *,
+    header: str,
+    regressions: Sequence[Regression],
+    knobs: str,
+    verdicts: Sequence[str] = (),
+    ablation: Sequence[str] = (),
 ) -> None:
+    """`report.md`: the summary with intervals and verdicts, each workload's
+    table and plots, the effective configuration, and the checkers' findings."""
     lines = [f"# coordsim compare\n\n{header}\n", "## Summary\n"]
-    lines.append("| workload | config | peak ops/s | p50 ms at most clients |")
-    lines.append("|---|---|---:|---:|")
-    for wl, cfg, peak, p50 in summary(rows):
-        lines.append(f"| {wl} | {cfg} | {peak:,.0f} | {p50:.2f} |")
+    lines.append("| workload | config | peak ops/s (95% CI) | at clients | errors | p50 ms at most clients | verdict |")
+    lines.append("|---|---|---:|---:|---:|---:|---|")
+    for pk in summary(rows):
+        lines.append(f"| {pk.workload} | {pk.config} | {_tput(pk.row)} | {pk.row.concurrency} | {_errors(pk.row)} | "
+                     f"{_ms(pk.top_p50_ms)} | {pk.verdict or '—'} |")  # fmt: skip
+    if verdicts:
+        lines.append("\n## Correctness\n")
+        lines.extend(f"- {v}" for v in verdicts)
+    if ablation:
+        lines.append("\n## Ablation: one mechanism at a time\n")
+        lines.append("Each step changes one mechanism of the configuration before it; its share is of the whole "
+                     "difference between the first configuration and the last (steps interact, so shares "
+                     "depend on the order).")  # fmt: skip
+        lines.extend(ablation)
     if regressions:
-        lines.append("\n## Regressions against the baseline (> 20 % slower)\n")
+        lines.append("\n## Regressions against the baseline\n")
         lines.extend(f"- {x}" for x in regressions)
     for wl in _workloads(rows):
         lines.append(f"\n## {wl}\n")
@@ -203,14 +344,15 @@ def write_markdown(
             if p.name.startswith(f"{wl}-"):
                 lines.append(f"![{p.stem}]({p.name})")
         lines.append("")
-        lines.append("| config | clients | ops | ops/s | p50 ms | p99 ms | p99.9 ms | oracle q/op | loop busy |")
-        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        lines.append("| " + " | ".join(_HEAD) + " |")
+        lines.append("|---|" + "---:|" * (len(_HEAD) - 2) + "---|")
         for r in rows:
             if r.workload == wl:
-                lines.append(
-                    f"| {r.config} | {r.concurrency} | {r.ops} | {r.throughput_ops_s:,.0f} | {r.p50_ms:.2f} | "
-                    f"{r.p99_ms:.2f} | {r.p999_ms:.2f} | {r.oracle_queries_per_op:.2f} | {r.loop_busy_fraction:.0%} |"
-                )
+                lines.append("| " + " | ".join(_cells(r)) + " |")
+    lines.append("\n## Effective configuration\n")
+    lines.append("Every knob of every configuration compared, as the run used it "
+                 "(also in `config.toml`):\n")  # fmt: skip
+    lines.append("```toml\n" + knobs.rstrip() + "\n```")
     lines.append("\nMachine-readable: [results.csv](results.csv); traces: `traces/<workload>/<config>/`.\n")
     text = "\n".join(lines)
     atomic_write(path, lambda p: p.write_text(text))

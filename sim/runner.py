@@ -14,9 +14,11 @@ import contextlib
 import functools
 import math
 import shutil
+import statistics
 import tempfile
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
 import anyio
@@ -26,20 +28,29 @@ from coordinator.factory import build_coordinator
 from persist.location import CoordsimError
 from persist.mem import MemBlob, MemConsensus
 from persist.urls import driver_url
-from sim.history import HistoryRecorder
+from sim.history import NONE, STATUSES, HistoryRecorder, Status
 from sim.latent import LatentBlob, LatentConsensus
-from sim.loadgen import LevelResult, closed_loop, open_loop, ops_for_level
+from sim.loadgen import (
+    LevelResult,
+    Window,
+    measure_closed,
+    measure_open,
+    new_histogram,
+    ops_for_level,
+)
 from sim.recording import RecordingSession, event_sink
 from sim.runtime import Runtime, run
+from sim.stats import estimate, percentile_shown
 from sim.traces import write_trace
 from sim.workloads import OpContext, workload
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
-    from pathlib import Path
 
     from coordinator.session import Coordinator
     from sim.config import Config
+    from sim.history import Event, History
+    from sim.scenarios import PythonScenario
 
 __all__ = ["LevelRow", "RunOutput", "fresh_database", "level_client", "level_ops", "run_pair"]
 
@@ -47,21 +58,39 @@ __all__ = ["LevelRow", "RunOutput", "fresh_database", "level_client", "level_ops
 @final
 @dataclass(frozen=True)
 class LevelRow:
-    """One row of `results.csv` (latencies in ms; see `sim.report`)."""
+    """One concurrency level of one (workload, configuration): `results.csv`'s
+    row (see `sim.report`). Throughput is the mean over `repeats` windows with
+    its 95 % half-width (None with one window); latencies (ms) come from every
+    window's operations together, `latency_samples` of them, and are None when
+    too few to estimate (`sim.stats.percentile_shown`). Errors are operations
+    that failed, by SQLSTATE-like code. `verdict` is the checkers' judgement
+    of the whole run this level belongs to ("" until checked)."""
 
     workload: str
     config: str
     mode: str
     concurrency: int
+    repeats: int
+    window_s: float
     ops: int
     errors: int
-    elapsed_s: float
+    errors_by_code: tuple[tuple[str, int], ...]
     throughput_ops_s: float
-    p50_ms: float
-    p99_ms: float
-    p999_ms: float
+    throughput_ci95: float | None
+    throughput_samples: tuple[float, ...]
+    latency_samples: int
+    p50_ms: float | None
+    p99_ms: float | None
+    p999_ms: float | None
+    p50_samples_ms: tuple[float, ...]
+    p99_samples_ms: tuple[float, ...]
     oracle_queries_per_op: float
     loop_busy_fraction: float
+    verdict: str = ""
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.ops if self.ops else 0.0
 
 
 @final
@@ -69,6 +98,8 @@ class LevelRow:
 class RunOutput:
     rows: list[LevelRow]
     trace_dir: Path
+    history: History
+    events: list[Event]
 
 
 @final
@@ -86,7 +117,7 @@ class SessionFactory:
 def level_ops(cfg: Config, workload_name: str, concurrency: int) -> int:
     """Operations measured at `concurrency`: `ops_per_level` times the workload's
     `ops_scale`, scaled with sqrt(concurrency) (`sim.loadgen.ops_for_level`)."""
-    base = max(1, math.ceil(cfg.ops_per_level * workload(workload_name).ops_scale))
+    base = max(1, math.ceil((cfg.ops_per_level or 1) * workload(workload_name).ops_scale))
     return ops_for_level(base, concurrency)
 
 
@@ -186,18 +217,21 @@ async def measure(
     wl = workload(workload_name)
     rows: list[LevelRow] = []
     counter = [0]
+    window = cfg.window()
     async with environment(cfg, rt) as env, build_coordinator(
         cfg.coordinator(config_name), env, rt, events=event_sink(recorder)
     ) as coord:
         sessions = SessionFactory(coord, recorder)
         await wl.setup(sessions("setup"), cfg.tables)
         if cfg.warmup_ops:
-            await _level(cfg, sessions, wl.name, rt, counter, 0, min(4, cfg.warmup_ops), cfg.warmup_ops)
+            warm = Window(ops=cfg.warmup_ops)
+            await _level(cfg, sessions, wl.name, rt, counter, 0, min(4, cfg.warmup_ops), warm)
         for c in cfg.concurrency:
-            before = coord.statistics()
-            res = await _level(cfg, sessions, wl.name, rt, counter, c, c, level_ops(cfg, wl.name, c))
-            after = coord.statistics()
-            row = _row(cfg, config_name, workload_name, res, before, after, c)
+            w = window if window.ops is None else replace(window, ops=level_ops(cfg, wl.name, c))
+            before, t0 = coord.statistics(), rt.now()
+            res = await _level(cfg, sessions, wl.name, rt, counter, c, c, w)
+            after, span = coord.statistics(), rt.now() - t0
+            row = _row(cfg, config_name, workload_name, res, before, after, c, span)
             rows.append(row)
             on_level(row)
     return rows
@@ -211,8 +245,8 @@ async def _level(
     counter: list[int],
     level: int,
     concurrency: int,
-    ops: int,
-) -> LevelResult:
+    window: Window,
+) -> list[LevelResult]:
     wl = workload(workload_name)
 
     def label(i: int) -> str:
@@ -220,10 +254,10 @@ async def _level(
 
     sessions = [factory(label(i)) for i in range(concurrency)]
 
-    async def op(client: int, k: int) -> bool:
+    async def op(client: int, k: int) -> str | None:
         ctx = OpContext(client, k, cfg.tables, rt, counter, level=level)
         r = await wl.op(sessions[client], ctx)
-        return r.error is None
+        return None if r.error is None else r.error.code.value
 
     bg_n = [0]
 
@@ -231,21 +265,36 @@ async def _level(
         bg_n[0] += 1
         return factory(f"bg/L{level}/{bg_n[0]}")
 
-    result: LevelResult | None = None
+    results: list[LevelResult] = []
     async with anyio.create_task_group() as tg:
         tg.start_soon(functools.partial(wl.background, bg_session, cfg.tables, rt, tag=str(level)))
         if cfg.open_loop_rate is not None and level:
-            result = await open_loop(rt, op, rate=cfg.open_loop_rate, ops=ops, max_in_flight=concurrency)
+            results = await measure_open(rt, op, rate=cfg.open_loop_rate, max_in_flight=concurrency, window=window)
         else:
-            result = await closed_loop(rt, op, concurrency=concurrency, ops=ops)
+            results = await measure_closed(rt, op, concurrency=concurrency, window=window)
         tg.cancel_scope.cancel()
-    assert result is not None
-    return result
+    return results
 
 
 def _row(
-    cfg: Config, config_name: str, workload_name: str, res: LevelResult, before: Any, after: Any, c: int
+    cfg: Config, config_name: str, workload_name: str, res: list[LevelResult], before: Any, after: Any, c: int,
+    span: float,
 ) -> LevelRow:
+    """`span`: the level's whole time (warm-up and drain included), over which
+    the coordinator's counters moved from `before` to `after`."""
+    ops = sum(r.ops for r in res)
+    merged = new_histogram()
+    codes: dict[str, int] = {}
+    for r in res:
+        merged.add(r.histogram)
+        for code, n in r.errors_by_code.items():
+            codes[code] = codes.get(code, 0) + n
+    samples = merged.get_total_count()
+    tput = estimate([r.throughput for r in res])
+
+    def pct(q: float) -> float | None:
+        return merged.get_value_at_percentile(q) / 1000.0 if percentile_shown(samples, q) else None
+
     busy = after.loop_busy_s - before.loop_busy_s
     oracle = after.oracle_calls - before.oracle_calls
     return LevelRow(
@@ -253,16 +302,97 @@ def _row(
         config=config_name,
         mode=cfg.mode,
         concurrency=c,
-        ops=res.ops,
-        errors=res.errors,
-        elapsed_s=res.elapsed_s,
-        throughput_ops_s=res.throughput,
-        p50_ms=res.percentile_ms(50),
-        p99_ms=res.percentile_ms(99),
-        p999_ms=res.percentile_ms(99.9),
-        oracle_queries_per_op=oracle / res.ops if res.ops else 0.0,
-        loop_busy_fraction=busy / res.elapsed_s / max(1, after.loop_cores) if res.elapsed_s > 0 else 0.0,
+        repeats=len(res),
+        window_s=statistics.fmean(r.elapsed_s for r in res) if res else 0.0,
+        ops=ops,
+        errors=sum(codes.values()),
+        errors_by_code=tuple(sorted(codes.items())),
+        throughput_ops_s=tput.mean,
+        throughput_ci95=tput.half,
+        throughput_samples=tuple(r.throughput for r in res),
+        latency_samples=samples,
+        p50_ms=pct(50),
+        p99_ms=pct(99),
+        p999_ms=pct(99.9),
+        p50_samples_ms=tuple(r.percentile_ms(50) for r in res),
+        p99_samples_ms=tuple(r.percentile_ms(99) for r in res),
+        # Both over the level's whole span, warm-up included (the counters are
+        # read before and after it): a ratio, so the span cancels out.
+        oracle_queries_per_op=oracle / (after.statements - before.statements or 1),
+        loop_busy_fraction=busy / span / max(1, after.loop_cores) if span > 0 else 0.0,
     )
+
+
+def run_script(cfg: Config, config_name: str, sc: PythonScenario, trace_dir: Path) -> RunOutput:
+    """A user's Python scenario under `config_name`, `cfg.window().repeat`
+    times with seeds `cfg.seed`, `cfg.seed + 1`, …, as one row: its operations'
+    throughput (operations / the span from the first invocation to the last
+    completion) with its interval over the runs, their latencies and errors.
+    The first run's trace is written to `trace_dir`; every run is checked by
+    the caller through the returned history (the worst run's, if any fails)."""
+    from sim.history import HistoryRecorder
+    from sim.scenarios import Sim, scenario_error
+
+    results: list[LevelResult] = []
+    kept: tuple[History, list[Event]] | None = None
+    clients = 0
+    for i in range(cfg.window().repeat):
+        holder: dict[str, Any] = {}
+
+        async def main(rt: Runtime, holder: dict[str, Any] = holder) -> None:
+            recorder = HistoryRecorder(rt.now)
+            async with environment(cfg, rt) as env:
+                sim = Sim(rt, env, cfg.coordinator(config_name), recorder)
+                holder["sim"] = sim
+                await sim.start()
+                try:
+                    await sc.main(sim)
+                except Exception as exc:
+                    holder["error"] = exc
+                finally:
+                    await sim.stop()
+
+        run(main, seed=cfg.seed + i, virtual=cfg.mode == "virtual", latency=cfg.latency())
+        if "error" in holder:
+            raise scenario_error(sc.path or Path(sc.name), holder["error"]) from holder["error"]
+        sim: Sim = holder["sim"]
+        history, events = sim.recorder.history(), sim.recorder.events()
+        results.append(_script_result(history))
+        clients = max(clients, len(set(history.client)))
+        if kept is None:
+            kept = (history, events)
+            write_trace(trace_dir, history, events, run=f"{sc.name}/{config_name}", config=config_name,
+                        seed=cfg.seed, extra_meta={"workload": sc.name, "mode": cfg.mode})  # fmt: skip
+    assert kept is not None
+    zero = _Zero()
+    row = _row(cfg, config_name, sc.name, results, zero, zero, clients, sum(r.elapsed_s for r in results))
+    return RunOutput([row], trace_dir, *kept)
+
+
+@final
+@dataclass(frozen=True)
+class _Zero:
+    """Counters a script run does not sample (its coordinator is its own)."""
+
+    loop_busy_s: float = 0.0
+    oracle_calls: int = 0
+    statements: int = 0
+    loop_cores: int = 1
+
+
+def _script_result(h: History) -> LevelResult:
+    """One script run as a measurement window: every completed operation."""
+    res = LevelResult(0)
+    done = [i for i in range(h.n) if h.complete[i] != NONE]
+    if not done:
+        return res
+    start = min(h.invoke[i] for i in done)
+    end = max(h.complete[i] for i in done)
+    res.elapsed_s = max(1e-9, (end - start) / 1e9)
+    for i in done:
+        code = None if STATUSES[h.status[i]] is Status.OK else (h.error_code[i] or "failed")
+        res.add((h.complete[i] - h.invoke[i]) / 1e9, code)
+    return res
 
 
 def run_pair(
@@ -284,10 +414,11 @@ def run_pair(
 
     rows = run(main, seed=cfg.seed, virtual=cfg.mode == "virtual", latency=cfg.latency())
     recorder: HistoryRecorder = holder["recorder"]
+    history, events = recorder.history(), recorder.events()
     write_trace(
         trace_dir,
-        recorder.history(),
-        recorder.events(),
+        history,
+        events,
         run=f"{workload_name}/{config_name}",
         config=config_name,
         seed=cfg.seed,
@@ -298,4 +429,4 @@ def run_pair(
             "open_loop_rate": cfg.open_loop_rate,
         },
     )
-    return RunOutput(rows, trace_dir)
+    return RunOutput(rows, trace_dir, history, events)

@@ -24,6 +24,7 @@ __all__ = [
     "MIN_TAIL_SAMPLES",
     "Estimate",
     "Verdict",
+    "check_fraction",
     "compare_samples",
     "estimate",
     "percentile_shown",
@@ -45,6 +46,14 @@ _Z975: Final = 1.960
 #: Fewer, and the "percentile" is one of the few slowest operations, which is
 #: what made p99.9 equal p99 equal the maximum in most rows before.
 MIN_TAIL_SAMPLES: Final = 10
+
+
+def check_fraction(name: str, value: float) -> None:
+    """`InvalidUsage` unless `value` is a fraction in [0, 1] (a threshold)."""
+    from persist.location import InvalidUsage
+
+    if not (math.isfinite(value) and 0 <= value <= 1):
+        raise InvalidUsage(f"{name} must be a fraction between 0 and 1, got {value}")
 
 
 def t975(df: float) -> float:

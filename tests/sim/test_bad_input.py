@@ -215,7 +215,7 @@ CASES: Final = [
        files={"c.toml": b'mode = "virtual"\n[overrides]\ngroup_commit_interval_s = inf\n'},
        expect="group_commit_interval_s"),
     _c("compare-config-file-huge-cores", "compare", "-c", "c.toml",
-       files={"c.toml": b'mode = "virtual"\n[overrides]\ncores = 100000000\n'}, expect="exceeds the maximum 1024"),
+       files={"c.toml": b'mode = "virtual"\nconfigurations = ["decoupled"]\n[overrides]\ncores = 100000000\n'}, expect="exceeds the maximum 1024"),
     _c("compare-config-file-endless", "compare", "-c", "/dev/zero", expect="larger than the maximum 64 MiB"),
     _c("compare-config-file-nul-in-output", "compare", "-c", "c.toml",
        files={"c.toml": b'mode = "virtual"\noutput = "a\\u0000b"\n'}, expect="must not contain a NUL"),
