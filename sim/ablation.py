@@ -12,7 +12,7 @@ every output rather than hidden.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Final, final
 
 from coordinator.config import APPLIES_TO, knobs, named
 from persist.location import InvalidUsage
@@ -147,7 +147,7 @@ def plot_waterfall(directory: Path, rows: Sequence[LevelRow], steps: Sequence[St
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from sim.outputs import atomic_write
+    from sim.report import save_figure
 
     by = {(r.workload, r.config, r.concurrency): r for r in rows}
     paths = []
@@ -166,13 +166,5 @@ def plot_waterfall(directory: Path, rows: Sequence[LevelRow], steps: Sequence[St
         ax.set_title(f"{wl}: {steps[0].name} → {steps[-1].name}, one mechanism at a time")
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize="small")
-        fig.tight_layout()
-        path = directory / f"{wl}-ablation.png"
-
-        def save(p: Path, fig: Any = fig) -> None:
-            fig.savefig(p, format="png")
-
-        atomic_write(path, save)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save_figure(fig, directory / f"{wl}-ablation.png"))
     return paths

@@ -407,31 +407,12 @@ def run_scenario(
 
 def _run_python(cfg: Config, config_name: str, sc: Any, stage: Path) -> str:
     from sim.checker import check_history
-    from sim.history import HistoryRecorder
-    from sim.runner import environment
-    from sim.runtime import Runtime, run
-    from sim.scenarios import Sim, scenario_error
+    from sim.runner import run_script_once
+    from sim.scenarios import scenario_error
     from sim.traces import write_trace
 
-    holder: dict[str, Any] = {}
-
-    async def main(rt: Runtime) -> None:
-        recorder = HistoryRecorder(rt.now)
-        async with environment(cfg, rt) as env:
-            sim = Sim(rt, env, cfg.coordinator(config_name), recorder)
-            holder["sim"] = sim
-            await sim.start()
-            try:
-                await sc.main(sim)
-            except Exception as exc:  # the scenario's own bug: one line, below
-                holder["error"] = exc
-            finally:
-                await sim.stop()
-
-    run(main, seed=cfg.seed, virtual=cfg.mode == "virtual", latency=cfg.latency())
-    sim: Sim = holder["sim"]
-    history, events = sim.recorder.history(), sim.recorder.events()
-    error: Exception | None = holder.get("error")
+    one = run_script_once(cfg, config_name, sc, seed=cfg.seed)
+    history, events, error = one.history, one.events, one.error
     if error is not None:
         # Report the scenario's error as one line (exit 2) and keep what it
         # recorded until then. The stage is discarded when this raises, so the
@@ -459,8 +440,8 @@ def _run_python(cfg: Config, config_name: str, sc: Any, stage: Path) -> str:
         lines.append(f"  {v.checker:<9} {state}{' - ' + counts if counts else ''}")
         lines.extend(f"    {a.name}: ops {', '.join(str(o) for o in a.ops)}: {a.explanation}" for a in v.anomalies)
     lines.append(f"checker verdict: {report.outcome.value}")
-    lines.extend(f"expectation failed: {f}" for f in sim.failures)
-    if sim.failures or report.outcome.value == "invalid":
+    lines.extend(f"expectation failed: {f}" for f in one.failures)
+    if one.failures or report.outcome.value == "invalid":
         lines.append("FAIL")
     text = "\n".join(lines) + "\n"
     (stage / "verdict.txt").write_text(text)

@@ -181,10 +181,31 @@ async def open_loop(
     if rate <= 0 or ops < 1 or max_in_flight < 1:
         raise InvalidUsage(f"rate, ops and max_in_flight must be positive, got {rate}, {ops}, {max_in_flight}")
     result = LevelResult(max_in_flight, rate=rate)
+    result.start_s = rt.now()
+    await _arrivals(rt, op, rate, max_in_flight, lambda intended, code: result.add(rt.now() - intended, code),
+                    ops=ops)  # fmt: skip
+    result.elapsed_s = rt.now() - result.start_s
+    return result
+
+
+async def _arrivals(
+    rt: Runtime,
+    op: Callable[[int, int], Awaitable[str | bool | None]],
+    rate: float,
+    max_in_flight: int,
+    done: Callable[[float, str | None], None],
+    *,
+    ops: int | None = None,
+    end: float | None = None,
+) -> None:
+    """Poisson arrivals at `rate` (gaps from `rt.rng`): `ops` of them, or those
+    intended before `end` (no gap is drawn past the last, so the RNG stream
+    the rest of the run shares is left as the arrivals found it),
+    each on a free connection slot of `max_in_flight` (waiting for one when
+    all are busy, which is the stall an open loop charges); `done(intended,
+    code)` when each finishes. Returns when the last one has finished."""
     slots = list(range(max_in_flight - 1, -1, -1))  # free connection slots, a stack
     freed = anyio.Event()
-    start = rt.now()
-    result.start_s = start
     seqs = [0] * max_in_flight
 
     async def one(slot: int, intended: float) -> None:
@@ -192,25 +213,26 @@ async def open_loop(
         try:
             k = seqs[slot]
             seqs[slot] += 1
-            code = _code(await op(slot, k))
-            result.add(rt.now() - intended, code)
+            done(intended, _code(await op(slot, k)))
         finally:
             slots.append(slot)
             freed.set()
             freed = anyio.Event()
 
     async with anyio.create_task_group() as tg:
-        intended = start
-        for _ in range(ops):
+        intended = rt.now()
+        issued = 0
+        while ops is None or issued < ops:
             intended += rt.rng.expovariate(rate)
+            if end is not None and intended >= end:
+                break
+            issued += 1
             wait = intended - rt.now()
             if wait > 0:
                 await rt.sleep(wait)
             while not slots:
                 await freed.wait()
             tg.start_soon(one, slots.pop(), intended)
-    result.elapsed_s = rt.now() - start
-    return result
 
 
 async def measure_closed(
@@ -291,38 +313,14 @@ async def measure_open(
     if rate <= 0 or max_in_flight < 1:
         raise InvalidUsage(f"rate and max_in_flight must be positive, got {rate}, {max_in_flight}")
     length = window.duration_s
-    start = rt.now()
-    first = start + window.warmup_s
+    first = rt.now() + window.warmup_s
     end = first + length * window.repeat
     results = [LevelResult(max_in_flight, rate=rate, start_s=first + i * length, elapsed_s=length)
                for i in range(window.repeat)]  # fmt: skip
-    slots = list(range(max_in_flight - 1, -1, -1))
-    freed = anyio.Event()
-    seqs = [0] * max_in_flight
 
-    async def one(slot: int, intended: float) -> None:
-        nonlocal freed
-        try:
-            k = seqs[slot]
-            seqs[slot] += 1
-            code = _code(await op(slot, k))
-            if intended >= first:
-                results[min(window.repeat - 1, int((intended - first) / length))].add(rt.now() - intended, code)
-        finally:
-            slots.append(slot)
-            freed.set()
-            freed = anyio.Event()
+    def done(intended: float, code: str | None) -> None:
+        if intended >= first:
+            results[min(window.repeat - 1, int((intended - first) / length))].add(rt.now() - intended, code)
 
-    async with anyio.create_task_group() as tg:
-        intended = start
-        while True:
-            intended += rt.rng.expovariate(rate)
-            if intended >= end:
-                break
-            wait = intended - rt.now()
-            if wait > 0:
-                await rt.sleep(wait)
-            while not slots:
-                await freed.wait()
-            tg.start_soon(one, slots.pop(), intended)
+    await _arrivals(rt, op, rate, max_in_flight, done, end=end)
     return results

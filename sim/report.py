@@ -33,6 +33,7 @@ __all__ = [
     "compare_baseline",
     "plot",
     "read_results",
+    "save_figure",
     "summary",
     "tables",
     "write_csv",
@@ -243,16 +244,18 @@ def plot(directory: Path, rows: Sequence[LevelRow]) -> list[Path]:
             ax.set_title(f"{wl}: {kind} ({rows[0].mode} mode)")
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize="small", loc="best")
-            fig.tight_layout()
-            path = directory / f"{wl}-{kind}.png"
-
-            def save(p: Path, fig: Any = fig) -> None:
-                fig.savefig(p, format="png")
-
-            atomic_write(path, save)
-            plt.close(fig)
-            paths.append(path)
+            paths.append(save_figure(fig, directory / f"{wl}-{kind}.png"))
     return paths
+
+
+def save_figure(fig: Any, path: Path) -> Path:
+    """Writes a matplotlib figure as PNG (atomically) and closes it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    atomic_write(path, lambda p: fig.savefig(p, format="png"))
+    plt.close(fig)
+    return path
 
 
 @final

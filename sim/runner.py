@@ -52,7 +52,17 @@ if TYPE_CHECKING:
     from sim.history import Event, History
     from sim.scenarios import PythonScenario
 
-__all__ = ["LevelRow", "RunOutput", "fresh_database", "level_client", "level_ops", "run_pair"]
+__all__ = [
+    "LevelRow",
+    "RunOutput",
+    "ScriptRun",
+    "fresh_database",
+    "level_client",
+    "level_ops",
+    "run_pair",
+    "run_script",
+    "run_script_once",
+]
 
 
 @final
@@ -323,50 +333,70 @@ def _row(
     )
 
 
+@final
+@dataclass(frozen=True)
+class ScriptRun:
+    """One run of a user's Python scenario: what it recorded, the expectations
+    it reported failed, and the exception it raised (its own bug), if any."""
+
+    history: History
+    events: list[Event]
+    failures: list[str]
+    error: Exception | None
+
+
+def run_script_once(cfg: Config, config_name: str, sc: PythonScenario, *, seed: int) -> ScriptRun:
+    """Runs `sc` once on a fresh deployment of `config_name`. The scenario's own
+    exception is captured, not raised: the caller reports it with what the
+    scenario recorded until then."""
+    from sim.history import HistoryRecorder
+    from sim.scenarios import Sim
+
+    holder: dict[str, Any] = {}
+
+    async def main(rt: Runtime) -> None:
+        recorder = HistoryRecorder(rt.now)
+        async with environment(cfg, rt) as env:
+            sim = Sim(rt, env, cfg.coordinator(config_name), recorder)
+            holder["sim"] = sim
+            await sim.start()
+            try:
+                await sc.main(sim)
+            except Exception as exc:  # the scenario's own bug
+                holder["error"] = exc
+            finally:
+                await sim.stop()
+
+    run(main, seed=seed, virtual=cfg.mode == "virtual", latency=cfg.latency())
+    sim: Sim = holder["sim"]
+    return ScriptRun(sim.recorder.history(), sim.recorder.events(), list(sim.failures), holder.get("error"))
+
+
 def run_script(cfg: Config, config_name: str, sc: PythonScenario, trace_dir: Path) -> RunOutput:
     """A user's Python scenario under `config_name`, `cfg.window().repeat`
     times with seeds `cfg.seed`, `cfg.seed + 1`, …, as one row: its operations'
     throughput (operations / the span from the first invocation to the last
     completion) with its interval over the runs, their latencies and errors.
-    The first run's trace is written to `trace_dir`; every run is checked by
-    the caller through the returned history (the worst run's, if any fails)."""
-    from sim.history import HistoryRecorder
-    from sim.scenarios import Sim, scenario_error
+    The first run's trace is written to `trace_dir` and returned for checking."""
+    from sim.scenarios import scenario_error
 
     results: list[LevelResult] = []
-    kept: tuple[History, list[Event]] | None = None
+    kept: ScriptRun | None = None
     clients = 0
     for i in range(cfg.window().repeat):
-        holder: dict[str, Any] = {}
-
-        async def main(rt: Runtime, holder: dict[str, Any] = holder) -> None:
-            recorder = HistoryRecorder(rt.now)
-            async with environment(cfg, rt) as env:
-                sim = Sim(rt, env, cfg.coordinator(config_name), recorder)
-                holder["sim"] = sim
-                await sim.start()
-                try:
-                    await sc.main(sim)
-                except Exception as exc:
-                    holder["error"] = exc
-                finally:
-                    await sim.stop()
-
-        run(main, seed=cfg.seed + i, virtual=cfg.mode == "virtual", latency=cfg.latency())
-        if "error" in holder:
-            raise scenario_error(sc.path or Path(sc.name), holder["error"]) from holder["error"]
-        sim: Sim = holder["sim"]
-        history, events = sim.recorder.history(), sim.recorder.events()
-        results.append(_script_result(history))
-        clients = max(clients, len(set(history.client)))
+        one = run_script_once(cfg, config_name, sc, seed=cfg.seed + i)
+        if one.error is not None:
+            raise scenario_error(sc.path or Path(sc.name), one.error) from one.error
+        results.append(_script_result(one.history))
+        clients = max(clients, len(set(one.history.client)))
         if kept is None:
-            kept = (history, events)
-            write_trace(trace_dir, history, events, run=f"{sc.name}/{config_name}", config=config_name,
+            kept = one
+            write_trace(trace_dir, one.history, one.events, run=f"{sc.name}/{config_name}", config=config_name,
                         seed=cfg.seed, extra_meta={"workload": sc.name, "mode": cfg.mode})  # fmt: skip
     assert kept is not None
     zero = _Zero()
     row = _row(cfg, config_name, sc.name, results, zero, zero, clients, sum(r.elapsed_s for r in results))
-    return RunOutput([row], trace_dir, *kept)
+    return RunOutput([row], trace_dir, kept.history, kept.events)
 
 
 @final
