@@ -261,10 +261,14 @@ class PeekRows:
 @final
 @dataclass(frozen=True, slots=True)
 class PeekError:
-    """A clean, client-facing failure with a SQLSTATE-like `code`."""
+    """A clean, client-facing failure with a SQLSTATE-like `code`. `since`
+    is set when the failure is an `as_of` below the collection's since: the
+    earliest time the peek could read, which the coordinator catches up to
+    and peeks again at (Materialize never answers such a read with an error)."""
 
     code: str
     message: str
+    since: int | None = None
 
 
 @final

@@ -499,7 +499,9 @@ class Replica:
             arr = df.arrangement
             if arr is not None and cmd.as_of < arr.since:
                 return PeekError(
-                    BELOW_SINCE, f"as_of {cmd.as_of} of collection {cmd.target_id} is below its since {arr.since}"
+                    BELOW_SINCE,
+                    f"as_of {cmd.as_of} of collection {cmd.target_id} is below its since {arr.since}",
+                    since=arr.since,
                 )
             if arr is not None and arr.upper > cmd.as_of:
                 break
@@ -519,7 +521,9 @@ class Replica:
         try:
             if not reader.since.less_equal(cmd.as_of):
                 return PeekError(
-                    BELOW_SINCE, f"as_of {cmd.as_of} of table {cmd.target_id} is below its since {reader.since}"
+                    BELOW_SINCE,
+                    f"as_of {cmd.as_of} of table {cmd.target_id} is below its since {reader.since}",
+                    since=reader.since.ts,
                 )
             # The snapshot may wait for the upper to pass `as_of`: keep the lease
             # (and so the since hold) alive meanwhile.

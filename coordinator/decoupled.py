@@ -45,7 +45,13 @@ from controllers.derive import derive, derive_event
 from coordinator.config import GroupCommitPolicy
 from coordinator.environment import open_incarnation
 from coordinator.group_commit import PendingWrite, group_commit
-from coordinator.peeks import hold_table, peek_result, read_ts_at_least
+from coordinator.peeks import (
+    MAX_PEEK_ATTEMPTS,
+    below_since,
+    hold_table,
+    peek_result,
+    read_ts_at_least,
+)
 from coordinator.planner import DDL, CatalogView, PeekPlan, apply_ddl
 from coordinator.running import RunningCoordinator
 from coordinator.session import Result
@@ -285,19 +291,24 @@ class DecoupledCoordinator(RunningCoordinator):
         await self._cpu(costs.peek_sequence)
         # Storage must know the catalog as of catalog_ts to hold the table.
         await inc.storage.wait_catalog_frontier(catalog_ts)
-        hold = hold_table(inc.storage, plan, read_ts)
-        while isinstance(hold, int):  # read_ts below the table's since: catch up
-            read_ts = await read_ts_at_least(inc.oracle, self._rt, hold)
+        for _ in range(MAX_PEEK_ATTEMPTS):
             hold = hold_table(inc.storage, plan, read_ts)
-        try:
-            peek_id = next(self._peek_ids)
-            inc.compute.send(
-                Peek(peek_id, plan.collection_id, plan.cluster_id, read_ts, catalog_ts, plan.transform)
-            )
-            response = await self._waiters.wait(peek_id)
-        finally:
-            if hold is not None:
-                hold.release()
+            while isinstance(hold, int):  # read_ts below the table's since: catch up
+                read_ts = await read_ts_at_least(inc.oracle, self._rt, hold)
+                hold = hold_table(inc.storage, plan, read_ts)
+            try:
+                peek_id = next(self._peek_ids)
+                inc.compute.send(
+                    Peek(peek_id, plan.collection_id, plan.cluster_id, read_ts, catalog_ts, plan.transform)
+                )
+                response = await self._waiters.wait(peek_id)
+            finally:
+                if hold is not None:
+                    hold.release()
+            since = below_since(response)
+            if since is None:
+                break
+            read_ts = await read_ts_at_least(inc.oracle, self._rt, since)
         result = peek_result(plan, response, read_ts=read_ts, catalog_ts=catalog_ts)
         await self._cpu(costs.peek_finish + costs.per_row * len(result.rows))
         return result

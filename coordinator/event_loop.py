@@ -56,7 +56,13 @@ from controllers.derive import derive
 from coordinator.config import GroupCommitPolicy
 from coordinator.environment import advance_catalog_frontier, open_incarnation
 from coordinator.group_commit import PendingWrite, group_commit
-from coordinator.peeks import hold_table, peek_result, read_ts_at_least
+from coordinator.peeks import (
+    MAX_PEEK_ATTEMPTS,
+    below_since,
+    hold_table,
+    peek_result,
+    read_ts_at_least,
+)
 from coordinator.planner import DDL, PeekPlan, ReadThenWritePlan, apply_ddl
 from coordinator.running import RunningCoordinator
 from coordinator.session import Result
@@ -113,6 +119,7 @@ class _PeekJob:
     read_ts: int | None = None
     catalog_ts: int | None = None
     hold: ReadHold | None = None  # the table held at read_ts until the answer
+    attempts: int = 0  # peeks again after a since overtook read_ts (`below_since`)
 
 
 @final
@@ -373,28 +380,8 @@ class EventLoopCoordinator(RunningCoordinator):
         inc = self.incarnation
         hold = hold_table(inc.storage, job.plan, ts)
         if isinstance(hold, int):
-            # read_ts is below the table's since: wait off the loop for the
-            # oracle to catch up, then come back with the new read_ts.
-            floor = hold
-
-            async def catch_up() -> None:
-                try:
-                    later = await read_ts_at_least(inc.oracle, self._rt, floor)
-                except OracleFenced as exc:
-                    job.deliver(Result.failed(self._fence(exc)))
-                    return
-                except ExternalError as exc:
-                    job.deliver(
-                        Result.failed(SqlError(SqlState.SERIALIZATION_FAILURE, f"read_ts: {exc}"))
-                    )
-                    return
-                except SqlError as exc:
-                    job.deliver(Result.failed(exc))
-                    return
-                self._internal(lambda: self._send_peek(job, later))
-
-            assert self._tg is not None
-            self._tg.start_soon(catch_up)
+            # read_ts is below the table's since: catch up, then come back.
+            self._catch_up(job, hold)
             return
         job.hold = hold
         peek_id = next(self._peek_ids)
@@ -404,6 +391,28 @@ class EventLoopCoordinator(RunningCoordinator):
         self.incarnation.compute.send(
             Peek(peek_id, plan.collection_id, plan.cluster_id, ts, job.catalog_ts, plan.transform)
         )
+
+    def _catch_up(self, job: _PeekJob, floor: int) -> None:
+        """Waits off the loop for the oracle's read_ts to reach `floor` (a
+        since the peek's timestamp fell below), then peeks again with it."""
+        inc = self.incarnation
+
+        async def catch_up() -> None:
+            try:
+                later = await read_ts_at_least(inc.oracle, self._rt, floor)
+            except OracleFenced as exc:
+                job.deliver(Result.failed(self._fence(exc)))
+                return
+            except ExternalError as exc:
+                job.deliver(Result.failed(SqlError(SqlState.SERIALIZATION_FAILURE, f"read_ts: {exc}")))
+                return
+            except SqlError as exc:
+                job.deliver(Result.failed(exc))
+                return
+            self._internal(lambda: self._send_peek(job, later))
+
+        assert self._tg is not None
+        self._tg.start_soon(catch_up)
 
     async def _handle_response(self, response: ComputeResponse) -> None:
         costs = self.config.costs
@@ -415,6 +424,12 @@ class EventLoopCoordinator(RunningCoordinator):
             job.hold.release()
         if job is None:
             await self._cpu(costs.controller_response)
+            return
+        since = below_since(response)
+        if since is not None and job.attempts < MAX_PEEK_ATTEMPTS:
+            job.attempts += 1
+            await self._cpu(costs.controller_response)
+            self._catch_up(job, since)
             return
         result = peek_result(job.plan, response, read_ts=job.read_ts, catalog_ts=job.catalog_ts)
         await self._cpu(

@@ -30,7 +30,11 @@ if TYPE_CHECKING:
     from oracle.api import TimestampOracle
     from sim.runtime import Runtime
 
-__all__ = ["hold_table", "peek_result", "read_ts_at_least"]
+__all__ = ["MAX_PEEK_ATTEMPTS", "below_since", "hold_table", "peek_result", "read_ts_at_least"]
+
+#: Peeks of one statement at ever later read_ts before giving up: each retry
+#: follows a since that moved between choosing the timestamp and reading.
+MAX_PEEK_ATTEMPTS: Final = 10
 
 #: How long a peek waits for the oracle to reach its table's since. A group
 #: commit (or the periodic one, every second) gets it there; longer is a bug.
@@ -65,6 +69,14 @@ async def read_ts_at_least(oracle: TimestampOracle, rt: Runtime, floor: int) -> 
             )
         await rt.sleep(_POLL_S)
         waited += _POLL_S
+
+
+def below_since(response: PeekResponse) -> int | None:
+    """The since to catch up to if the replica found the peek's `as_of` below
+    it (an index's arrangement, which storage holds do not cover, compacted
+    between the timestamp's choice and the read); else None."""
+    r = response.result
+    return r.since if isinstance(r, PeekError) and r.since is not None else None
 
 
 def peek_result(

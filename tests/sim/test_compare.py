@@ -327,9 +327,38 @@ def test_an_anomaly_fails_the_comparison(
 def test_errors_fail_the_comparison_unless_allowed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Peeks that fail (a 500 ms oracle round trip makes `as_of` fall below
-    the since today, issue 18) are counted by SQLSTATE in every output, and
-    an error rate above the threshold is exit 1 unless --allow-errors."""
+    """Statements that fail are counted by SQLSTATE in every output, and an
+    error rate above the threshold is exit 1 unless --allow-errors. (A script
+    whose every other statement reads a table that does not exist: `42P01`.)"""
+    script = tmp_path / "failing.py"
+    script.write_text(
+        "async def scenario(sim):\n"
+        "    s = sim.session('c1')\n"
+        "    await sim.sql(s, 'CREATE TABLE t (a int)')\n"
+        "    for n in range(10):\n"
+        "        await sim.sql(s, f'INSERT INTO t VALUES ({n})')\n"
+        "        await sim.sql(s, 'SELECT * FROM missing')\n"
+    )
+    args = ["compare", "--mode", "virtual", "-w", str(script), "--configs", "decoupled", "--repeat", "2", "--no-check"]
+    code, printed, _ = _coordsim_out(capsys, monkeypatch, *args, "-o", str(tmp_path / "a"))
+    with (tmp_path / "a" / "results.csv").open() as fh:
+        (row,) = list(csv.DictReader(fh))
+    assert int(row["errors"]) == 20, printed  # 10 per run, 2 runs
+    assert row["errors_by_code"] == "42P01:20"
+    assert code == 1
+    assert "errors above" in printed
+    assert "42P01" in (tmp_path / "a" / "report.md").read_text()
+    code, _, _ = _coordsim_out(capsys, monkeypatch, *args, "--allow-errors", "-o", str(tmp_path / "b"))
+    assert code == 0
+
+
+def test_a_since_that_overtakes_read_ts_is_caught_up_not_an_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """With a 500 ms oracle round trip a peek's read_ts is routinely older than
+    its index's since when it arrives (issue 18 measured 25-98 % of SELECTs
+    failing with XX000). The coordinator catches up to the since and peeks
+    again, as the seeds' system never answers such a read with an error."""
     from sim.config import DEFAULT_PROFILE
 
     profile = tmp_path / "slow.toml"
@@ -337,18 +366,15 @@ def test_errors_fail_the_comparison_unless_allowed(
     start = text.index('[latency."oracle.pg"]')
     end = text.index("[latency.", start + 1)
     profile.write_text(text[:start] + '[latency."oracle.pg"]\nkind = "constant"\nms = 500.0\n\n' + text[end:])
-    args = ["compare", "--mode", "virtual", "--latency-profile", str(profile), "--workloads", "select-one",
-            "--configs", "decoupled", "--concurrency", "64", "--duration", "2", "--warmup", "0.5",
-            "--repeat", "2", "--no-check"]  # fmt: skip
-    code, printed, _ = _coordsim_out(capsys, monkeypatch, *args, "-o", str(tmp_path / "a"))
-    with (tmp_path / "a" / "results.csv").open() as fh:
-        (row,) = list(csv.DictReader(fh))
-    assert int(row["errors"]) > 0, printed
-    assert row["errors_by_code"].startswith("XX000:")
-    assert code == 1
-    assert "errors above" in printed
-    code, _, _ = _coordsim_out(capsys, monkeypatch, *args, "--allow-errors", "-o", str(tmp_path / "b"))
-    assert code == 0
+    code, printed, _ = _coordsim_out(
+        capsys, monkeypatch, "compare", "--mode", "virtual", "--latency-profile", str(profile), "--workloads",
+        "select-one", "--configs", "event-loop+pg-oracle,decoupled", "--concurrency", "64", "--duration", "2",
+        "--warmup", "0.5", "--repeat", "2", "-o", str(tmp_path / "out"),
+    )  # fmt: skip
+    with (tmp_path / "out" / "results.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert code == 0, printed
+    assert all(r["errors"] == "0" and int(r["ops"]) > 50 and r["verdict"] == "valid" for r in rows), rows
 
 
 def test_ablation_attributes_the_insert_difference_to_its_mechanisms(
