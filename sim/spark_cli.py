@@ -73,7 +73,8 @@ def _summary(res: object) -> None:
 
     assert isinstance(res, ReplayResult)
     _out.print(
-        f"{res.runs} runs: {res.runs - res.invalid_runs} valid, {res.invalid_runs} invalid; "
+        f"{res.runs} runs: {res.runs - res.invalid_runs - res.unknown_runs} valid, {res.invalid_runs} invalid"
+        + (f", {res.unknown_runs} unknown" if res.unknown_runs else "") + "; "
         f"{res.anomalies} anomalies; {res.seconds:.1f}s"
     )
     if res.out is not None:

@@ -6,7 +6,8 @@ plain script for a cluster:
 
     spark-submit --py-files coordsim.zip sim/spark/job.py --out OUT TRACE…
 
-Output (`--out`): `anomalies.parquet`, `verdicts.parquet`, `metrics.parquet`,
+Output (`--out`): `anomalies.parquet`, `checks.parquet` (which checker ran
+on which run, and its outcome), `verdicts.parquet`, `metrics.parquet`,
 `windows.parquet` (Spark directories), `report.md`, and PNG plots. Only small
 aggregates (verdicts, metrics) reach the driver, for the report.
 """
@@ -62,6 +63,8 @@ class ReplayResult:
     anomalies: int
     seconds: float
     out: Path | None
+    #: Runs without anomalies where a checker could not decide (checker 5 out of time).
+    unknown_runs: int = 0
 
 
 def replay(
@@ -70,16 +73,19 @@ def replay(
     out: Path | str | None,
     *,
     with_metrics: bool = True,
+    native: bool | None = None,
 ) -> ReplayResult:
     """Replays `traces` (trace directories) on `spark`, writing the outputs
     under `out` (nothing written when None: only the counts are computed).
+    `native`: decide checkers 1 (join-shaped) and 3 with the native Spark
+    plans rather than per run in-process (default `verify.NATIVE_FORM`).
 
     Raises:
         HistoryError: a path holds no trace, or one of another schema version.
     """
     from sim.spark.frames import Kept, expand_traces, load
     from sim.spark.metrics import metrics
-    from sim.spark.verify import anomalies, verdicts
+    from sim.spark.verify import NATIVE_FORM, anomalies, verdicts
 
     t0 = time.perf_counter()
     dirs = expand_traces(traces)
@@ -91,7 +97,8 @@ def replay(
         conf["spark.sql.codegen.wholeStage"] = "false"
     with _sql_conf(spark, conf):
         try:
-            an = anomalies(ops, runs, keep, partitions)
+            an, checks = anomalies(ops, runs, keep, partitions, events,
+                                   native=NATIVE_FORM if native is None else native)  # fmt: skip
             if out is None:
                 an = keep(an)
                 n = an.count()
@@ -103,11 +110,14 @@ def replay(
             an.repartition(1).sortWithinPartitions("run", "anomaly", "op_id").write.mode("overwrite").parquet(
                 f"{base}/anomalies.parquet"
             )
+            checks.repartition(1).sortWithinPartitions("run", "checker").write.mode("overwrite").parquet(
+                f"{base}/checks.parquet"
+            )
         finally:
             keep.release()
         o = Path(out) if "://" not in str(out) else None
         an = spark.read.parquet(f"{base}/anomalies.parquet")
-        v = verdicts(ops, an, meta)
+        v = verdicts(ops, an, meta, spark.read.parquet(f"{base}/checks.parquet"))
         v.write.mode("overwrite").parquet(f"{base}/verdicts.parquet")
         v_rows = [r.asDict() for r in spark.read.parquet(f"{base}/verdicts.parquet").orderBy("run").collect()]
         m_rows: list[dict[str, Any]] = []
@@ -123,7 +133,8 @@ def replay(
     if o is not None:
         write_report(o, v_rows, shown, total, m_rows, w_rows)
     invalid = sum(1 for r in v_rows if r["verdict"] == "invalid")
-    return ReplayResult(len(v_rows), invalid, total, time.perf_counter() - t0, o)
+    unknown = sum(1 for r in v_rows if r["verdict"] == "unknown")
+    return ReplayResult(len(v_rows), invalid, total, time.perf_counter() - t0, o, unknown)
 
 
 def _partitions(spark: Any, n_ops: int) -> int:
@@ -155,7 +166,9 @@ def _sql_conf(spark: Any, conf: Mapping[str, str]) -> Iterator[None]:
 def _md_table(rows: Sequence[dict[str, Any]], cols: Sequence[str]) -> list[str]:
     def cell(v: Any) -> str:
         if isinstance(v, float):
-            return f"{v:.4g}"
+            # One format for every measured number (no exponents): three
+            # decimals, as many integer digits as it has.
+            return f"{v:.3f}"
         if isinstance(v, list):
             return ", ".join(str(x) for x in v)
         return "" if v is None else str(v).replace("|", "\\|")
@@ -174,72 +187,99 @@ def write_report(
     window_rows: Sequence[dict[str, Any]],
 ) -> None:
     """report.md and the PNG plots (matplotlib's Agg backend: no display)."""
-    from sim.spark.verify import COVERED
+    from sim.checker.verdict import ANOMALY_NAMES
 
     out.mkdir(parents=True, exist_ok=True)
     lines = ["# Trace replay", "", "## Verdicts", ""]
     lines += _md_table(verdict_rows, ["run", "config", "seed", "workload", "concurrency", "ops",
-                                      "verdict", "anomalies", *sorted(COVERED), "replay_skipped"])  # fmt: skip
+                                      "verdict", "anomalies", *ANOMALY_NAMES, "replay_skipped"])  # fmt: skip
     lines += ["", f"## Anomalies ({anomalies_total}; first {min(anomalies_total, REPORT_ROWS)} shown)", ""]
     lines += _md_table(anomaly_rows, ["run", "anomaly", "checker", "op_id", "ops", "detail"])
     if metric_rows:
         cols = [c for c in metric_rows[0] if c not in ("duration_s",)]
         lines += ["", "## Comparison (per configuration x workload x concurrency)", ""]
+        metric_rows = sorted(metric_rows, key=lambda r: (r["config"], r["workload"], _conc_key(r["concurrency"])))
         lines += _md_table(metric_rows, cols)
+        lines += ["", "Metric definitions: docs/metrics.md (`oracle_api_calls_per_op` is not compare's "
+                  "`oracle q/op`)."]  # fmt: skip
         lines += ["", "![throughput](throughput.png)", "![latency](latency.png)",
                   "![per-second throughput](windows.png)"]  # fmt: skip
         _plots(out, metric_rows, window_rows)
     (out / "report.md").write_text("\n".join(lines) + "\n")
 
 
-def _label(r: dict[str, Any]) -> str:
-    return f"{r['config']}\n{r['workload']} c={r['concurrency']}"
+def _conc_key(c: Any) -> tuple[int, float, str]:
+    """Concurrency sorts as a number ("1" < "4" < "16"); a non-number ("-")
+    after the numbers."""
+    try:
+        return (0, float(c), "")
+    except (TypeError, ValueError):
+        return (1, 0.0, str(c))
+
+
+def _series(metric_rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """One line per configuration x workload, its points by concurrency."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in metric_rows:
+        out.setdefault(f"{r['config']} / {r['workload']}", []).append(r)
+    for pts in out.values():
+        pts.sort(key=lambda r: _conc_key(r["concurrency"]))
+    return dict(sorted(out.items()))
 
 
 def _plots(out: Path, metric_rows: Sequence[dict[str, Any]], window_rows: Sequence[dict[str, Any]]) -> None:
+    """Line plots by concurrency, one line per configuration x workload (the
+    look of compare's plots); a run without a numeric concurrency is a
+    single point at its position after the numbers."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [_label(r) for r in metric_rows]
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(labels)), 4))
-    ax.bar(range(len(labels)), [r["throughput_ops_s"] or 0 for r in metric_rows])
-    ax.set_xticks(range(len(labels)), labels, fontsize=7)
-    ax.set_ylabel("ok operations / s")
-    ax.set_title("Throughput")
-    fig.tight_layout()
-    fig.savefig(out / "throughput.png", dpi=100)
-    plt.close(fig)
+    series = _series(metric_rows)
+    concs = sorted({r["concurrency"] for r in metric_rows}, key=_conc_key)
+    pos = {c: i for i, c in enumerate(concs)}
 
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(labels)), 4))
-    width = 0.25
-    for j, q in enumerate(("p50", "p95", "p99")):
-        ax.bar([i + (j - 1) * width for i in range(len(labels))],
-               [r[f"latency_{q}_ms"] or 0 for r in metric_rows], width, label=q)  # fmt: skip
-    ax.set_xticks(range(len(labels)), labels, fontsize=7)
-    ax.set_ylabel("latency (ms)")
-    ax.set_title("Latency percentiles")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out / "latency.png", dpi=100)
-    plt.close(fig)
+    def finish(fig: Any, ax: Any, name: str, ylabel: str, title: str) -> None:
+        ax.set_xticks(range(len(concs)), [str(c) for c in concs])
+        ax.set_xlabel("concurrency (clients)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(True, alpha=0.3)
+        if series:
+            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        fig.savefig(out / name, dpi=100, bbox_inches="tight")
+        plt.close(fig)
 
-    fig, ax = plt.subplots(figsize=(8, 4))
-    series: dict[str, dict[int, int]] = {}
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for label, pts in series.items():
+        ax.plot([pos[r["concurrency"]] for r in pts], [r["throughput_ops_s"] or 0 for r in pts],
+                marker="o", label=label)  # fmt: skip
+    finish(fig, ax, "throughput.png", "ok operations / s", "Throughput by concurrency")
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for label, pts in series.items():
+        xs = [pos[r["concurrency"]] for r in pts]
+        (line,) = ax.plot(xs, [r["latency_p50_ms"] or 0 for r in pts], marker="o", label=f"{label} p50")
+        ax.plot(xs, [r["latency_p99_ms"] or 0 for r in pts], marker="^", linestyle="--",
+                color=line.get_color(), label=f"{label} p99")  # fmt: skip
+    finish(fig, ax, "latency.png", "latency (ms)", "Latency by concurrency (p50 solid, p99 dashed)")
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    wins: dict[str, dict[int, int]] = {}
     for w in window_rows:
-        s = series.setdefault(_label(w).replace("\n", " "), {})
+        s = wins.setdefault(f"{w['config']} / {w['workload']} c={w['concurrency']}", {})
         s[w["second"]] = s.get(w["second"], 0) + w["ops"]
-    for name, pts in sorted(series.items()):
-        xs = sorted(pts)
-        ax.plot(xs, [pts[x] for x in xs], marker=".", label=name)
+    for name, per_s in sorted(wins.items()):
+        secs = sorted(per_s)
+        ax.plot(secs, [per_s[x] for x in secs], marker=".", label=name)
     ax.set_xlabel("second of the run")
     ax.set_ylabel("ok operations completed")
     ax.set_title("Throughput per 1-s window (summed over runs)")
-    if series:
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "windows.png", dpi=100)
+    ax.grid(True, alpha=0.3)
+    if wins:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.savefig(out / "windows.png", dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 

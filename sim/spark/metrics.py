@@ -9,7 +9,8 @@ Definitions (the tests recompute them with pyarrow and must agree):
   invoke);
 - throughput per 1-s window: `ok` operations by the second (since the run's
   first invoke) they completed in;
-- oracle calls per op: internal events of kind `oracle.*` / operations;
+- `oracle_api_calls_per_op`: internal events of kind `oracle.*` / operations
+  (API calls, not compare's backing queries: docs/metrics.md);
 - group-commit batch sizes: `batch_size` of `group-commit` events (mean, max).
 
 A trace of `coordsim compare` holds one workload on one configuration at
@@ -98,7 +99,7 @@ def metrics(ops: Any, events: Any, meta: Any) -> tuple[Any, Any]:
             *[F.col("p")[i].alias(f"latency_p{round(q * 100)}_ms") for i, q in enumerate(PERCENTILES)],
             "latency_mean_ms", "latency_max_ms",
             "window_ops_min", "window_ops_mean", "window_ops_max",
-            (F.col("oracle_calls") / F.col("ops")).alias("oracle_calls_per_op"),
+            (F.col("oracle_calls") / F.col("ops")).alias("oracle_api_calls_per_op"),
             "group_commits", "group_commit_batch_mean", "group_commit_batch_max",
         )
         .orderBy(*GROUP)

@@ -25,6 +25,41 @@ CRASH_RUN: Final = "crash-restart-event-loop"
 GENERATED: Final = ((0, 500, 0.3, 0.2), (1, 400, 0.15, 0.1), (2, 600, 0.0, 0.2), (140, 60, 0.0, 0.3))
 
 
+#: Known-bad variants (coordinator/config.py's KnownBad toggles) on the
+#: scenario and config that expose them (tests/anomalies/test_known_bad.py),
+#: at seeds the in-process checkers catch: (variant, scenario, config, seed).
+KNOWN_BAD: Final = (
+    ("peeks_ignore_catalog_ts", "seed001", "decoupled", 0),
+    ("peeks_ignore_catalog_ts", "seed001-index", "decoupled", 0),
+    ("skip_confirm_leadership", "split-brain", "event-loop", 1),
+    ("batching_joins_in_flight", "busy-reads", "event-loop+pg-oracle", 0),
+    ("batching_joins_in_flight", "busy-reads", "decoupled", 0),
+    ("apply_write_before_append", "seed001", "event-loop", 0),
+    ("apply_write_before_append", "seed001", "event-loop", 1),
+    ("apply_write_before_append", "seed001", "event-loop+pg-oracle", 0),
+    ("apply_write_before_append", "seed001", "decoupled", 0),
+)
+
+
+def known_bad_name(variant: str, scenario: str, config: str, seed: int) -> str:
+    return f"kb-{variant}-{scenario}-{config}-{seed}"
+
+
+def write_known_bad(root: Path) -> list[Path]:
+    """Runs each `KNOWN_BAD` variant (virtual mode, a fraction of a second
+    each) and writes its trace."""
+    from sim.anomalies import default_spec, parse_known_bad, run_spec
+    from sim.traces import write_trace
+
+    out = []
+    for variant, scenario, config, seed in KNOWN_BAD:
+        h, events = run_spec(default_spec(scenario, config, seed, known_bad=parse_known_bad([variant])))
+        name = known_bad_name(variant, scenario, config, seed)
+        write_trace(root / name, h, events, run=name, config=config, seed=seed)
+        out.append(root / name)
+    return out
+
+
 def write_generated(root: Path) -> list[Path]:
     """Writes the `GENERATED` histories and their mutants, and the
     hand-written EDN corpus of the checkers' tests (tests/data/histories:
@@ -75,11 +110,101 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 
 @pytest.fixture(scope="session")
-def golden_out(spark: Any, tmp_path_factory: pytest.TempPathFactory, generated: list[Path]) -> Path:
-    """The replay job's output on the golden and generated traces (computed
-    once: one replay of them all is cheaper than one each)."""
+def known_bad(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return write_known_bad(tmp_path_factory.mktemp("known-bad"))
+
+
+@pytest.fixture(scope="session")
+def golden_out(
+    spark: Any, tmp_path_factory: pytest.TempPathFactory, generated: list[Path], known_bad: list[Path]
+) -> Path:
+    """The replay job's output on the golden, generated and known-bad traces
+    (computed once: one replay of them all is cheaper than one each)."""
     from sim.spark.job import replay
 
     out = tmp_path_factory.mktemp("replay")
-    replay(spark, [str(GOLDEN / r) for r in (*GOLDEN_RUNS, CRASH_RUN)] + [str(g) for g in generated], out)
+    traces = [str(GOLDEN / r) for r in (*GOLDEN_RUNS, CRASH_RUN)] + [str(g) for g in (*generated, *known_bad)]
+    replay(spark, traces, out)
     return out
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Spark standalone master and two one-core workers started from the
+    pyspark installation, bound to 127.0.0.1; yields the master URL. Waits
+    until the master's JSON UI reports two alive workers; kills the JVMs'
+    process groups at the end. Fails (never skips) without Java."""
+    import json
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import time
+    import urllib.request
+
+    import pyspark
+
+    from sim.spark.session import java_problem
+
+    problem = java_problem()
+    if problem is not None:
+        pytest.fail(f"no Spark cluster for the tests: {problem}", pytrace=False)
+    home = Path(pyspark.__file__).parent
+    root = tmp_path_factory.mktemp("spark-cluster")
+    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
+           "SPARK_LOG_DIR": str(root / "logs"), "SPARK_NO_DAEMONIZE": "1",
+           # The master's REST submission server listens on a fixed port
+           # (6066) by default: off, so parallel sessions never collide.
+           "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}  # fmt: skip
+    port, ui = _free_port(), _free_port()
+    url = f"spark://127.0.0.1:{port}"
+    cls = str(home / "bin" / "spark-class")
+    cmds = [[cls, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
+             "--webui-port", str(ui)]]  # fmt: skip
+    for i in range(2):
+        wdir = root / f"worker{i}"
+        wdir.mkdir()
+        cmds.append([cls, "org.apache.spark.deploy.worker.Worker", url, "--host", "127.0.0.1", "--cores", "1",
+                     "--memory", "1g", "--work-dir", str(wdir), "--webui-port", str(_free_port())])  # fmt: skip
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for i, cmd in enumerate(cmds):
+            log = (root / f"jvm{i}.log").open("wb")
+            procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            log.close()
+        deadline = time.monotonic() + 120
+        alive = 0
+        while time.monotonic() < deadline:
+            if any(p.poll() is not None for p in procs):
+                break
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as r:
+                    alive = int(json.load(r).get("aliveworkers", 0))
+            except (OSError, ValueError):
+                alive = 0
+            if alive >= 2:
+                break
+            time.sleep(0.5)  # polling a JVM we started; nothing to await
+        if alive < 2:
+            logs = "\n".join((root / f"jvm{i}.log").read_text(errors="replace")[-1500:] for i in range(len(cmds)))
+            pytest.fail(f"the Spark standalone cluster did not come up ({alive} workers alive):\n{logs}")
+        yield url
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        shutil.rmtree(root, ignore_errors=True)

@@ -7,9 +7,8 @@ from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 
-from sim.checker import check_named, check_replay
+from sim.checker.run import check_history
 from sim.checker.verdict import MAX_REPORTED
-from sim.spark.verify import COVERED
 from sim.traces import read_trace
 
 if TYPE_CHECKING:
@@ -18,19 +17,30 @@ if TYPE_CHECKING:
 Row = tuple[str, str, tuple[int, ...]]
 
 
-def in_process(trace: Path) -> set[Row]:
-    """(run, anomaly, op ids) of checker 1's join-shaped anomalies and checker 3's."""
+def in_process_report(trace: Path) -> tuple[set[Row], set[str]]:
+    """(run, anomaly, op ids) of every checker of `check_history`, and the
+    names of the checkers that ran."""
     t = read_trace(trace)
     run = str(t.meta["run"])
+    rep = check_history(t.history, t.events)
     out: set[Row] = set()
-    for v in (check_named(t.history), check_replay(t.history)):
+    for v in rep.verdicts:
         for name, n in v.counts.items():
-            if COVERED.get(name) == v.checker:
-                assert n <= MAX_REPORTED, f"{run}: {n} {name}: more than the checker keeps"
-        out |= {(run, a.name, a.ops) for a in v.anomalies if COVERED.get(a.name) == a.checker}
-    return out
+            assert n <= MAX_REPORTED, f"{run}: {n} {name}: more than the checker keeps"
+        out |= {(run, a.name, a.ops) for a in v.anomalies}
+    return out, {v.checker for v in rep.verdicts}
+
+
+def in_process(trace: Path) -> set[Row]:
+    """(run, anomaly, op ids) of every in-process checker."""
+    return in_process_report(trace)[0]
 
 
 def spark_rows(out: Path) -> set[Row]:
     t = pq.read_table(out / "anomalies.parquet").to_pylist()
     return {(r["run"], r["anomaly"], tuple(r["ops"])) for r in t}
+
+
+def spark_checkers(out: Path) -> dict[str, set[str]]:
+    """Per run, the checkers the Spark job ran (verdicts.parquet's `checkers`)."""
+    return {r["run"]: set(r["checkers"] or ()) for r in pq.read_table(out / "verdicts.parquet").to_pylist()}
