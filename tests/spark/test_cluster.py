@@ -61,8 +61,6 @@ def test_replay_on_a_standalone_cluster(
         for f in files:
             if f.endswith(".py") and (ROOT / f).exists():
                 z.write(ROOT / f, f)
-        for f in ("sim/spark/inproc.py",):  # new files not yet in git
-            z.write(ROOT / f, f)
     job = tmp_path / "job.py"
     job.write_text((ROOT / "sim" / "spark" / "job.py").read_text())
     out2 = tmp_path / "submit"
