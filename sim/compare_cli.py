@@ -215,8 +215,9 @@ def compare(
     if quick:
         cfg = cfg.with_overrides(
             concurrency=concurrency or [1, 4, 16, 64], repeat=repeat or 2,
-            duration_s=duration or (0.3 if cfg.mode == "real" else 0.02),
-            warmup_s=warmup or (0.2 if cfg.mode == "real" else 0.01),
+            # With --ops the windows are counted in operations: leave them so.
+            duration_s=duration or (None if ops else 0.3 if cfg.mode == "real" else 0.02),
+            warmup_s=warmup or (None if ops else 0.2 if cfg.mode == "real" else 0.01),
         )
     base_rows = read_results(baseline) if baseline is not None else None
     wall0 = time.perf_counter()

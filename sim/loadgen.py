@@ -92,6 +92,8 @@ class Window:
     def __post_init__(self) -> None:
         if (self.duration_s is None) == (self.ops is None):
             raise InvalidUsage("a measurement window has either a duration or a number of operations")
+        if self.ops is not None and self.warmup_s:
+            raise InvalidUsage("a warm-up in seconds goes with a duration (fixed-ops runs warm up by operations)")
         if self.repeat < 1 or self.warmup_s < 0 or (self.duration_s is not None and self.duration_s <= 0):
             raise InvalidUsage(f"bad measurement window {self}")
 
@@ -250,29 +252,13 @@ async def measure_closed(
     cancelled mid-statement, so the history stays clean)."""
     if window.duration_s is None:
         assert window.ops is not None
-        if window.warmup_s > 0:
-            await _closed_for(rt, op, concurrency, window.warmup_s, 1)
         return [await closed_loop(rt, op, concurrency=concurrency, ops=window.ops) for _ in range(window.repeat)]
     if concurrency < 1:
         raise InvalidUsage(f"concurrency must be >= 1, got {concurrency}")
-    return await _closed_for(rt, op, concurrency, window.warmup_s, window.repeat, window.duration_s)
-
-
-async def _closed_for(
-    rt: Runtime,
-    op: Callable[[int, int], Awaitable[str | bool | None]],
-    concurrency: int,
-    warmup_s: float,
-    repeat: int,
-    duration_s: float | None = None,
-) -> list[LevelResult]:
-    start = rt.now()
-    first = start + warmup_s
-    length = duration_s if duration_s is not None else 0.0
-    end = first + length * repeat if duration_s is not None else first
-    results = [LevelResult(concurrency, start_s=first + i * length) for i in range(repeat)]
-    for r in results:
-        r.elapsed_s = length
+    length = window.duration_s
+    first = rt.now() + window.warmup_s
+    end = first + length * window.repeat
+    results = [LevelResult(concurrency, start_s=first + i * length, elapsed_s=length) for i in range(window.repeat)]
 
     async def client(c: int) -> None:
         k = 0
@@ -281,13 +267,13 @@ async def _closed_for(
             code = _code(await op(c, k))
             t1 = rt.now()
             k += 1
-            if duration_s is not None and first <= t1 < end:
-                results[min(repeat - 1, int((t1 - first) / length))].add(t1 - t0, code)
+            if first <= t1 < end:
+                results[min(window.repeat - 1, int((t1 - first) / length))].add(t1 - t0, code)
 
     async with anyio.create_task_group() as tg:
         for c in range(concurrency):
             tg.start_soon(client, c)
-    return results if duration_s is not None else []
+    return results
 
 
 async def measure_open(

@@ -147,8 +147,12 @@ _HEAD: Final = ("config", "clients", "ops/s (95% CI)", "ops", "errors", "p50 ms"
 
 def _cells(r: LevelRow) -> list[str]:
     return [r.config, str(r.concurrency), _tput(r), f"{r.ops:,}", _errors(r), _ms(r.p50_ms), _ms(r.p99_ms),
-            _ms(r.p999_ms), f"{r.latency_samples:,}", f"{r.oracle_queries_per_op:.2f}",
-            f"{r.loop_busy_fraction:.0%}", r.verdict or "—"]  # fmt: skip
+            _ms(r.p999_ms), f"{r.latency_samples:,}", _fixed(r.oracle_queries_per_op, "{:.2f}"),
+            _fixed(r.loop_busy_fraction, "{:.0%}"), r.verdict or "—"]  # fmt: skip
+
+
+def _fixed(v: float | None, fmt: str) -> str:
+    return "—" if v is None else fmt.format(v)
 
 
 def tables(rows: Sequence[LevelRow], *, plain: bool = False) -> list[Table]:

@@ -94,8 +94,8 @@ class LevelRow:
     p999_ms: float | None
     p50_samples_ms: tuple[float, ...]
     p99_samples_ms: tuple[float, ...]
-    oracle_queries_per_op: float
-    loop_busy_fraction: float
+    oracle_queries_per_op: float | None  # None: not sampled (a scenario script's row)
+    loop_busy_fraction: float | None
     verdict: str = ""
 
     @property
@@ -291,7 +291,8 @@ def _row(
     span: float,
 ) -> LevelRow:
     """`span`: the level's whole time (warm-up and drain included), over which
-    the coordinator's counters moved from `before` to `after`."""
+    the coordinator's counters moved from `before` to `after` (both None when
+    they were not sampled)."""
     ops = sum(r.ops for r in res)
     merged = new_histogram()
     codes: dict[str, int] = {}
@@ -305,8 +306,14 @@ def _row(
     def pct(q: float) -> float | None:
         return merged.get_value_at_percentile(q) / 1000.0 if percentile_shown(samples, q) else None
 
-    busy = after.loop_busy_s - before.loop_busy_s
-    oracle = after.oracle_calls - before.oracle_calls
+    oracle_per_op: float | None = None
+    busy_fraction: float | None = None
+    if before is not None and after is not None:
+        # Both over the level's whole span, warm-up included (the counters are
+        # read before and after it): a ratio, so the span cancels out.
+        oracle_per_op = (after.oracle_calls - before.oracle_calls) / (after.statements - before.statements or 1)
+        busy = after.loop_busy_s - before.loop_busy_s
+        busy_fraction = busy / span / max(1, after.loop_cores) if span > 0 else 0.0
     return LevelRow(
         workload=workload_name,
         config=config_name,
@@ -326,10 +333,8 @@ def _row(
         p999_ms=pct(99.9),
         p50_samples_ms=tuple(r.percentile_ms(50) for r in res),
         p99_samples_ms=tuple(r.percentile_ms(99) for r in res),
-        # Both over the level's whole span, warm-up included (the counters are
-        # read before and after it): a ratio, so the span cancels out.
-        oracle_queries_per_op=oracle / (after.statements - before.statements or 1),
-        loop_busy_fraction=busy / span / max(1, after.loop_cores) if span > 0 else 0.0,
+        oracle_queries_per_op=oracle_per_op,
+        loop_busy_fraction=busy_fraction,
     )
 
 
@@ -349,7 +354,6 @@ def run_script_once(cfg: Config, config_name: str, sc: PythonScenario, *, seed: 
     """Runs `sc` once on a fresh deployment of `config_name`. The scenario's own
     exception is captured, not raised: the caller reports it with what the
     scenario recorded until then."""
-    from sim.history import HistoryRecorder
     from sim.scenarios import Sim
 
     holder: dict[str, Any] = {}
@@ -376,7 +380,8 @@ def run_script(cfg: Config, config_name: str, sc: PythonScenario, trace_dir: Pat
     """A user's Python scenario under `config_name`, `cfg.window().repeat`
     times with seeds `cfg.seed`, `cfg.seed + 1`, …, as one row: its operations'
     throughput (operations / the span from the first invocation to the last
-    completion) with its interval over the runs, their latencies and errors.
+    completion) with its interval over the runs, their latencies and errors;
+    the coordinator's counters are not sampled (None).
     The first run's trace is written to `trace_dir` and returned for checking."""
     from sim.scenarios import scenario_error
 
@@ -394,20 +399,10 @@ def run_script(cfg: Config, config_name: str, sc: PythonScenario, trace_dir: Pat
             write_trace(trace_dir, one.history, one.events, run=f"{sc.name}/{config_name}", config=config_name,
                         seed=cfg.seed, extra_meta={"workload": sc.name, "mode": cfg.mode})  # fmt: skip
     assert kept is not None
-    zero = _Zero()
-    row = _row(cfg, config_name, sc.name, results, zero, zero, clients, sum(r.elapsed_s for r in results))
+    # A script may restart its coordinator, whose counters then start over:
+    # they are not reported rather than reported wrong.
+    row = _row(cfg, config_name, sc.name, results, None, None, clients, sum(r.elapsed_s for r in results))
     return RunOutput([row], trace_dir, kept.history, kept.events)
-
-
-@final
-@dataclass(frozen=True)
-class _Zero:
-    """Counters a script run does not sample (its coordinator is its own)."""
-
-    loop_busy_s: float = 0.0
-    oracle_calls: int = 0
-    statements: int = 0
-    loop_cores: int = 1
 
 
 def _script_result(h: History) -> LevelResult:

@@ -45,6 +45,8 @@ __all__ = [
     "OPS_SCHEMA",
     "SCHEMA_VERSION",
     "Trace",
+    "events_from_table",
+    "history_from_table",
     "read_trace",
     "write_trace",
 ]
@@ -232,7 +234,23 @@ def _conform(t: Any, schema: Any, what: str) -> Any:
     return pa.Table.from_arrays(cols, schema=schema)
 
 
-def _history_from_table(t: Any) -> History:
+def events_from_table(t: Any) -> list[Event]:
+    """An events table (a trace's `events.parquet`, or a Spark group of its
+    rows) as the model's events, in the table's order."""
+    return [
+        Event(
+            seq=r["seq"], kind=r["kind"], component=r["component"],
+            start_ns=r["start_ns"], end_ns=r["end_ns"], status=Status(r["status"]),
+            timeline=r["timeline"], ts=r["ts"], batch_size=r["batch_size"],
+            actor=r["actor"], ops=tuple(r["ops"] or ()), detail=r["detail"],
+        )
+        for r in _conform(t, EVENTS_SCHEMA, "events").to_pylist()
+    ]  # fmt: skip
+
+
+def history_from_table(t: Any) -> History:
+    """An ops table (a trace's `ops.parquet`, or a Spark group of its rows)
+    as the model's `History`, rows in the table's order."""
     t = _conform(t, OPS_SCHEMA, "ops")
     h = History()
     h.n = t.num_rows
@@ -322,19 +340,9 @@ def read_trace(directory: Path | str) -> Trace:
     if version != SCHEMA_VERSION:
         raise HistoryError(f"{d}: schema version {version!r}, this coordsim reads {SCHEMA_VERSION}")
     try:
-        history = _history_from_table(pq.read_table(d / OPS_FILE))
+        history = history_from_table(pq.read_table(d / OPS_FILE))
         ev_path = d / EVENTS_FILE
-        events: list[Event] = []
-        if ev_path.exists():
-            for r in _conform(pq.read_table(ev_path), EVENTS_SCHEMA, "events").to_pylist():
-                events.append(
-                    Event(
-                        seq=r["seq"], kind=r["kind"], component=r["component"],
-                        start_ns=r["start_ns"], end_ns=r["end_ns"], status=Status(r["status"]),
-                        timeline=r["timeline"], ts=r["ts"], batch_size=r["batch_size"],
-                        actor=r["actor"], ops=tuple(r["ops"] or ()), detail=r["detail"],
-                    )
-                )  # fmt: skip
+        events = events_from_table(pq.read_table(ev_path)) if ev_path.exists() else []
     except (OSError, pa.ArrowException, KeyError, ValueError) as exc:
         if isinstance(exc, HistoryError):
             raise HistoryError(f"{d}: {exc}") from exc

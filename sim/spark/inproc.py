@@ -39,28 +39,18 @@ RESULT_SCHEMA: Final = (
 
 
 def _events(t: Any) -> list[Event]:
-    from sim.history import Event, Status
-    from sim.traces import EVENTS_SCHEMA, _conform
+    from sim.traces import events_from_table
 
-    t = _conform(t, EVENTS_SCHEMA, "events")
-    return [
-        Event(
-            seq=r["seq"], kind=r["kind"], component=r["component"],
-            start_ns=r["start_ns"], end_ns=r["end_ns"], status=Status(r["status"]),
-            timeline=r["timeline"], ts=r["ts"], batch_size=r["batch_size"],
-            actor=r["actor"], ops=tuple(r["ops"] or ()), detail=r["detail"],
-        )
-        for r in sorted(t.to_pylist(), key=lambda r: r["seq"])
-    ]  # fmt: skip
+    return events_from_table(t.sort_by("seq"))
 
 
 def _history(t: Any) -> History:
-    from sim.traces import _history_from_table
+    from sim.traces import history_from_table
 
     # Rows in trace order (`_row`, taken at load): checkers break ties by row.
     if "_row" in t.column_names:
         t = t.sort_by("_row").drop_columns(["_row"])
-    return _history_from_table(t)
+    return history_from_table(t)
 
 
 def check_run(

@@ -422,4 +422,5 @@ def test_scenario_files_are_compared_beside_workloads(tmp_path: Path) -> None:
     script_rows = [row for row in rows if row["workload"] == "my_script"]
     assert len(script_rows) == 2
     assert all(row["repeats"] == "2" and row["verdict"] == "valid" and int(row["ops"]) > 0 for row in script_rows)
+    assert all(row["oracle_queries_per_op"] == "" for row in script_rows)  # not sampled, not zero
     assert (out / "traces" / "my_script" / "decoupled" / "ops.parquet").is_file()
