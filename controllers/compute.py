@@ -15,6 +15,16 @@ Paths:
   once its frontier is beyond `as_of`, with exactly the contents at `as_of`.
   The first answer wins; later ones are dropped and the other replicas are told
   to cancel.
+- **Compaction and read holds**: the controller, not the replicas, decides how
+  far each dataflow's arrangement may compact (as Materialize's compute
+  controller owns the read capabilities): its *since* starts where the first
+  replica hydrated and follows `upper - compaction_window` (or the catalog's
+  `AllowCompaction`), never past a read hold, in steps sent to every replica
+  as `ReplicaAllowCompaction`. `read_floor`/`read_hold` let the coordinator
+  choose a peek timestamp at or above that since and keep it readable until
+  the answer (`coordinator/peeks.py`), so a replica never finds a peek's
+  `as_of` compacted away (except one rehydrating after a crash, whose since
+  starts at its shard's).
 - **Replica crash/restart**: a restarted or newly created replica is sent the
   cluster's history — its live dataflows, compaction bounds, and in-flight
   peeks — so it rehydrates and answers what is still pending (reconciliation).
@@ -83,6 +93,7 @@ __all__ = [
     "ComputeCommand",
     "ComputeConfig",
     "ComputeController",
+    "ComputeReadHold",
     "ComputeStatistics",
     "PeekWaiters",
     "ResponseSink",
@@ -148,8 +159,28 @@ class _Dataflow:
     cmd: CreateDataflow
     columns: tuple[str, ...] = ()
     error: PeekError | None = None  # set when the dataflow cannot be built
-    allowed: int = 0
+    allowed: int = 0  # the catalog's AllowCompaction bound
     upper: Frontier = Frontier.MINIMUM
+    since: int | None = None  # what replicas may compact to; None until one hydrated
+    holds: list[int] = field(default_factory=list)
+
+
+@final
+class ComputeReadHold:
+    """Keeps dataflow `id` peekable at `ts` (its since at or below `ts`) until
+    released: the controller allows no replica to compact past it."""
+
+    def __init__(self, controller: ComputeController, collection_id: int, ts: int) -> None:
+        self._ctl = controller
+        self.id = collection_id
+        self.ts = ts
+        self._released = False
+
+    def release(self) -> None:
+        """Idempotent: releasing twice releases once."""
+        if not self._released:
+            self._released = True
+            self._ctl._release(self)
 
 
 @final
@@ -216,6 +247,41 @@ class ComputeController(TaskOwner):
             raise InvalidUsage(f"unknown dataflow {collection_id}")
         return df.upper
 
+    def read_floor(self, collection_id: int) -> int | None:
+        """A dataflow's since (the least time a peek may read it at), or None if
+        this controller knows no hydrated dataflow `collection_id`."""
+        df = self._dataflows.get(collection_id)
+        return None if df is None else df.since
+
+    def read_hold(self, collection_id: int, ts: int) -> ComputeReadHold:
+        """Holds the dataflow peekable at `ts`; below its since (or before it
+        hydrated) is `InvalidUsage`."""
+        df = self._dataflows.get(collection_id)
+        if df is None or df.since is None or ts < df.since:
+            since = None if df is None else df.since
+            raise InvalidUsage(f"dataflow {collection_id}: cannot hold {ts} (since {since})")
+        df.holds.append(ts)
+        return ComputeReadHold(self, collection_id, ts)
+
+    def _release(self, hold: ComputeReadHold) -> None:
+        df = self._dataflows.get(hold.id)
+        if df is not None:
+            df.holds.remove(hold.ts)
+            self._maybe_compact(df)
+
+    def _maybe_compact(self, df: _Dataflow, *, force: bool = False) -> None:
+        """Moves the dataflow's since towards `upper - window` (or `allowed`),
+        never past a hold, in steps of a quarter window (each step is one
+        message to every replica) unless `force`d by an AllowCompaction."""
+        upper = df.upper.ts
+        if df.since is None or upper is None:
+            return
+        target = min(max(upper - self.config.compaction_window, df.allowed), upper - 1, *df.holds)
+        step = 1 if force else max(1, self.config.compaction_window // 4)
+        if target - df.since >= step:
+            df.since = target
+            self._broadcast(df.cmd.cluster_id, ReplicaAllowCompaction(df.cmd.id, target))
+
     def replica(self, cluster_id: int, replica_id: int) -> Replica:
         cluster = self._clusters.get(cluster_id)
         if cluster is None or replica_id not in cluster.replicas:
@@ -248,8 +314,8 @@ class ComputeController(TaskOwner):
             df = self._dataflows[df_id]
             if df.error is None:
                 out.append(self._replica_create(df))
-                if df.allowed:
-                    out.append(ReplicaAllowCompaction(df_id, df.allowed))
+                if df.since:
+                    out.append(ReplicaAllowCompaction(df_id, df.since))
         out += [f.command for f in self._in_flight.values() if f.cluster_id == cluster.id]
         return out
 
@@ -289,7 +355,7 @@ class ComputeController(TaskOwner):
             df = self._dataflows.get(cmd.id)
             if df is not None and cmd.since > df.allowed:
                 df.allowed = cmd.since
-                self._broadcast(df.cmd.cluster_id, ReplicaAllowCompaction(cmd.id, cmd.since))
+                self._maybe_compact(df, force=True)
 
     def _advance(self, ts: int) -> None:
         if ts < self._frontier:
@@ -461,9 +527,15 @@ class ComputeController(TaskOwner):
 
     def _on_replica_frontier(self, replica: Replica, df_id: int, upper: Frontier) -> None:
         df = self._dataflows.get(df_id)
-        if df is not None and df.cmd.cluster_id == replica.cluster_id and upper > df.upper:
+        if df is None or df.cmd.cluster_id != replica.cluster_id:
+            return
+        if df.since is None:
+            # The first hydrated replica's as_of: the dataflow is readable from here.
+            df.since = replica.since(df_id)
+        if upper > df.upper:
             df.upper = upper
             self._respond(FrontierUppers(df_id, upper))
+            self._maybe_compact(df)
 
 
 @final

@@ -8,9 +8,10 @@ Paths (each cost is a named latency; see `REPLICA_LATENCIES`):
   dataflow's `as_of`. Hydrate: `snapshot(as_of)` (`replica.hydrate_row` CPU per
   row). Then follow `listen(as_of)`: each batch costs `replica.maintain_row` per
   update, goes through the transform into the arrangement and advances the
-  frontier (reported to the controller at once). The arrangement compacts to
-  `upper - window` (or the `AllowCompaction` bound), never past an in-flight
-  peek's `as_of`, and the reader's persist since follows, so the shard compacts.
+  frontier (reported to the controller at once). The arrangement compacts only
+  as far as the controller's `ReplicaAllowCompaction` allows (the controller
+  owns the read holds), never past an in-flight peek's `as_of`, and the
+  reader's persist since follows, so the shard compacts.
 - **Peek on an index/view**: hold `as_of`, wait until the frontier is beyond
   it, read the arrangement at exactly `as_of`, apply the peek's transform
   (`replica.peek` + `replica.peek_row` per row read), answer after a
@@ -450,7 +451,7 @@ class Replica:
     def _compact_arrangement(self, df: _Dataflow) -> None:
         arr = df.arrangement
         if arr is not None:
-            arr.compact(min(max(arr.upper - self._window, df.allowed), arr.upper - 1, *df.holds))
+            arr.compact(min(df.allowed, arr.upper - 1, *df.holds))
 
     async def _compact(self, df: _Dataflow, reader: ReadHandle, listen_frontier: int) -> None:
         self._compact_arrangement(df)

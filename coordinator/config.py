@@ -25,6 +25,7 @@ __all__ = [
     "Costs",
     "GroupCommitPolicy",
     "KnownBad",
+    "OracleCalls",
     "OracleKind",
     "check_applies",
     "knobs",
@@ -48,8 +49,20 @@ class CatalogKind(StrEnum):
 
 
 class GroupCommitPolicy(StrEnum):
-    IMMEDIATE = "immediate"  # commit as soon as a write arrives (barely batches, seed 000)
-    AFTER_DRAINING = "after-draining"  # first drain every queued client message
+    """When a write triggers its group commit; how many writes a commit takes
+    is an outcome of the loop, not a setting."""
+
+    IMMEDIATE = "immediate"  # the write posts the trigger at once (seed 000: "barely batches")
+    AFTER_DRAINING = "after-draining"  # the trigger waits until no client message is queued
+
+
+class OracleCalls(StrEnum):
+    """Where an event loop runs the oracle's calls (read_ts for peeks,
+    write_ts/apply_write for group commit). Seed 000's rollout first awaited
+    them inside loop handlers, then moved them to tasks that post a message back."""
+
+    ON_LOOP = "on-loop"
+    OFF_LOOP = "off-loop"
 
 
 @final
@@ -72,6 +85,7 @@ class Costs:
     group_commit: float = 60e-6  # per group commit, plus per_row for its rows
     ddl_sequence: float = 500e-6  # plan a catalog change and derive its commands
     controller_response: float = 10e-6  # per controller message the loop handles
+    loop_dispatch: float = 5e-6  # per message the event loop takes off a queue (channel receive, match)
 
 
 @final
@@ -100,11 +114,12 @@ class CoordinatorConfig:
     oracle: OracleKind
     catalog: CatalogKind
     confirm_leadership: bool  # a durable check per batch of peek results (today)
-    batch_read_ts: bool  # coalesce concurrent read_ts calls (BatchingOracle), off the loop
+    batch_read_ts: bool  # coalesce concurrent read_ts calls (BatchingOracle)
+    oracle_calls: OracleCalls = OracleCalls.OFF_LOOP  # event loop: where oracle calls run
     group_commit: GroupCommitPolicy = GroupCommitPolicy.AFTER_DRAINING
     group_commit_interval_s: float = 1.0  # periodic group commit that advances idle tables
     cores: int = 4  # decoupled: the adapter's CPU pool; the event loop always has 1
-    max_batch: int = 64  # event loop: client messages taken per wake (as Materialize)
+    max_batch: int = 64  # event loop: client messages per wake, unless a handler posts an internal one
     costs: Costs = field(default_factory=Costs)
     known_bad: KnownBad = field(default_factory=KnownBad)
 
@@ -135,6 +150,7 @@ class CoordinatorConfig:
 APPLIES_TO: Final[dict[str, frozenset[Architecture]]] = {
     "confirm_leadership": frozenset({Architecture.EVENT_LOOP}),
     "max_batch": frozenset({Architecture.EVENT_LOOP}),  # client messages per loop wake
+    "oracle_calls": frozenset({Architecture.EVENT_LOOP}),  # the decoupled design has no loop
     "cores": frozenset({Architecture.DECOUPLED}),  # the event loop has exactly one
 }
 
@@ -180,7 +196,9 @@ CONFIGURATIONS: Final[dict[str, CoordinatorConfig]] = {
             CatalogKind.STASH,
             confirm_leadership=True,
             batch_read_ts=False,
-            # Seed 000: today's loop "barely batches" writes into group commits.
+            # Seed 000: today's loop awaits the (in-memory) oracle in its
+            # handlers and triggers a group commit per write.
+            oracle_calls=OracleCalls.ON_LOOP,
             group_commit=GroupCommitPolicy.IMMEDIATE,
         ),
         CoordinatorConfig(

@@ -20,13 +20,16 @@ Paths:
   ephemeral commands carry that `catalog_ts`, so a controller acts on them only
   once its catalog frontier has passed it.
 - **Peek**: 1. + the table `read_ts` (batched, concurrently with the catalog's);
-  2. a read hold on the table at `read_ts` (below its since: first wait for the
-  oracle to reach it, see `peeks.py`); 3. `Peek(as_of=read_ts, catalog_ts)` to
-  compute; 4. wait for that peek's response, release the hold; 5. reply — no
+  2. the timestamp: the later of `read_ts` and the collection's since, held in
+  the same step (see `peeks.py`); 3. `Peek(as_of=ts, catalog_ts)` to compute;
+  4. wait for that peek's response, release the hold; 5. if ts was above
+  `read_ts`, wait for the oracle to reach it (linearize); 6. reply — no
   `confirm_leadership()`.
-- **Insert**: 1. join the pending writes; 2. the group-commit task takes them
-  (at most one commit in flight): `write_ts`, the append to every table,
-  `apply_write`; 3. reply. A periodic commit advances idle tables.
+- **Insert**: 1. join the pending writes; 2. the group-commit task takes all
+  of them (at most one commit in flight, so a batch is what arrived during the
+  previous commit; `after-draining` first lets every ready statement queue its
+  write): `write_ts`, the append to every table, `apply_write`; 3. reply. A
+  periodic commit advances idle tables.
 - **Update/Delete**: under the global write lock: a peek at a linearized
   `read_ts`, then the diffs through group commit.
 """
@@ -48,14 +51,23 @@ from coordinator.group_commit import PendingWrite, group_commit
 from coordinator.peeks import (
     MAX_PEEK_ATTEMPTS,
     below_since,
-    hold_table,
+    choose_timestamp,
+    constant_result,
+    linearize,
     peek_result,
-    read_ts_at_least,
 )
 from coordinator.planner import DDL, CatalogView, PeekPlan, apply_ddl
 from coordinator.running import RunningCoordinator
 from coordinator.session import Result
-from coordinator.statements import Delete, Insert, Select, SqlError, SqlState, Update
+from coordinator.statements import (
+    Delete,
+    Insert,
+    Select,
+    SelectConstant,
+    SqlError,
+    SqlState,
+    Update,
+)
 from oracle.stash import Fenced as OracleFenced
 from persist.location import ExternalError
 from sim.runtime import AsyncExitStack
@@ -190,7 +202,7 @@ class DecoupledCoordinator(RunningCoordinator):
                 del self._statements[scope]
         # Cancelled by shutdown: a read certainly did nothing; a write or DDL
         # may have been applied.
-        if isinstance(statement, Select):
+        if isinstance(statement, Select | SelectConstant):
             return Result.failed(SqlError(SqlState.ADMIN_SHUTDOWN, "the coordinator shut down"))
         return Result.failed(
             SqlError(SqlState.INDETERMINATE, "the coordinator shut down mid-statement")
@@ -203,6 +215,9 @@ class DecoupledCoordinator(RunningCoordinator):
                 return await self._ddl(statement)
             if isinstance(statement, Select):
                 return await self._select(statement)
+            if isinstance(statement, SelectConstant):
+                await self._cpu(self.config.costs.per_row)
+                return constant_result(statement)
             if isinstance(statement, Insert):
                 return await self._insert(statement)
             if isinstance(statement, Update | Delete):
@@ -291,15 +306,13 @@ class DecoupledCoordinator(RunningCoordinator):
         await self._cpu(costs.peek_sequence)
         # Storage must know the catalog as of catalog_ts to hold the table.
         await inc.storage.wait_catalog_frontier(catalog_ts)
+        at_least = 0
         for _ in range(MAX_PEEK_ATTEMPTS):
-            hold = hold_table(inc.storage, plan, read_ts)
-            while isinstance(hold, int):  # read_ts below the table's since: catch up
-                read_ts = await read_ts_at_least(inc.oracle, self._rt, hold)
-                hold = hold_table(inc.storage, plan, read_ts)
+            chosen, hold = choose_timestamp(inc.storage, inc.compute, plan, read_ts, at_least=at_least)
             try:
                 peek_id = next(self._peek_ids)
                 inc.compute.send(
-                    Peek(peek_id, plan.collection_id, plan.cluster_id, read_ts, catalog_ts, plan.transform)
+                    Peek(peek_id, plan.collection_id, plan.cluster_id, chosen, catalog_ts, plan.transform)
                 )
                 response = await self._waiters.wait(peek_id)
             finally:
@@ -308,7 +321,9 @@ class DecoupledCoordinator(RunningCoordinator):
             since = below_since(response)
             if since is None:
                 break
-            read_ts = await read_ts_at_least(inc.oracle, self._rt, since)
+            at_least = since
+        await linearize(inc.oracle, self._rt, chosen, read_ts)
+        read_ts = chosen
         result = peek_result(plan, response, read_ts=read_ts, catalog_ts=catalog_ts)
         await self._cpu(costs.peek_finish + costs.per_row * len(result.rows))
         return result
@@ -376,10 +391,13 @@ class DecoupledCoordinator(RunningCoordinator):
                 with anyio.move_on_after(self.config.group_commit_interval_s):
                     await self._gc_wake.wait()
                 self._gc_wake = anyio.Event()
-            if self.config.group_commit is GroupCommitPolicy.IMMEDIATE:
-                batch, self._pending = self._pending[:1], self._pending[1:]
-            else:
-                batch, self._pending = self._pending, []
+            if self.config.group_commit is GroupCommitPolicy.AFTER_DRAINING:
+                # No loop to drain: let every statement that is ready to queue
+                # its write do so first (one scheduling turn, no modeled time).
+                await anyio.lowlevel.checkpoint()
+            # Every pending write: how many there are is an outcome (those
+            # that arrived while the previous commit was in flight).
+            batch, self._pending = self._pending, []
             await self._cpu(
                 self.config.costs.group_commit
                 + self.config.costs.per_row * sum(len(w.updates) for w in batch)

@@ -1,6 +1,8 @@
 """Today's Coordinator: one loop task that owns all coordinator state and works
 off messages in strict priority — internal commands, then controller responses,
-then client commands (up to `max_batch` per wake) — on one modeled core.
+then client commands (up to `max_batch` per wake, cut short as soon as a handler
+posts an internal message) — on one modeled core. Taking a message off a queue
+costs `loop_dispatch`; `loop_messages` counts them.
 
 Every handler spends modeled CPU on the loop's single core, and every `await`
 inside a handler blocks the loop: that is the point of the model (seed 001).
@@ -10,27 +12,34 @@ Paths (seed 000, seed 001, DESIGN.md §6):
 - **DDL**: 1. plan against the catalog; 2. catalog transaction (the stash by
   default) on the loop; 3. derive the deterministic controller commands and send
   them, advancing the controllers' catalog frontier; 4. reply.
-- **Peek, in-memory oracle** (`event-loop`): 1. `read_ts()` on the loop (free);
-  2. a read hold on the table at it (below the table's since: wait off the loop
-  for the oracle to reach it, see `peeks.py`), `Peek` to the compute controller; 3. the response arrives as a controller
-  message and is buffered; 4. once no controller message is waiting, one
-  `confirm_leadership()` (a durable stash transaction, on the loop) for the
+- **Peek, oracle calls on the loop** (`event-loop`): 1. `read_ts()` in the handler;
+  2. the timestamp: the later of it and the collection's since, held in the
+  same step (see `peeks.py`); `Peek` to the compute controller; 3. the
+  response arrives as a controller message (a timestamp above `read_ts` first
+  waits off the loop for the oracle to reach it) and is buffered; 4. once no
+  controller message is waiting, one `confirm_leadership()` (a durable stash transaction, on the loop) for the
   whole buffer; 5. reply to every buffered peek. A statement that finds its
   table unknown is answered through the same buffer: that answer read the
   in-memory catalog, which is current only while this coordinator leads.
-- **Peek, Postgres oracle** (`event-loop+pg-oracle`): 1. the peek waits off the
-  loop for a batched `read_ts()` (`BatchingOracle`); 2. an internal message
-  brings the timestamp back; 3. `Peek` to compute; 4. reply on the response —
+- **Peek, oracle calls off the loop** (`event-loop+pg-oracle`): 1. the peek
+  waits off the loop for `read_ts()` (batched by `BatchingOracle` when
+  `batch_read_ts`); 2. an internal message brings the timestamp back; 3. `Peek` to compute; 4. reply on the response —
   no `confirm_leadership()` (seed 000's end state; `confirm_leadership=True`
   keeps the check, through the catalog's epoch, as its rollout did — without
   it a deposed coordinator serves reads from a stale catalog, see
   tests/anomalies/test_findings.py).
-- **Insert**: 1. the write joins the pending writes; 2. a group commit starts —
-  at once (`immediate`: one write per commit, what the seed says barely batches)
-  or once the client queue is drained (`after-draining`: every pending write) —
-  with at most one in flight; 3. off the loop: `write_ts`, the append to every
-  table, `apply_write`; 4. an internal message replies to its writers. A
+- **Insert**: 1. the write joins the pending writes and posts the
+  group-commit trigger, an internal message — at once (`immediate`) or once
+  no client message is queued (`after-draining`, the fix seed 000's rollout
+  needed); 2. the trigger, run before any further client message, starts a
+  commit of *every* pending write unless one is in flight (at most one), so
+  how many writes a commit takes is an outcome of the loop; 3. `write_ts`, the
+  append to every table, `apply_write` — the two oracle calls awaited in loop
+  handlers (`oracle_calls = on-loop`, seed 000's first rollout) or in a task
+  (`off-loop`); the append always in a task; 4. an internal message replies
+  to its writers and triggers again for writes that arrived meanwhile. A
   periodic group commit (every `group_commit_interval_s`) advances idle tables.
+- **Constant query** (`SELECT 1`): answered in its handler (the fast path).
 - **Update/Delete**: a task takes the global write lock, reads the matching rows
   through the peek path at a linearized timestamp, writes their replacements
   through group commit and replies: nothing amortizes, so each pays every
@@ -53,20 +62,29 @@ import anyio
 from catalog.api import Conflict, Fenced
 from controllers.commands import Peek, PeekResponse
 from controllers.derive import derive
-from coordinator.config import GroupCommitPolicy
+from coordinator.config import GroupCommitPolicy, OracleCalls
 from coordinator.environment import advance_catalog_frontier, open_incarnation
-from coordinator.group_commit import PendingWrite, group_commit
+from coordinator.group_commit import GroupCommit, PendingWrite
 from coordinator.peeks import (
     MAX_PEEK_ATTEMPTS,
     below_since,
-    hold_table,
+    choose_timestamp,
+    constant_result,
+    linearize,
     peek_result,
-    read_ts_at_least,
 )
 from coordinator.planner import DDL, PeekPlan, ReadThenWritePlan, apply_ddl
 from coordinator.running import RunningCoordinator
 from coordinator.session import Result
-from coordinator.statements import Delete, Insert, Select, SqlError, SqlState, Update
+from coordinator.statements import (
+    Delete,
+    Insert,
+    Select,
+    SelectConstant,
+    SqlError,
+    SqlState,
+    Update,
+)
 from oracle.stash import Fenced as OracleFenced
 from persist.location import ExternalError
 from sim.runtime import AsyncExitStack
@@ -78,10 +96,10 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from controllers.commands import ComputeResponse
-    from controllers.storage import ReadHold
     from coordinator.config import CoordinatorConfig
     from coordinator.environment import Environment
     from coordinator.events import EventSink
+    from coordinator.peeks import Hold
     from coordinator.session import Session
     from coordinator.statements import Statement
     from sim.runtime import Runtime
@@ -116,10 +134,12 @@ class _PeekJob:
     plan: PeekPlan
     deliver: Callable[[Result], None]
     confirm: bool  # reply only after a confirm_leadership (today's linearized reads)
-    read_ts: int | None = None
+    read_ts: int | None = None  # the chosen timestamp (see `peeks.choose_timestamp`)
     catalog_ts: int | None = None
-    hold: ReadHold | None = None  # the table held at read_ts until the answer
-    attempts: int = 0  # peeks again after a since overtook read_ts (`below_since`)
+    oracle_ts: int = 0  # the oracle's read_ts it was chosen from
+    at_least: int = 0  # a rehydrated replica's since (`below_since`)
+    hold: Hold | None = None  # the collection held at read_ts until the answer
+    attempts: int = 0
 
 
 @final
@@ -148,6 +168,7 @@ class EventLoopCoordinator(RunningCoordinator):
         self._confirm_buffer: list[tuple[Callable[[Result], None], Result]] = []
         self._pending_writes: list[tuple[PendingWrite, _Request | None]] = []
         self._gc_in_flight = False
+        self._trigger_posted = False
         self._write_lock = anyio.Lock()
         self._open_requests: list[_Request] = []
         self._handler_s = 0.0  # time in handlers: CPU and every await that blocks the loop
@@ -224,24 +245,33 @@ class EventLoopCoordinator(RunningCoordinator):
                 heads = [(q[0][0], name) for name, q in self._queues.items() if q]
                 if heads:
                     _, name = min(heads)
-                    return name, [self._queues[name].popleft()[1]]
+                    return name, [self._queues[name].popleft()]
             else:
                 for name in _PRIORITY:
                     q = self._queues[name]
                     if q:
                         if name != "external":
-                            return name, [q.popleft()[1]]
+                            return name, [q.popleft()]
                         n = min(len(q), self.config.max_batch)
-                        return name, [q.popleft()[1] for _ in range(n)]
+                        return name, [q.popleft() for _ in range(n)]
             self._wake = anyio.Event()
             await self._wake.wait()
 
     async def _run_loop(self) -> None:
+        costs = self.config.costs
         while True:
-            queue, msgs = await self._next()
+            queue, batch = await self._next()
             start = self._rt.now()
             try:
-                for msg in msgs:
+                for k, (_, msg) in enumerate(batch):
+                    if queue == "external" and k and self._preempted():
+                        # A handler posted a higher-priority message: the rest
+                        # goes back to the head of the queue (a biased select
+                        # looks at the internal channel first on every turn).
+                        self._queues["external"].extendleft(reversed(batch[k:]))
+                        break
+                    self._counts["loop_messages"] += 1
+                    await self._cpu(costs.loop_dispatch)
                     if queue == "internal":
                         await msg()
                     elif queue == "response":
@@ -250,14 +280,23 @@ class EventLoopCoordinator(RunningCoordinator):
                         await self._handle_client(msg)
                 if queue != "internal" and not self._queues["response"]:
                     await self._flush_confirmed_peeks()
-                if (
-                    queue == "external"
-                    and not self._queues["external"]
-                    and self.config.group_commit is GroupCommitPolicy.AFTER_DRAINING
-                ):
-                    self._maybe_group_commit()
+                if queue == "external":
+                    self._drained()
             finally:
                 self._handler_s += self._rt.now() - start
+
+    def _preempted(self) -> bool:
+        return bool(self._queues["internal"] or self._queues["response"])
+
+    def _drained(self) -> None:
+        """After-draining policy: once no client message is queued, trigger the
+        group commit of whatever writes are pending."""
+        if (
+            self.config.group_commit is GroupCommitPolicy.AFTER_DRAINING
+            and not self._queues["external"]
+            and self._pending_writes
+        ):
+            self._trigger_group_commit()
 
     def _on_response(self, response: ComputeResponse) -> None:
         self._post("response", response)
@@ -283,6 +322,10 @@ class EventLoopCoordinator(RunningCoordinator):
         try:
             if isinstance(stmt, DDL):
                 await self._ddl(req)
+            elif isinstance(stmt, SelectConstant):
+                # The fast path: answered from the plan, on the loop.
+                await self._cpu(costs.per_row)
+                req.reply(constant_result(stmt))
             elif isinstance(stmt, Select):
                 self._counts["peeks"] += 1
                 plan = self._catalog_view().plan_select(stmt)
@@ -295,7 +338,7 @@ class EventLoopCoordinator(RunningCoordinator):
                 pending = PendingWrite(write.table_id, write.updates, self._catalog_ts())
                 self._pending_writes.append((pending, req))
                 if self.config.group_commit is GroupCommitPolicy.IMMEDIATE:
-                    self._maybe_group_commit()
+                    self._trigger_group_commit()
             elif isinstance(stmt, Update | Delete):
                 self._counts["writes"] += 1
                 rtw = self._catalog_view().plan_read_then_write(stmt)
@@ -353,9 +396,10 @@ class EventLoopCoordinator(RunningCoordinator):
 
     async def _start_peek(self, job: _PeekJob) -> None:
         inc = self.incarnation
-        if self.config.batch_read_ts:
-            # Off the loop: the batching oracle joins this request to the next
-            # backing read_ts; an internal message brings the timestamp back.
+        if self.config.oracle_calls is OracleCalls.OFF_LOOP:
+            # Off the loop: a task awaits read_ts (which a batching oracle
+            # joins to the next backing call); an internal message brings the
+            # timestamp back.
             async def timestamp() -> None:
                 try:
                     ts = await inc.oracle.read_ts()
@@ -376,43 +420,16 @@ class EventLoopCoordinator(RunningCoordinator):
             return
         await self._send_peek(job, ts)
 
-    async def _send_peek(self, job: _PeekJob, ts: int) -> None:
+    async def _send_peek(self, job: _PeekJob, oracle_ts: int) -> None:
         inc = self.incarnation
-        hold = hold_table(inc.storage, job.plan, ts)
-        if isinstance(hold, int):
-            # read_ts is below the table's since: catch up, then come back.
-            self._catch_up(job, hold)
-            return
-        job.hold = hold
+        ts, job.hold = choose_timestamp(inc.storage, inc.compute, job.plan, oracle_ts, at_least=job.at_least)
         peek_id = next(self._peek_ids)
-        job.read_ts, job.catalog_ts = ts, self._catalog_ts()
+        job.read_ts, job.oracle_ts, job.catalog_ts = ts, oracle_ts, self._catalog_ts()
         self._peeks[peek_id] = job
         plan = job.plan
         self.incarnation.compute.send(
             Peek(peek_id, plan.collection_id, plan.cluster_id, ts, job.catalog_ts, plan.transform)
         )
-
-    def _catch_up(self, job: _PeekJob, floor: int) -> None:
-        """Waits off the loop for the oracle's read_ts to reach `floor` (a
-        since the peek's timestamp fell below), then peeks again with it."""
-        inc = self.incarnation
-
-        async def catch_up() -> None:
-            try:
-                later = await read_ts_at_least(inc.oracle, self._rt, floor)
-            except OracleFenced as exc:
-                job.deliver(Result.failed(self._fence(exc)))
-                return
-            except ExternalError as exc:
-                job.deliver(Result.failed(SqlError(SqlState.SERIALIZATION_FAILURE, f"read_ts: {exc}")))
-                return
-            except SqlError as exc:
-                job.deliver(Result.failed(exc))
-                return
-            self._internal(lambda: self._send_peek(job, later))
-
-        assert self._tg is not None
-        self._tg.start_soon(catch_up)
 
     async def _handle_response(self, response: ComputeResponse) -> None:
         costs = self.config.costs
@@ -428,17 +445,52 @@ class EventLoopCoordinator(RunningCoordinator):
         since = below_since(response)
         if since is not None and job.attempts < MAX_PEEK_ATTEMPTS:
             job.attempts += 1
+            job.at_least = since
             await self._cpu(costs.controller_response)
-            self._catch_up(job, since)
+            await self._send_peek(job, job.oracle_ts)
             return
         result = peek_result(job.plan, response, read_ts=job.read_ts, catalog_ts=job.catalog_ts)
         await self._cpu(
             costs.controller_response + costs.peek_finish + costs.per_row * len(result.rows)
         )
+        if result.ok and job.read_ts is not None and job.read_ts > job.oracle_ts:
+            self._linearize(job, result)
+            return
+        self._finish_peek(job, result)
+
+    def _finish_peek(self, job: _PeekJob, result: Result) -> None:
         if job.confirm and result.ok and not self.config.known_bad.skip_confirm_leadership:
             self._confirm_buffer.append((job.deliver, result))
         else:
             job.deliver(result)
+
+    def _linearize(self, job: _PeekJob, result: Result) -> None:
+        """Holds an answer read above the oracle's read_ts back, off the loop,
+        until the oracle reaches its timestamp; an internal message then
+        finishes it."""
+        inc = self.incarnation
+        assert job.read_ts is not None
+        chosen = job.read_ts
+
+        async def wait() -> None:
+            try:
+                await linearize(inc.oracle, self._rt, chosen, job.oracle_ts)
+            except OracleFenced as exc:
+                job.deliver(Result.failed(self._fence(exc)))
+                return
+            except SqlError as exc:
+                job.deliver(Result.failed(exc, read_ts=chosen, catalog_ts=job.catalog_ts))
+                return
+
+            async def finish() -> None:
+                self._finish_peek(job, result)
+                if not self._queues["response"]:
+                    await self._flush_confirmed_peeks()
+
+            self._internal(finish)
+
+        assert self._tg is not None
+        self._tg.start_soon(wait)
 
     async def _flush_confirmed_peeks(self) -> None:
         """One durable `confirm_leadership()` for every buffered peek result."""
@@ -474,33 +526,71 @@ class EventLoopCoordinator(RunningCoordinator):
 
     # --- writes ---------------------------------------------------------------------
 
-    def _maybe_group_commit(self, *, periodic: bool = False) -> None:
-        """Starts a group commit unless one is in flight (at most one)."""
+    def _trigger_group_commit(self) -> None:
+        """Posts the group-commit trigger: an internal message, so the loop runs
+        it before the next client message. How many writes it finds pending
+        is up to the loop (the batch size is an outcome, not a setting)."""
+        if not self._trigger_posted:
+            self._trigger_posted = True
+
+            async def initiate() -> None:
+                self._trigger_posted = False
+                await self._maybe_group_commit()
+
+            self._internal(initiate)
+
+    async def _maybe_group_commit(self, *, periodic: bool = False) -> None:
+        """Starts a group commit of every pending write unless one is in flight
+        (at most one). `oracle_calls = on-loop`: write_ts is awaited here, on
+        the loop, and apply_write in the handler of the append's completion
+        message; off-loop, a task runs all three steps and posts the completion."""
         if self._gc_in_flight or (not self._pending_writes and not periodic):
             return
-        if self.config.group_commit is GroupCommitPolicy.IMMEDIATE:
-            batch, self._pending_writes = self._pending_writes[:1], self._pending_writes[1:]
-        else:
-            batch, self._pending_writes = self._pending_writes, []
+        batch, self._pending_writes = self._pending_writes, []
         self._gc_in_flight = True
         inc = self.incarnation
-        bad = self.config.known_bad
+        gc = GroupCommit(
+            inc,
+            [w for w, _ in batch],
+            apply_write_before_append=self.config.known_bad.apply_write_before_append,
+            stats=self._gc_stats,
+        )
+        assert self._tg is not None
+        if self.config.oracle_calls is OracleCalls.ON_LOOP:
+            if not await gc.timestamp():
+                await self._group_commit_done(batch, gc)
+                return
+
+            async def append() -> None:
+                ok = False
+                try:
+                    ok = await gc.append()
+                finally:
+                    self._internal(lambda: self._apply_on_loop(batch, gc, ok=ok))
+
+            self._tg.start_soon(append)
+            return
 
         async def commit() -> None:
             try:
-                await group_commit(
-                    inc,
-                    [w for w, _ in batch],
-                    apply_write_before_append=bad.apply_write_before_append,
-                    stats=self._gc_stats,
-                )
+                if await gc.timestamp() and await gc.append():
+                    await gc.apply()
             finally:
-                self._internal(lambda: self._group_commit_done(batch))
+                self._internal(lambda: self._group_commit_done(batch, gc))
 
-        assert self._tg is not None
         self._tg.start_soon(commit)
 
-    async def _group_commit_done(self, batch: list[tuple[PendingWrite, _Request | None]]) -> None:
+    async def _apply_on_loop(
+        self, batch: list[tuple[PendingWrite, _Request | None]], gc: GroupCommit, *, ok: bool
+    ) -> None:
+        if ok:
+            await gc.apply()
+        await self._group_commit_done(batch, gc)
+
+    async def _group_commit_done(
+        self, batch: list[tuple[PendingWrite, _Request | None]], gc: GroupCommit
+    ) -> None:
+        gc.finish()
         costs = self.config.costs
         rows = sum(len(w.updates) for w, _ in batch)
         await self._cpu(costs.group_commit + costs.per_row * rows)
@@ -518,7 +608,13 @@ class EventLoopCoordinator(RunningCoordinator):
                 )
         if any(w.error is not None and w.error.code is SqlState.ADMIN_SHUTDOWN for w, _ in batch):
             self._fence(RuntimeError("a table append was fenced"))
-        self._maybe_group_commit()
+        # Writes that arrived while this commit was in flight: their triggers
+        # found it busy, so trigger again (after-draining: once drained).
+        if self.config.group_commit is GroupCommitPolicy.IMMEDIATE:
+            if self._pending_writes:
+                self._trigger_group_commit()
+        else:
+            self._drained()
 
     async def _periodic_group_commit(self) -> None:
         """Advances idle tables so reads at the oracle's read_ts never wait on them."""
@@ -526,7 +622,7 @@ class EventLoopCoordinator(RunningCoordinator):
             await self._rt.sleep(self.config.group_commit_interval_s)
 
             async def tick() -> None:
-                self._maybe_group_commit(periodic=True)
+                await self._maybe_group_commit(periodic=True)
 
             self._internal(tick)
 
@@ -563,7 +659,7 @@ class EventLoopCoordinator(RunningCoordinator):
                     self.config.costs.write_sequence + self.config.costs.per_row * len(diffs)
                 )
                 self._pending_writes.append((pending, None))
-                self._maybe_group_commit()
+                await self._maybe_group_commit()
 
             self._internal(submit)
             await pending.done.wait()

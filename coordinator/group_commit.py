@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from controllers.transform import Row
     from coordinator.environment import Incarnation
 
-__all__ = ["GroupCommitStats", "PendingWrite", "group_commit"]
+__all__ = ["GroupCommit", "GroupCommitStats", "PendingWrite", "group_commit"]
 
 
 @final
@@ -74,21 +74,101 @@ async def group_commit(
     stats: GroupCommitStats | None = None,
 ) -> int | None:
     """Commits `writes` (possibly none: advances idle tables) at one timestamp and
-    resolves each; returns the timestamp, or None if none was allocated."""
-    if stats is not None:
-        stats.commits += 1
-        stats.writes += len(writes)
-        stats.empty_commits += not writes
-    start = inc.rt.now()
+    resolves each; returns the timestamp, or None if none was allocated. All
+    three steps on the caller's task (see `GroupCommit` to split them)."""
+    gc = GroupCommit(inc, writes, apply_write_before_append=apply_write_before_append, stats=stats)
     try:
-        return await _commit(inc, writes, apply_write_before_append=apply_write_before_append)
+        if await gc.timestamp() and await gc.append():
+            await gc.apply()
     finally:
-        ts = next((w.write_ts for w in writes if w.write_ts is not None), None)
-        failed = [w for w in writes if w.error is not None]
-        inc.emit(
-            "group-commit", "group-commit", start, ok=not failed, ts=ts, batch_size=len(writes),
+        gc.finish()
+    return gc.ts
+
+
+@final
+class GroupCommit:
+    """One group commit as three steps — `timestamp` (write_ts), `append`,
+    `apply` (apply_write, then every write resolved) — so an event loop can
+    run the oracle calls on itself and the append off it (`oracle_calls =
+    on-loop`), and `finish` reports it. A step that fails resolves every write
+    and returns False (or the next step finds nothing to do)."""
+
+    def __init__(
+        self,
+        inc: Incarnation,
+        writes: Sequence[PendingWrite],
+        *,
+        apply_write_before_append: bool = False,
+        stats: GroupCommitStats | None = None,
+    ) -> None:
+        self.inc = inc
+        self.writes = writes
+        self.ts: int | None = None
+        self._before = apply_write_before_append
+        self._result: AppendResult | None = None
+        self._start = inc.rt.now()
+        if stats is not None:
+            stats.commits += 1
+            stats.writes += len(writes)
+            stats.empty_commits += not writes
+
+    async def timestamp(self) -> bool:
+        try:
+            self.ts = (await self.inc.oracle.write_ts()).ts
+        except Fenced as exc:
+            self._fail(_fenced(exc))
+            return False
+        except ExternalError as exc:
+            # No timestamp, so nothing was appended: definitely not applied.
+            self._fail(SqlError(SqlState.SERIALIZATION_FAILURE, f"write timestamp: {exc}"))
+            return False
+        return True
+
+    async def append(self) -> bool:
+        """The append at `ts` to every table (after `apply_write` in the
+        known-bad order)."""
+        assert self.ts is not None
+        merged: dict[int, list[tuple[Row, int]]] = {}
+        for w in self.writes:
+            merged.setdefault(w.table_id, []).extend(w.updates)
+        catalog_ts = max((w.catalog_ts for w in self.writes), default=0)
+        try:
+            if self._before:
+                await self.inc.oracle.apply_write(self.ts)
+            self._result = await _append(self.inc, Append(self.ts, merged, catalog_ts))
+        except Fenced as exc:
+            self._fail(_fenced(exc), indeterminate=True)
+            return False
+        except ExternalError as exc:
+            self._fail(SqlError(SqlState.INDETERMINATE, f"group commit at {self.ts}: {exc}"))
+            return False
+        return True
+
+    async def apply(self) -> None:
+        """`apply_write(ts)` (unless done before the append), then each write's outcome."""
+        assert self.ts is not None
+        assert self._result is not None
+        try:
+            if not self._before:
+                await self.inc.oracle.apply_write(self.ts)
+        except Fenced as exc:
+            self._fail(_fenced(exc), indeterminate=True)
+            return
+        except ExternalError as exc:
+            self._fail(SqlError(SqlState.INDETERMINATE, f"group commit at {self.ts}: {exc}"))
+            return
+        _resolve(self.inc, self.writes, self.ts, self._result)
+
+    def finish(self) -> None:
+        """Reports the commit as a `group-commit` event (once every step ran or one failed)."""
+        failed = [w for w in self.writes if w.error is not None]
+        self.inc.emit(
+            "group-commit", "group-commit", self._start, ok=not failed, ts=self.ts, batch_size=len(self.writes),
             detail={"failed": len(failed)} if failed else None,
         )  # fmt: skip
+
+    def _fail(self, error: SqlError, *, indeterminate: bool = False) -> None:
+        _resolve_all(self.writes, self.ts, error, indeterminate=indeterminate)
 
 
 async def _append(inc: Incarnation, append: Append) -> AppendResult:
@@ -104,36 +184,7 @@ async def _append(inc: Incarnation, append: Append) -> AppendResult:
         inc.emit("table-append", "storage", start, ok=ok, ts=append.ts, timeline=inc.oracle.timeline)
 
 
-async def _commit(
-    inc: Incarnation, writes: Sequence[PendingWrite], *, apply_write_before_append: bool
-) -> int | None:
-    try:
-        ts = (await inc.oracle.write_ts()).ts
-    except Fenced as exc:
-        _resolve_all(writes, None, _fenced(exc))
-        return None
-    except ExternalError as exc:
-        # No timestamp, so nothing was appended: definitely not applied.
-        _resolve_all(
-            writes, None, SqlError(SqlState.SERIALIZATION_FAILURE, f"write timestamp: {exc}")
-        )
-        return None
-    merged: dict[int, list[tuple[Row, int]]] = {}
-    for w in writes:
-        merged.setdefault(w.table_id, []).extend(w.updates)
-    catalog_ts = max((w.catalog_ts for w in writes), default=0)
-    try:
-        if apply_write_before_append:
-            await inc.oracle.apply_write(ts)
-        result = await _append(inc, Append(ts, merged, catalog_ts))
-        if not apply_write_before_append:
-            await inc.oracle.apply_write(ts)
-    except Fenced as exc:
-        _resolve_all(writes, ts, _fenced(exc), indeterminate=True)
-        return ts
-    except ExternalError as exc:
-        _resolve_all(writes, ts, SqlError(SqlState.INDETERMINATE, f"group commit at {ts}: {exc}"))
-        return ts
+def _resolve(inc: Incarnation, writes: Sequence[PendingWrite], ts: int, result: AppendResult) -> None:
     unknown = set(result.unknown)
     conflicted: set[int] = set()
     if isinstance(result, AppendConflict):
@@ -159,7 +210,6 @@ async def _commit(
             w.resolve(ts, SqlError(SqlState.INDETERMINATE, "fenced after a partial group commit"))
         else:
             w.resolve(ts, None)
-    return ts
 
 
 def _fenced(exc: BaseException) -> SqlError:

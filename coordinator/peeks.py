@@ -1,14 +1,21 @@
 """Peek timestamps and answers, for both architectures.
 
-Timestamp selection: a peek reads at the oracle's `read_ts`, which must not be
-below the table's since. It can be: the storage controller compacts to
-`upper - window`, and a group commit advances the upper before its
-`apply_write` moves `read_ts` — after an idle gap longer than the window, a
-`read_ts` taken in between is already compacted away. As Materialize's
-timestamp selection does, the peek then waits until the oracle's `read_ts`
-reaches the since (the read stays linearized: it never reads above what the
-oracle has applied), and it holds its table at its timestamp until answered so
-compaction cannot overtake it.
+Timestamp selection (Materialize's rule for strict-serializable reads, from its
+timestamp-selection and linearize-reads code): a peek reads at the *later* of
+the oracle's `read_ts` and its collection's since, with a read hold taken at
+that time in the same step — no `await` between reading the since and holding
+it, so compaction cannot overtake the choice — and released once answered.
+The since comes from whoever owns the collection's compaction: the storage
+controller for a table (read through persist), the compute controller for an
+index or view. The since can be above `read_ts`: a group commit advances
+uppers (and so sinces, `upper - window`) before its `apply_write` moves
+`read_ts`, and a slow oracle lags by more than the window. The answer is then
+*linearized*: held back until the oracle's `read_ts` reaches the chosen time,
+so no later read can be given an earlier timestamp (`linearize`).
+
+A replica that hydrated after a crash starts at its shard's since, which may
+be above the controller's: it answers "below its since" (`below_since`), and
+the peek is chosen again at that since (`MAX_PEEK_ATTEMPTS` at most).
 
 Answers: a replica's answer becomes rows with the plan's columns; a controller
 error keeps its SQLSTATE (`42P01` for a collection dropped under an in-flight
@@ -18,63 +25,98 @@ so histories can record them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from controllers.commands import PeekError, PeekResponse, PeekRows
 from coordinator.session import Result
-from coordinator.statements import SqlError, SqlState
+from coordinator.statements import SelectConstant, SqlError, SqlState
+from persist.location import ExternalError
 
 if TYPE_CHECKING:
-    from controllers.storage import ReadHold, StorageController
+    from controllers.compute import ComputeController
+    from controllers.storage import StorageController
     from coordinator.planner import PeekPlan
     from oracle.api import TimestampOracle
     from sim.runtime import Runtime
 
-__all__ = ["MAX_PEEK_ATTEMPTS", "below_since", "hold_table", "peek_result", "read_ts_at_least"]
+__all__ = [
+    "MAX_PEEK_ATTEMPTS",
+    "Hold",
+    "below_since",
+    "choose_timestamp",
+    "constant_result",
+    "linearize",
+    "peek_result",
+]
 
-#: Peeks of one statement at ever later read_ts before giving up: each retry
-#: follows a since that moved between choosing the timestamp and reading.
+#: Peeks of one statement at ever later times before giving up: each retry
+#: follows a rehydrated replica's since (`below_since`).
 MAX_PEEK_ATTEMPTS: Final = 10
 
-#: How long a peek waits for the oracle to reach its table's since. A group
+#: How long an answer waits for the oracle to reach its timestamp. A group
 #: commit (or the periodic one, every second) gets it there; longer is a bug.
-_CATCH_UP_S: Final = 10.0
+_LINEARIZE_S: Final = 10.0
 _POLL_S: Final = 0.001
 
 
-def hold_table(storage: StorageController, plan: PeekPlan, read_ts: int) -> ReadHold | int | None:
-    """A read hold on the peek's table at `read_ts` (release it once answered);
-    or, if `read_ts` is below the table's since, that since to wait for; or None
-    for a collection storage does not know (an index or view, or a table not
-    yet known at this point)."""
+class Hold(Protocol):
+    """A read hold of either controller: keeps a collection readable until released."""
+
+    def release(self) -> None: ...
+
+
+def choose_timestamp(
+    storage: StorageController, compute: ComputeController, plan: PeekPlan, read_ts: int, *, at_least: int = 0
+) -> tuple[int, Hold | None]:
+    """The peek's timestamp — the latest of `read_ts`, `at_least` and the
+    collection's since — and a read hold at it; or `(that, None)` for a
+    collection neither controller knows yet (the peek then answers 42P01 or
+    waits for the catalog frontier in the compute controller)."""
+    ts = max(read_ts, at_least)
     floor = storage.read_floor(plan.collection_id)
-    if floor is None:
-        return None
-    if read_ts < floor:
-        return floor
-    return storage.read_hold(plan.collection_id, read_ts)
+    if floor is not None:
+        ts = max(ts, floor)
+        return ts, storage.read_hold(plan.collection_id, ts)
+    floor = compute.read_floor(plan.collection_id)
+    if floor is not None:
+        ts = max(ts, floor)
+        return ts, compute.read_hold(plan.collection_id, ts)
+    return ts, None
 
 
-async def read_ts_at_least(oracle: TimestampOracle, rt: Runtime, floor: int) -> int:
-    """The oracle's `read_ts` once it reaches `floor` (polled)."""
+async def linearize(oracle: TimestampOracle, rt: Runtime, chosen: int, read_ts: int) -> None:
+    """Returns once the oracle's `read_ts` is at least `chosen` (at once when
+    the peek read at the oracle's own `read_ts`); polled, as Materialize's
+    pending linearized reads are. A fenced oracle's error propagates."""
+    if chosen <= read_ts:
+        return
     waited = 0.0
     while True:
-        ts = await oracle.read_ts()
-        if ts >= floor:
-            return ts
-        if waited >= _CATCH_UP_S:
+        try:
+            ts = await oracle.read_ts()
+        except ExternalError as exc:  # nothing was answered yet: a plain retry
+            raise SqlError(SqlState.SERIALIZATION_FAILURE, f"read_ts: {exc}") from exc
+        if ts >= chosen:
+            return
+        if waited >= _LINEARIZE_S:
             raise SqlError(
                 SqlState.SERIALIZATION_FAILURE,
-                f"read_ts {ts} did not reach the table's since {floor} in {_CATCH_UP_S:.0f} s",
+                f"read_ts {ts} did not reach the peek's timestamp {chosen} in {_LINEARIZE_S:.0f} s",
             )
         await rt.sleep(_POLL_S)
         waited += _POLL_S
 
 
+def constant_result(stmt: SelectConstant) -> Result:
+    """The fast path's answer to a constant query (`SELECT 1`): one row and no
+    timestamps — it reads no collection, so it is linearizable at any moment
+    and needs neither the oracle nor a replica."""
+    return Result(rows=(stmt.values,), columns=stmt.names)
+
+
 def below_since(response: PeekResponse) -> int | None:
-    """The since to catch up to if the replica found the peek's `as_of` below
-    it (an index's arrangement, which storage holds do not cover, compacted
-    between the timestamp's choice and the read); else None."""
+    """The since a replica reported if it found the peek's `as_of` below it
+    (a replica rehydrated above the controller's since); else None."""
     r = response.result
     return r.since if isinstance(r, PeekError) and r.since is not None else None
 

@@ -48,7 +48,7 @@ class RunningCoordinator(Coordinator):
         self._view: tuple[int, CatalogView] | None = None
         self._fenced: SqlError | None = None
         self._gc_stats = GroupCommitStats()
-        #: statements, peeks, writes, ddl, confirms, conflicts
+        #: statements, peeks, writes, ddl, confirms, conflicts, loop_messages
         self._counts = collections.Counter[str]()
 
     @property
@@ -71,6 +71,7 @@ class RunningCoordinator(Coordinator):
             loop_busy_s=self._busy_s(),
             loop_cores=self._pool.cores,
             ddl_conflicts=c["conflicts"],
+            loop_messages=c["loop_messages"],
         )
 
     def _busy_s(self) -> float:

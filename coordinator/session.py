@@ -89,6 +89,7 @@ class CoordinatorStatistics:
     loop_busy_s: float  # modeled CPU on the coordinator's cores
     loop_cores: int
     ddl_conflicts: int
+    loop_messages: int = 0  # messages the event loop handled (0: the decoupled design has no loop)
 
 
 class Coordinator(ABC):

@@ -31,6 +31,7 @@ from coordinator.statements import (
     Insert,
     Predicate,
     Select,
+    SelectConstant,
     SqlError,
     SqlState,
     Update,
@@ -219,7 +220,7 @@ class _Parser:
             table = self.ident("a table name")
             return Delete(table, self.where())
         if self.accept_kw("select"):
-            return self.select()
+            return self.select_constant() if self.constant_ahead() else self.select()
         raise self.error("CREATE, DROP, INSERT, UPDATE, DELETE or SELECT")
 
     def create(self) -> Statement:
@@ -364,6 +365,60 @@ class _Parser:
         source = self.ident("a table, index or view name")
         return Select(source, columns, count, self.where())
 
+    # --- constant queries (no FROM) ------------------------------------------
+
+    def constant_ahead(self) -> bool:
+        tok = self.peek()
+        return (
+            tok.kind in ("num", "str")
+            or (tok.kind == "op" and tok.text in ("-", "("))
+            or self.is_kw("true")
+            or self.is_kw("false")
+            or self.is_kw("null")
+        )
+
+    def select_constant(self) -> SelectConstant:
+        values: list[Value] = []
+        names: list[str] = []
+        while True:
+            values.append(self.expression())
+            names.append(self.ident("a column alias") if self.accept_kw("as") else "?column?")
+            if not self.accept_op(","):
+                break
+        if self.is_kw("from"):
+            raise SqlError(
+                SqlState.FEATURE_NOT_SUPPORTED,
+                f"constant expressions with FROM are not supported (position {self.peek().pos + 1})",
+            )
+        return SelectConstant(tuple(values), tuple(names))
+
+    def expression(self) -> Value:
+        """`term (('+' | '-') term)*`, folded; arithmetic on integers only."""
+        value = self.term()
+        while self.peek().kind == "op" and self.peek().text in ("+", "-"):
+            op = self.peek()
+            self.i += 1
+            value = _arith(op, value, self.term())
+        return value
+
+    def term(self) -> Value:
+        value = self.factor()
+        while self.peek().kind == "op" and self.peek().text == "*":
+            op = self.peek()
+            self.i += 1
+            value = _arith(op, value, self.factor())
+        return value
+
+    def factor(self) -> Value:
+        tok = self.peek()
+        if self.accept_op("("):
+            value = self.expression()
+            self.expect_op(")")
+            return value
+        if self.accept_op("-"):
+            return _arith(tok, 0, self.factor())
+        return self.literal()
+
     def where(self) -> Predicate:
         if not self.accept_kw("where"):
             return Predicate()
@@ -418,7 +473,23 @@ def render(stmt: Statement) -> str:
                 "count(*)" if count else "*" if columns is None else ", ".join(map(_name, columns))
             )
             return f"SELECT {what} FROM {_name(source)}{_where(where)}"
+        case SelectConstant(values, names):
+            return "SELECT " + ", ".join(
+                sql_literal(v) + ("" if n == "?column?" else f" AS {_name(n)}") for v, n in zip(values, names, strict=True)
+            )
     raise TypeError(f"not a statement: {stmt!r}")
+
+
+def _arith(op: _Tok, a: Value, b: Value) -> Value:
+    """Folds `a op b`; NULL propagates, as in SQL; anything but integers is 42804."""
+    if a is None or b is None:
+        return None
+    if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, int) or not isinstance(b, int):
+        raise SqlError(
+            SqlState.DATATYPE_MISMATCH,
+            f"operator {op.text} needs integers, got {a!r} and {b!r} at position {op.pos + 1}",
+        )
+    return a + b if op.text == "+" else a - b if op.text == "-" else a * b
 
 
 _PLAIN_NAME: Final = re.compile(r"[a-z_][a-z0-9_]*")

@@ -223,6 +223,18 @@ class Select:
     where: Predicate = Predicate()
 
 
+@final
+@dataclass(frozen=True)
+class SelectConstant:
+    """`SELECT <constant expression> [AS name], …` with no FROM (`SELECT 1`).
+    Materialize's fast path answers it from the plan: no timestamp, no oracle
+    call, no peek. The expressions are folded when parsed; `names` default to
+    PostgreSQL's `?column?`."""
+
+    values: tuple[Value, ...]
+    names: tuple[str, ...]
+
+
 Statement = (
     CreateTable
     | DropTable
@@ -236,4 +248,5 @@ Statement = (
     | Update
     | Delete
     | Select
+    | SelectConstant
 )

@@ -26,12 +26,13 @@ if TYPE_CHECKING:
 __all__ = ["ORDER", "Step", "chain", "parse_ablate", "plot_waterfall", "waterfall_lines"]
 
 #: The order mechanisms are switched in: the oracle and how reads are
-#: guarded first, then how writes are batched, then the catalog, then the
+#: guarded first, then where the oracle's calls run, then how writes are batched, then the catalog, then the
 #: architecture itself with what only it has (cores).
 ORDER: Final = (
     "oracle",
     "confirm_leadership",
     "batch_read_ts",
+    "oracle_calls",
     "group_commit",
     "group_commit_interval_s",
     "max_batch",

@@ -24,6 +24,7 @@ from coordinator.config import (
     Costs,
     GroupCommitPolicy,
     KnownBad,
+    OracleCalls,
     OracleKind,
     check_applies,
     knobs,
@@ -401,6 +402,7 @@ _ENUMS: Final = {
     "oracle": OracleKind,
     "catalog": CatalogKind,
     "group_commit": GroupCommitPolicy,
+    "oracle_calls": OracleCalls,
 }
 
 

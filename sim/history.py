@@ -384,12 +384,13 @@ class StatementOp:
     args: Mapping[str, Any] | None = None
 
 
-def statement_op(stmt: Statement) -> StatementOp:
+def statement_op(stmt: Statement) -> StatementOp | None:
     """How a coordinator statement appears in a history. An INSERT's elements
     are the first column of its rows (the set workload's tables have one
     integer column); a WHERE becomes `args.where` as `[[op, value], …]` over
     that column; `SELECT count(*)` or of some columns is recorded as a `read`
-    with those args, which checkers 1 and 2 leave to checker 3.
+    with those args, which checkers 1 and 2 leave to checker 3. A constant
+    query (`SELECT 1`) reads no object and is not recorded (None).
 
     Raises:
         HistoryError: an INSERT of a non-integer first column (not the set
@@ -400,6 +401,8 @@ def statement_op(stmt: Statement) -> StatementOp:
     def where(p: st.Predicate) -> dict[str, Any]:
         return {"where": [[c.op, c.value] for c in p.terms]} if p.terms else {}
 
+    if isinstance(stmt, st.SelectConstant):
+        return None  # reads no object: nothing for a checker
     if isinstance(stmt, st.Insert):
         els = []
         for row in stmt.rows:

@@ -114,6 +114,16 @@ class SelectOne(Workload):
 
 
 @final
+class SelectConstantWorkload(Workload):
+    name = "select-constant"
+    description = "constant query: SELECT 1 (the fast path: no timestamp, no peek)"
+    ops_scale = 3.0
+
+    async def op(self, s: Executor, ctx: OpContext) -> Result:
+        return await s.execute("SELECT 1")
+
+
+@final
 class SelectStar(Workload):
     name = "select-star"
     description = "full peek: SELECT * FROM t"
@@ -227,6 +237,7 @@ WORKLOADS: Final[dict[str, Workload]] = {
     w.name: w
     for w in (
         SelectOne(),
+        SelectConstantWorkload(),
         SelectStar(),
         SelectCount(),
         SelectCountInMv(),

@@ -173,8 +173,9 @@ def test_read_ts_below_since_waits_for_the_oracle() -> None:
     past a read_ts the oracle handed out before the commit's apply_write; the
     SELECT failed with XX000 'as_of … is below its since' (`uv run coordsim
     anomalies run ddl-dml --config event-loop+pg-oracle --seed 0 --clients 2
-    --size 2 --faults none`, found by the real-mode helper). A peek now waits for
-    the oracle to reach the since and holds its table until answered."""
+    --size 2 --faults none`, found by the real-mode helper). A peek now reads at
+    the later of read_ts and the since, held until answered, and its answer
+    waits for the oracle to reach that time (coordinator/peeks.py)."""
     for config in ("event-loop", "event-loop+pg-oracle", "decoupled"):
         for seed in range(4):
             spec = replace(

@@ -34,6 +34,7 @@ from controllers.compute import ComputeController
 from controllers.storage import AppendOk, StorageController
 from controllers.transform import Comparison, Transform
 from persist.client import PersistClient
+from persist.location import InvalidUsage
 from persist.mem import MemBlob, MemConsensus
 from sim.runtime import Runtime
 from tests.controllers.harness import Harness
@@ -212,6 +213,44 @@ async def test_compaction_bounds_what_peeks_can_read() -> None:
         await anyio.sleep(0.5)
         assert h.compute.replica(1, 1).since(IDX) == 28
         assert await h.rows(h.peek(IDX, 28)) == h.model.expected(T, 28, COLS, Transform())
+
+
+async def test_read_holds_keep_the_controller_and_its_replicas_from_compacting() -> None:
+    """The controller owns compaction: its since follows the window in steps,
+    never passes a read hold, and no replica compacts past it."""
+    rt = Runtime(seed=9)
+    async with PersistClient(MemBlob(), MemConsensus(), rt) as persist, Harness(persist, rt, window=4) as h:
+        await _setup(h, replicas=2)
+        assert h.compute.read_floor(999) is None
+        await h.append(0, {T: [((0, "a"), 1)]})
+        await anyio.sleep(0.5)
+        since = h.compute.read_floor(IDX)
+        assert since is not None
+        hold = h.compute.read_hold(IDX, since)
+        with pytest.raises(InvalidUsage, match="cannot hold"):
+            h.compute.read_hold(999, 0)
+        for ts in range(2, 40, 2):
+            await h.append(ts, {T: [((ts, "a"), 1)]})
+        await anyio.sleep(0.5)
+        assert h.compute.read_floor(IDX) == since  # held
+        for r in (1, 2):
+            replica_since = h.compute.replica(1, r).since(IDX)
+            assert replica_since is not None
+            assert replica_since <= since
+        assert await h.rows(h.peek(IDX, since)) == h.model.expected(T, since, COLS, Transform())
+        hold.release()
+        await h.append(40, {})
+        await anyio.sleep(0.5)
+        after = h.compute.read_floor(IDX)
+        assert after is not None
+        assert after > since
+        assert after >= 41 - 4 - 4 // 4  # the window, in steps of a quarter window
+        with pytest.raises(InvalidUsage, match="cannot hold"):
+            h.compute.read_hold(IDX, since)
+        for r in (1, 2):
+            replica_since = h.compute.replica(1, r).since(IDX)
+            assert replica_since is not None
+            assert replica_since <= after
 
 
 async def test_shutdown_cancels_replicas_dataflows_and_waiting_peeks() -> None:

@@ -25,6 +25,7 @@ from coordinator.statements import (
     Insert,
     Predicate,
     Select,
+    SelectConstant,
     SqlError,
     SqlState,
     Statement,
@@ -82,6 +83,9 @@ from coordinator.statements import (
             Select("foo", ("a", "b"), False, Predicate((Comparison("a", "=", 1),))),
         ),
         ('SELECT count(*) FROM "Mixed Case"', Select("Mixed Case", None, True)),
+        ("SELECT 1", SelectConstant((1,), ("?column?",))),
+        ("select 1 + 2 * 3 AS x, 'a', -(2 - 5), null, true", SelectConstant((7, "a", 3, None, True), ("x",) + ("?column?",) * 4)),
+        ("SELECT 1 + NULL", SelectConstant((None,), ("?column?",))),
     ],
 )
 def test_parses_the_subset(sql: str, expected: Statement) -> None:
@@ -110,6 +114,15 @@ def test_errors_are_one_line_42601(sql: str, fragment: str) -> None:
     assert info.value.code is SqlState.SYNTAX_ERROR
     assert fragment in info.value.message
     assert "\n" not in str(info.value)
+
+
+def test_constant_arithmetic_needs_integers_and_no_from() -> None:
+    with pytest.raises(SqlError) as info:
+        parse("SELECT 'a' + 1")
+    assert info.value.code is SqlState.DATATYPE_MISMATCH
+    with pytest.raises(SqlError) as info:
+        parse("SELECT 1 FROM t")
+    assert info.value.code is SqlState.FEATURE_NOT_SUPPORTED
 
 
 def test_unsupported_update_expression_is_0a000() -> None:
@@ -183,6 +196,9 @@ _statements = st.one_of(
     ),
     st.builds(Delete, _names, _preds),
     _selects,
+    st.lists(st.tuples(_values, st.one_of(st.just("?column?"), _names)), min_size=1, max_size=3).map(
+        lambda pairs: SelectConstant(tuple(v for v, _ in pairs), tuple(n for _, n in pairs))
+    ),
 )
 
 

@@ -352,13 +352,14 @@ def test_errors_fail_the_comparison_unless_allowed(
     assert code == 0
 
 
-def test_a_since_that_overtakes_read_ts_is_caught_up_not_an_error(
+def test_a_since_that_overtakes_read_ts_is_read_at_not_an_error(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """With a 500 ms oracle round trip a peek's read_ts is routinely older than
     its index's since when it arrives (issue 18 measured 25-98 % of SELECTs
-    failing with XX000). The coordinator catches up to the since and peeks
-    again, as the seeds' system never answers such a read with an error."""
+    failing with XX000). The coordinator reads at the since instead, under a
+    read hold, and holds the answer until the oracle gets there, as the seeds'
+    system does: no such read is answered with an error."""
     from sim.config import DEFAULT_PROFILE
 
     profile = tmp_path / "slow.toml"
@@ -392,7 +393,7 @@ def test_ablation_attributes_the_insert_difference_to_its_mechanisms(
     assert code == 0, err
     rows = [line for line in printed.splitlines() if line.startswith("| event-loop") and " · " in line]
     mechanisms = [line.split("(")[1].split(")")[0] for line in rows]
-    assert mechanisms == ["start", "oracle", "confirm_leadership", "batch_read_ts", "group_commit"]
+    assert mechanisms == ["start", "oracle", "confirm_leadership", "batch_read_ts", "oracle_calls", "group_commit"]
     deltas = [float(line.split("|")[2].split("(")[0].replace(",", "")) for line in rows[1:]]
     with (out / "results.csv").open() as fh:
         tput = {r["config"]: float(r["throughput_ops_s"]) for r in csv.DictReader(fh)}
