@@ -118,6 +118,11 @@ class CoordinatorConfig:
     oracle_calls: OracleCalls = OracleCalls.OFF_LOOP  # event loop: where oracle calls run
     group_commit: GroupCommitPolicy = GroupCommitPolicy.AFTER_DRAINING
     group_commit_interval_s: float = 1.0  # periodic group commit that advances idle tables
+    #: Event loop: group commits allowed in flight at once (0: no bound, as the
+    #: loop before seed 000's rollout, which started one per trigger). Safe
+    #: beyond 1 only with `oracle_calls = on-loop`: the loop then allocates
+    #: write timestamps in the order storage receives the appends.
+    commits_in_flight: int = 1
     cores: int = 4  # decoupled: the adapter's CPU pool; the event loop always has 1
     max_batch: int = 64  # event loop: client messages per wake, unless a handler posts an internal one
     costs: Costs = field(default_factory=Costs)
@@ -131,6 +136,8 @@ class CoordinatorConfig:
             )
         if self.cores < 1:
             raise InvalidUsage(f"cores must be >= 1, got {self.cores}")
+        if self.commits_in_flight < 0:
+            raise InvalidUsage(f"commits_in_flight must be >= 0 (0: no bound), got {self.commits_in_flight}")
         if self.max_batch < 1:
             raise InvalidUsage(f"max_batch must be >= 1, got {self.max_batch}")
         if self.group_commit_interval_s <= 0:
@@ -151,6 +158,7 @@ APPLIES_TO: Final[dict[str, frozenset[Architecture]]] = {
     "confirm_leadership": frozenset({Architecture.EVENT_LOOP}),
     "max_batch": frozenset({Architecture.EVENT_LOOP}),  # client messages per loop wake
     "oracle_calls": frozenset({Architecture.EVENT_LOOP}),  # the decoupled design has no loop
+    "commits_in_flight": frozenset({Architecture.EVENT_LOOP}),  # decoupled: one commit task
     "cores": frozenset({Architecture.DECOUPLED}),  # the event loop has exactly one
 }
 
@@ -200,6 +208,7 @@ CONFIGURATIONS: Final[dict[str, CoordinatorConfig]] = {
             # handlers and triggers a group commit per write.
             oracle_calls=OracleCalls.ON_LOOP,
             group_commit=GroupCommitPolicy.IMMEDIATE,
+            commits_in_flight=0,
         ),
         CoordinatorConfig(
             "event-loop+pg-oracle",

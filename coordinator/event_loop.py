@@ -32,8 +32,9 @@ Paths (seed 000, seed 001, DESIGN.md §6):
   group-commit trigger, an internal message — at once (`immediate`) or once
   no client message is queued (`after-draining`, the fix seed 000's rollout
   needed); 2. the trigger, run before any further client message, starts a
-  commit of *every* pending write unless one is in flight (at most one), so
-  how many writes a commit takes is an outcome of the loop; 3. `write_ts`, the
+  commit of *every* pending write unless `commits_in_flight` are in flight
+  (1 by default; no bound in today's loop, which so starts one commit per
+  write), so how many writes a commit takes is an outcome of the loop; 3. `write_ts`, the
   append to every table, `apply_write` — the two oracle calls awaited in loop
   handlers (`oracle_calls = on-loop`, seed 000's first rollout) or in a task
   (`off-loop`); the append always in a task; 4. an internal message replies
@@ -167,7 +168,7 @@ class EventLoopCoordinator(RunningCoordinator):
         # peek results, and "unknown table" (a read of the in-memory catalog).
         self._confirm_buffer: list[tuple[Callable[[Result], None], Result]] = []
         self._pending_writes: list[tuple[PendingWrite, _Request | None]] = []
-        self._gc_in_flight = False
+        self._gc_in_flight = 0
         self._trigger_posted = False
         self._write_lock = anyio.Lock()
         self._open_requests: list[_Request] = []
@@ -540,14 +541,17 @@ class EventLoopCoordinator(RunningCoordinator):
             self._internal(initiate)
 
     async def _maybe_group_commit(self, *, periodic: bool = False) -> None:
-        """Starts a group commit of every pending write unless one is in flight
-        (at most one). `oracle_calls = on-loop`: write_ts is awaited here, on
-        the loop, and apply_write in the handler of the append's completion
-        message; off-loop, a task runs all three steps and posts the completion."""
-        if self._gc_in_flight or (not self._pending_writes and not periodic):
+        """Starts a group commit of every pending write unless `commits_in_flight`
+        are in flight already. `oracle_calls = on-loop`: write_ts is awaited
+        here, on the loop, and apply_write in the handler of the append's
+        completion message (storage takes appends one at a time, in the order
+        the loop allocated their timestamps); off-loop, a task runs all three
+        steps and posts the completion."""
+        limit = self.config.commits_in_flight
+        if (limit and self._gc_in_flight >= limit) or (not self._pending_writes and not periodic):
             return
         batch, self._pending_writes = self._pending_writes, []
-        self._gc_in_flight = True
+        self._gc_in_flight += 1
         inc = self.incarnation
         gc = GroupCommit(
             inc,
@@ -594,7 +598,7 @@ class EventLoopCoordinator(RunningCoordinator):
         costs = self.config.costs
         rows = sum(len(w.updates) for w, _ in batch)
         await self._cpu(costs.group_commit + costs.per_row * rows)
-        self._gc_in_flight = False
+        self._gc_in_flight -= 1
         for w, req in batch:
             if req is None:
                 continue  # a read-then-write: its task replies

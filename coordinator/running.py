@@ -72,6 +72,7 @@ class RunningCoordinator(Coordinator):
             loop_cores=self._pool.cores,
             ddl_conflicts=c["conflicts"],
             loop_messages=c["loop_messages"],
+            empty_group_commits=self._gc_stats.empty_commits,
         )
 
     def _busy_s(self) -> float:

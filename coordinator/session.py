@@ -90,6 +90,7 @@ class CoordinatorStatistics:
     loop_cores: int
     ddl_conflicts: int
     loop_messages: int = 0  # messages the event loop handled (0: the decoupled design has no loop)
+    empty_group_commits: int = 0  # of group_commits: periodic ones with no write (they advance idle tables)
 
 
 class Coordinator(ABC):

@@ -34,6 +34,7 @@ ORDER: Final = (
     "batch_read_ts",
     "oracle_calls",
     "group_commit",
+    "commits_in_flight",
     "group_commit_interval_s",
     "max_batch",
     "catalog",

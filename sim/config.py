@@ -36,7 +36,7 @@ from sim.loadgen import Window
 from sim.runtime import LatencyModel, LatencySpecError
 from sim.workloads import workload
 
-__all__ = ["DEFAULT_PROFILE", "Config", "Mode", "is_scenario_file", "knobs_toml", "load_profile"]
+__all__ = ["DEFAULT_PROFILE", "Config", "Mode", "coerce_override", "is_scenario_file", "knobs_toml", "load_profile"]
 
 Mode = str  # "real" | "virtual"
 MODES: Final = ("real", "virtual")
@@ -419,6 +419,10 @@ def _coerce(key: str, v: Any) -> Any:
         if isinstance(v, bool) or not isinstance(v, int):
             raise InvalidUsage(f"override {key} must be an integer, got {v!r}")
         check_int(f"override {key}", v, low=1, high=_INT_OVERRIDES[key])
+    elif key == "commits_in_flight":
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise InvalidUsage(f"override {key} must be an integer (0: no bound), got {v!r}")
+        check_int(f"override {key}", v, low=0, high=MAX_BATCH)
     elif key == "group_commit_interval_s":
         if isinstance(v, bool) or not isinstance(v, int | float):
             raise InvalidUsage(f"override {key} must be a number of seconds, got {v!r}")
@@ -435,6 +439,12 @@ def _coerce(key: str, v: Any) -> Any:
     except (ValueError, TypeError) as exc:
         raise InvalidUsage(f"bad override {key} = {v!r}: {exc}") from exc
     return v
+
+
+def coerce_override(key: str, v: Any) -> Any:
+    """A `CoordinatorConfig` field's value as a TOML file or a facts file gives
+    it (enum names as strings), checked; `InvalidUsage` if it cannot be one."""
+    return _coerce(key, v)
 
 
 def _names(key: str, v: Any) -> list[str]:
