@@ -32,6 +32,7 @@ from sim.compare_cli import register as register_compare
 from sim.logs import configure_logging
 from sim.runtime import Runtime, run
 from sim.spark_cli import register as register_spark
+from sim.validate_cli import register as register_validate
 
 app = typer.Typer(
     name="coordsim",
@@ -49,6 +50,7 @@ register_check(app)
 register_anomalies(app)
 register_compare(app)
 register_spark(app)
+register_validate(app)
 app.add_typer(catalog_app, name="catalog")
 
 _out = Console()

@@ -378,6 +378,8 @@ def knobs_toml(cfg: Config) -> str:
     head = cfg.effective().to_toml()
     out = [head.rstrip(), ""]
     out.append(f"# latency profile: {cfg.latency_profile or DEFAULT_PROFILE}")
+    out.append("# costs no measurement backs (CPU costs, replica, catalog feed) and their sources:"
+               " sim/unmeasured.py (`python -m sim.unmeasured`)")  # fmt: skip
     for name in cfg.configurations:
         k = knobs(cfg.coordinator(name))
         out.append(f"\n[configuration.{json.dumps(name)}]")

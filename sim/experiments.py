@@ -9,6 +9,7 @@ latencies, with a fixed seed: the same call gives the same numbers.
 
 from __future__ import annotations
 
+import random
 import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, final
@@ -30,20 +31,28 @@ if TYPE_CHECKING:
     from sim.runtime import Runtime
 
 __all__ = [
+    "BatchingResult",
     "Latencies",
+    "ThroughputResult",
     "VictimResult",
     "WriteResult",
+    "batched_read_ts",
     "latency_model",
     "percentile",
+    "throughput",
     "victim_select_one",
     "writes_per_commit",
 ]
 
 
 def latency_model(overrides_ms: Mapping[str, float] | None = None) -> LatencyModel:
-    """The shipped profile with `overrides_ms` (name → constant ms) on top."""
+    """The shipped profile with `overrides_ms` (name → constant ms) on top. A
+    name overrides its more specific names too (`oracle.pg` replaces
+    `oracle.pg.read_ts`, …), as a user who sets it means."""
     spec = load_profile(DEFAULT_PROFILE).to_dict()
     for name, ms in (overrides_ms or {}).items():
+        for key in [k for k in spec if k.startswith(name + ".")]:
+            del spec[key]
         spec[name] = Constant(ms / 1000).to_dict()
     return LatencyModel.from_dict(spec)
 
@@ -164,7 +173,8 @@ def victim_select_one(
 @final
 @dataclass(frozen=True)
 class WriteResult:
-    """Closed-loop writers: writes per group commit, throughput (simulated
+    """Closed-loop writers: writes per group commit (of those that carried
+    writes: the periodic empty ones do not count), throughput (simulated
     ops/s), backend oracle queries and loop messages per statement."""
 
     writes_per_commit: float
@@ -211,7 +221,7 @@ def writes_per_commit(
                 tg.start_soon(client, i)
         span = rt.now() - t0
         after = coord.statistics()
-        commits = after.group_commits - before.group_commits
+        commits = (after.group_commits - after.empty_group_commits) - (before.group_commits - before.empty_group_commits)
         writes = after.writes_group_committed - before.writes_group_committed
         statements = after.statements - before.statements or 1
         return WriteResult(
@@ -224,4 +234,144 @@ def writes_per_commit(
 
     result = _run(config, body, seed=seed, overrides_ms=overrides_ms)
     assert isinstance(result, WriteResult)
+    return result
+
+
+@final
+@dataclass(frozen=True)
+class ThroughputResult:
+    """A built-in workload's closed loop: simulated ops/s over the window,
+    latencies, failed operations, writes per group commit, and the
+    coordinator's counters per statement."""
+
+    ops_per_s: float
+    latency: Latencies
+    errors: int
+    writes_per_commit: float
+    oracle_calls_per_op: float
+    loop_messages_per_op: float
+
+
+def throughput(
+    config: CoordinatorConfig,
+    workload_name: str,
+    *,
+    clients: int,
+    duration_s: float = 2.0,
+    warmup_s: float = 0.5,
+    tables: int = 4,
+    seed: int = 1,
+    overrides_ms: Mapping[str, float] | None = None,
+) -> ThroughputResult:
+    """`clients` closed-loop sessions run `workload_name` (see `sim.workloads`)
+    for `warmup_s`, then are measured for `duration_s` simulated seconds."""
+    from sim.workloads import OpContext, workload
+
+    wl = workload(workload_name)
+
+    async def body(rt: Runtime, coord: Coordinator) -> ThroughputResult:
+        await wl.setup(coord.connect(), tables)
+        stop = anyio.Event()
+        measuring = [False]
+        latencies: list[float] = []
+        errors = [0]
+        counter = [0]
+
+        async def client(i: int) -> None:
+            s = coord.connect()
+            k = 0
+            while not stop.is_set():
+                t0 = rt.now()
+                r = await wl.op(s, OpContext(i, k, tables, rt, counter, level=clients))
+                k += 1
+                if measuring[0]:
+                    if r.ok:
+                        latencies.append(rt.now() - t0)
+                    else:
+                        errors[0] += 1
+
+        async with anyio.create_task_group() as tg:
+            for i in range(clients):
+                tg.start_soon(client, i)
+            await rt.sleep(warmup_s)
+            before = coord.statistics()
+            measuring[0] = True
+            await rt.sleep(duration_s)
+            measuring[0] = False
+            after = coord.statistics()
+            stop.set()
+        commits = after.group_commits - before.group_commits
+        writes = after.writes_group_committed - before.writes_group_committed
+        statements = after.statements - before.statements or 1
+        return ThroughputResult(
+            ops_per_s=len(latencies) / duration_s,
+            latency=Latencies.of(latencies),
+            errors=errors[0],
+            writes_per_commit=writes / commits if commits else 0.0,
+            oracle_calls_per_op=(after.oracle_calls - before.oracle_calls) / statements,
+            loop_messages_per_op=(after.loop_messages - before.loop_messages) / statements,
+        )
+
+    result = _run(config, body, seed=seed, overrides_ms=overrides_ms)
+    assert isinstance(result, ThroughputResult)
+    return result
+
+
+@final
+@dataclass(frozen=True)
+class BatchingResult:
+    """`read_ts` through `BatchingOracle`: backing queries per round trip of
+    the window, and the callers' waits in round trips."""
+
+    calls: int
+    backing_queries: int
+    queries_per_round_trip: float
+    max_wait_round_trips: float
+    p50_wait_round_trips: float
+
+
+def batched_read_ts(
+    *, callers: int, round_trip_ms: float = 1.0, duration_s: float = 1.0, seed: int = 1
+) -> BatchingResult:
+    """`callers` tasks call `read_ts()` through a `BatchingOracle` over the
+    modeled Postgres oracle whose every statement takes `round_trip_ms`, each
+    pausing a random fraction of a round trip between calls (so requests
+    arrive at every phase of a backing call, not in lockstep with it)."""
+    from oracle.batching import BatchingOracle
+    from oracle.modeled import ModeledOracle, ModeledOracleRows
+
+    rtt = round_trip_ms / 1000
+
+    async def main(rt: Runtime) -> BatchingResult:
+        inner = ModeledOracle(ModeledOracleRows(), "realtime", rt)
+        waits: list[float] = []
+        async with BatchingOracle(inner, rt) as oracle:
+            stop = anyio.Event()
+
+            async def caller(i: int) -> None:
+                pause = random.Random(seed * 1_000_003 + i)
+                while not stop.is_set():
+                    await rt.sleep(pause.random() * rtt)
+                    t0 = rt.now()
+                    await oracle.read_ts()
+                    waits.append(rt.now() - t0)
+
+            async with anyio.create_task_group() as tg:
+                for i in range(callers):
+                    tg.start_soon(caller, i)
+                await rt.sleep(duration_s)
+                stop.set()
+            stats = inner.statistics()
+        backing = stats.ops["read_ts"].start_count if "read_ts" in stats.ops else 0
+        in_rtt = [w / rtt for w in waits]
+        return BatchingResult(
+            calls=len(waits),
+            backing_queries=backing,
+            queries_per_round_trip=backing / (duration_s / rtt),
+            max_wait_round_trips=max(in_rtt),
+            p50_wait_round_trips=percentile(in_rtt, 50),
+        )
+
+    result = run(main, seed=seed, virtual=True, latency=LatencyModel({"oracle.pg": Constant(rtt)}, default=Constant(0.0)))
+    assert isinstance(result, BatchingResult)
     return result

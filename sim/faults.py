@@ -246,7 +246,10 @@ class _Switchable(Distribution):
 
 #: Which latency names each spike group slows.
 _GROUPS: Final[Mapping[str, tuple[str, ...]]] = {
-    "oracle": ("oracle.pg", "stash.txn", "catalog.stash.txn"),
+    # Every oracle operation by name: a calibrated profile gives each its own
+    # distribution, which would shadow a spike of `oracle.pg` alone.
+    "oracle": ("oracle.pg", *(f"oracle.pg.{op}" for op in ("read_ts", "write_ts", "peek_write_ts", "apply_write")),
+               "stash.txn", "catalog.stash.txn"),
     "replica": ("replica.command", "replica.response"),
 }
 
