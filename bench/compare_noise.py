@@ -1,7 +1,9 @@
 """Is `coordsim compare --baseline` quiet on unchanged code? Runs the default
 comparison N times in a row and checks each later run against the first with
-the same test `--baseline` uses (`sim.report.compare_baseline`), and whether
-consecutive runs' peak-throughput cells agree within their 95 % intervals.
+the same test `--baseline` uses (`sim.report.compare_baseline`: Welch per
+cell, Holm over the run at family-wise 5 %), and whether consecutive runs'
+peak-throughput cells agree within their 95 % intervals (over each run's
+`--repeat` interleaved passes, `sim.runner`).
 
 Usage: uv run python bench/compare_noise.py [--quick] [--runs N] [--mode real|virtual]
 Last line: `RESULT runs=… baseline_passes=… peak_cells_overlapping=… seconds_per_run=…`.
@@ -61,22 +63,28 @@ def main() -> None:
             if proc.returncode != 0:
                 print(proc.stdout[-2000:], proc.stderr[-2000:])
                 raise SystemExit(f"run {i} exited {proc.returncode}")
-            outs.append(read_results(out))
-            print(f"run {i}: {took[-1]:.0f} s", flush=True)
+            rows = read_results(out)
+            outs.append(rows)
+            # A row's samples are its passes', one per fresh deployment.
+            npasses = sorted({r["repeats"] for r in rows})
+            print(f"run {i}: {took[-1]:.0f} s, {'/'.join(npasses)} passes per row", flush=True)
         passes, overlapping, cells = 0, 0, 0
         first = outs[0]
         for i, rows in enumerate(outs[1:], start=1):
             # compare_baseline takes LevelRow-like objects: rebuild the fields it reads.
-            regressions, made = compare_baseline(cast("Any", [_Row(r) for r in rows]), first)
-            ok = not regressions
+            checked = compare_baseline(cast("Any", [_Row(r) for r in rows]), first)
+            ok = not checked.regressions
             passes += ok
-            print(f"run {i} vs run 0: {'pass' if ok else 'FAIL'} ({made} comparisons)"
-                  + "".join(f"\n  {x}" for x in regressions))  # fmt: skip
+            print(f"run {i} vs run 0: {'pass' if ok else 'FAIL'}: {checked.line()}"
+                  + "".join(f"\n  {x}" for x in checked.regressions))  # fmt: skip
         for a, b in itertools.pairwise(outs):
             pa, pb = _peaks(a), _peaks(b)
             for key in pa:
                 cells += 1
-                overlapping += _overlap(pa[key], pb[key])
+                ok = _overlap(pa[key], pb[key])
+                overlapping += ok
+                if not ok:
+                    print(f"  peak {key[0]} {key[1]}: {pa[key][0]:.0f}±{pa[key][1]:.0f} vs {pb[key][0]:.0f}±{pb[key][1]:.0f}")
     print(f"RESULT runs={runs} baseline_passes={passes}/{runs - 1} peak_cells_overlapping={overlapping}/{cells} "
           f"seconds_per_run={sum(took) / len(took):.0f}")  # fmt: skip
 

@@ -119,8 +119,8 @@ class CoordinatorConfig:
     group_commit: GroupCommitPolicy = GroupCommitPolicy.AFTER_DRAINING
     group_commit_interval_s: float = 1.0  # periodic group commit that advances idle tables
     #: Event loop: group commits allowed in flight at once (0: no bound, as the
-    #: loop before seed 000's rollout, which started one per trigger). Safe
-    #: beyond 1 only with `oracle_calls = on-loop`: the loop then allocates
+    #: loop before seed 000's rollout, which started one per trigger). Other
+    #: than 1 only with `oracle_calls = on-loop`: the loop then allocates
     #: write timestamps in the order storage receives the appends.
     commits_in_flight: int = 1
     cores: int = 4  # decoupled: the adapter's CPU pool; the event loop always has 1
@@ -138,6 +138,15 @@ class CoordinatorConfig:
             raise InvalidUsage(f"cores must be >= 1, got {self.cores}")
         if self.commits_in_flight < 0:
             raise InvalidUsage(f"commits_in_flight must be >= 0 (0: no bound), got {self.commits_in_flight}")
+        if (
+            self.architecture is Architecture.EVENT_LOOP
+            and self.commits_in_flight != 1
+            and self.oracle_calls is OracleCalls.OFF_LOOP
+        ):
+            raise InvalidUsage(
+                f"{self.name}: commits_in_flight = {self.commits_in_flight} needs oracle_calls = on-loop "
+                "(off the loop, write timestamps can reach storage out of order and fence the coordinator)"
+            )
         if self.max_batch < 1:
             raise InvalidUsage(f"max_batch must be >= 1, got {self.max_batch}")
         if self.group_commit_interval_s <= 0:

@@ -26,15 +26,17 @@ if TYPE_CHECKING:
 __all__ = ["ORDER", "Step", "chain", "parse_ablate", "plot_waterfall", "waterfall_lines"]
 
 #: The order mechanisms are switched in: the oracle and how reads are
-#: guarded first, then where the oracle's calls run, then how writes are batched, then the catalog, then the
+#: guarded first, then how many commits may overlap (before the oracle's
+#: calls leave the loop: off it, only one may), where the oracle's calls run,
+#: then how writes are batched, then the catalog, then the
 #: architecture itself with what only it has (cores).
 ORDER: Final = (
     "oracle",
     "confirm_leadership",
     "batch_read_ts",
+    "commits_in_flight",
     "oracle_calls",
     "group_commit",
-    "commits_in_flight",
     "group_commit_interval_s",
     "max_batch",
     "catalog",

@@ -69,8 +69,8 @@ SeedOpt = Annotated[int | None, typer.Option("--seed", help="Seed (every configu
 OutOpt = Annotated[str | None, typer.Option("--output", "-o", help="Output directory.")]
 ProfileOpt = Annotated[str | None, typer.Option("--latency-profile", help="Latency profile TOML/JSON (virtual mode).")]
 DurationOpt = Annotated[float | None, typer.Option("--duration", "-T", help="Seconds of each measurement window (virtual mode: simulated seconds). Default: 1 real, 0.2 virtual.")]
-WarmupOpt = Annotated[float | None, typer.Option("--warmup", help="Seconds discarded before each level's first window. Default: 0.5 real, 0.05 virtual.")]
-RepeatOpt = Annotated[int | None, typer.Option("--repeat", help="Windows per level; the throughput interval is over them. Default: 3.")]
+WarmupOpt = Annotated[float | None, typer.Option("--warmup", help="Seconds discarded before each level's window (in every pass). Default: 0.5 real, 0.05 virtual.")]
+RepeatOpt = Annotated[int | None, typer.Option("--repeat", help="Passes: each (workload, configuration) is measured this many times, each time on a fresh deployment (fresh database) with seed +1, interleaved across configurations (ABCABC); each pass is a warm-up then one window per level, and the intervals are over the passes. Default: 3.")]
 
 
 
@@ -181,16 +181,18 @@ def compare(
     output: OutOpt = None,
     latency_profile: ProfileOpt = None,
     tables_: Annotated[int | None, typer.Option("--tables", help="Tables in the schema.")] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="A short sweep: 1,4,16,64 clients, 2 short windows per level.")] = False,
-    baseline: Annotated[Path | None, typer.Option("--baseline", help="A previous output directory: flag cells worse beyond the threshold and the noise (exit 1).")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="A short sweep: 1,4,16,64 clients, 2 passes of short windows.")] = False,
+    baseline: Annotated[Path | None, typer.Option("--baseline", help="A previous output directory: flag cells worse beyond the threshold and significantly (Welch's t-test, Holm-corrected over all comparisons at family-wise 5 %) (exit 1).")] = None,
     threshold: Annotated[float, typer.Option("--threshold", help="--baseline: the relative change that counts as a regression.")] = DEFAULT_REGRESSION_THRESHOLD,
     allow_errors: Annotated[bool, typer.Option("--allow-errors", help="Exit 0 even when a cell's error rate is above --error-threshold.")] = False,
     error_threshold: Annotated[float, typer.Option("--error-threshold", help="Largest error rate per cell that still exits 0.")] = DEFAULT_ERROR_THRESHOLD,
     no_check: Annotated[bool, typer.Option("--no-check", help="Skip the checkers (faster; no verdicts).")] = False,
     ablate: Annotated[str | None, typer.Option("--ablate", metavar="FROM..TO", help="Run the chain of configurations from FROM to TO that changes one mechanism at a time, and attribute the difference to each (e.g. event-loop..event-loop+pg-oracle).")] = None,
+    sensitivity: Annotated[bool, typer.Option("--sensitivity", help="Rerun the comparison with each family of unmeasured costs (coordinator CPU, replica, catalog feed; sim/unmeasured.py) scaled x0.5 and x2, and say which conclusions survive (7 sweeps in all: use with --mode virtual or --quick).")] = False,
 ) -> None:
-    """Run workloads under each configuration with the same seed, in steady state
-    (warm-up, then --repeat windows of --duration per level); print tables with
+    """Run workloads under each configuration with the same seeds, in steady state
+    (--repeat interleaved passes, each on a fresh deployment: per level a
+    warm-up, then one window of --duration); print tables with
     95 % intervals, errors and the checkers' verdict; write plots, report.md,
     results.csv, config.toml and the traces to the output directory. Exit 1 on an
     anomaly, an error rate above --error-threshold, or a regression."""
@@ -223,19 +225,34 @@ def compare(
     wall0 = time.perf_counter()
     with staged_dir(Path(cfg.output), "compare") as stage, postgres_for(cfg) as cfg:
         rows, verdicts, anomalies = _sweep(cfg, stage, check=not no_check)
-        regressions, compared = (
-            compare_baseline(rows, base_rows, threshold=threshold) if base_rows is not None else ([], 0)
-        )
+        checked = compare_baseline(rows, base_rows, threshold=threshold) if base_rows is not None else None
+        regressions = checked.regressions if checked is not None else []
         plots = plot(stage, rows)
         waterfall = waterfall_lines(rows, steps) if steps else []
         if steps:
             plots += plot_waterfall(stage, rows, steps)
         write_csv(stage / "results.csv", rows)
+        fragile_lines: list[str] = []
+        fragile = 0
+        if sensitivity:
+            from sim.sensitivity import run_sensitivity, survival_lines
+
+            def rerun(scaled: Config, label: str) -> list[LevelRow]:
+                _err.print(f"compare --sensitivity: {label}", markup=False, highlight=False)
+                sub = stage / "sensitivity" / label.replace(" ", "-")
+                return _sweep(scaled, sub, check=False)[0]
+
+            reruns = run_sensitivity(cfg, stage / "sensitivity", rerun)
+            fragile_lines, fragile = survival_lines(rows, reruns)
         knobs = knobs_toml(cfg.redacted())
         atomic_write(stage / "config.toml", lambda p: p.write_text(knobs))
         w = cfg.window()
-        how = (f"steady state: {w.warmup_s:g} s warm-up, then {w.repeat} windows of {w.duration_s:g} s per level"
-               if w.duration_s is not None else f"{w.repeat} runs of a fixed number of operations per level")  # fmt: skip
+        seeds = f"seed {cfg.seed}" if w.repeat == 1 else f"seeds {cfg.seed}..{cfg.seed + w.repeat - 1}"
+        how = (f"steady state: {w.repeat} passes interleaved across configurations, each on a fresh deployment "
+               f"({seeds}), measuring each level after {w.warmup_s:g} s warm-up in one window of {w.duration_s:g} s"
+               if w.duration_s is not None else
+               f"{w.repeat} passes interleaved across configurations, each on a fresh deployment ({seeds}), "
+               "of a fixed number of operations per level")  # fmt: skip
         header = (
             f"mode `{cfg.mode}`, seed {cfg.seed}, configurations {', '.join(cfg.configurations)}; "
             + (
@@ -245,13 +262,15 @@ def compare(
                 else "closed loop; "
             )
             + f"{how}; wall time {time.perf_counter() - wall0:.0f} s on {os.cpu_count()} cores. "
-            "Throughput: mean over the windows ± the 95 % Student-t half-width; latencies from "
-            "HdrHistograms over all windows, `lat. n` operations (a percentile needs 10 samples beyond it, "
+            "Throughput: mean over the passes ± the 95 % Student-t half-width; latencies from "
+            "HdrHistograms over all passes, `lat. n` operations (a percentile needs 10 samples beyond it, "
             "else —); errors by SQLSTATE; oracle q/op = backing oracle queries per statement; "
-            "loop busy = modeled coordinator CPU / (time x cores); verdict = the checkers on the run's trace."
+            "loop busy = modeled coordinator CPU / (time x cores); loop msg/op = messages the event loop "
+            "handled per statement (— for the decoupled design, which has no loop); verdict = the checkers on every "
+            "pass's trace (the worst of them)."
         )
         write_markdown(stage / "report.md", rows, plots, header=header, regressions=regressions,
-                       knobs=knobs, verdicts=verdicts, ablation=waterfall)  # fmt: skip
+                       knobs=knobs, verdicts=verdicts, ablation=waterfall, sensitivity=fragile_lines)  # fmt: skip
     plain = not _out.is_terminal
     out = Console(width=1000, soft_wrap=True) if plain else _out
     for t in tables(rows, plain=plain):
@@ -266,6 +285,12 @@ def compare(
         out.print("ablation (one mechanism at a time; a step's share depends on the order):", markup=False)
         for line in waterfall:
             out.print(line, markup=False, highlight=False)
+    if fragile_lines:
+        out.print("sensitivity (peak-throughput conclusions, decided outside the 95 % intervals; each unmeasured "
+                  "cost family x0.5 and x2):", markup=False)  # fmt: skip
+        for line in fragile_lines:
+            out.print(line, markup=False, highlight=False)
+        out.print(f"{fragile} conclusion(s) fragile" if fragile else "every conclusion survives", markup=False)
     out.print(f"wrote {Path(cfg.output).absolute()}/report.md ({time.perf_counter() - wall0:.0f} s)", markup=False)
     failed = False
     for line in verdicts:
@@ -280,16 +305,11 @@ def compare(
         out.print(f"errors above {error_threshold:.2%} in {len(erring)} cell(s); worst: {worst.workload} "
                   f"{worst.config} c={worst.concurrency}: {worst.error_rate:.2%} ({codes}){note}", markup=False)  # fmt: skip
         failed = failed or not allow_errors
-    if base_rows is not None:
-        if regressions:
-            out.print(f"{len(regressions)} regression(s) against the baseline ({compared} comparisons, "
-                      f"threshold {threshold:.0%}, beyond the noise):", markup=False)  # fmt: skip
-            for x in regressions:
-                out.print(f"  {x}", markup=False)
-            failed = True
-        else:
-            out.print(f"baseline: pass ({compared} comparisons, none worse than {threshold:.0%} "
-                      "beyond the noise)", markup=False)  # fmt: skip
+    if checked is not None:
+        out.print(checked.line(), markup=False, highlight=False)
+        for x in checked.regressions:
+            out.print(f"  {x}", markup=False, highlight=False)
+        failed = failed or bool(checked.regressions)
     if failed:
         raise typer.Exit(1)
 
@@ -299,36 +319,58 @@ def _label(entry: str) -> str:
     return Path(entry).stem if is_scenario_file(entry) else entry
 
 
-def _run_entry(cfg: Config, name: str, entry: str, trace: Path, on_level: Callable[[LevelRow], None]) -> RunOutput:
-    """One `--workloads` entry under one configuration: a built-in workload's
-    sweep, a TOML scenario's (its workload, with its own settings), or a Python
-    scenario run `--repeat` times as one row."""
-    from sim.runner import run_pair, run_script
+def _run_entry(
+    cfg: Config,
+    entry: str,
+    traces: dict[str, Path],
+    on_level: Callable[[str, int, LevelRow], None],
+    on_pass: Callable[[str, int, RunOutput], None],
+) -> dict[str, RunOutput]:
+    """One `--workloads` entry under every configuration: a built-in workload's
+    sweep or a TOML scenario's (its workload, with its own settings) in
+    `--repeat` passes interleaved across the configurations
+    (`sim.runner.run_workload`), or a Python scenario run `--repeat` times per
+    configuration as one row. `on_pass` gets each pass's (or script's first
+    run's) own output, to check."""
+    from sim.runner import run_script, run_workload
     from sim.scenarios import PythonScenario, load
 
     if not is_scenario_file(entry):
-        return run_pair(cfg, name, entry, trace, on_level=on_level)
+        return run_workload(cfg, cfg.configurations, entry, traces, on_level=on_level,
+                            on_pass=lambda name, p: on_pass(name, p.index, p.output))  # fmt: skip
     sc = load(entry)
     if isinstance(sc, PythonScenario):
-        out = run_script(cfg, name, sc, trace)
-        for row in out.rows:
-            on_level(row)
-        return out
+        outs = {}
+        for name in cfg.configurations:
+            out = run_script(cfg, name, sc, traces[name])
+            for row in out.rows:
+                on_level(name, 1, row)
+            on_pass(name, 1, out)
+            outs[name] = out
+        return outs
     own = cfg.with_overrides(**sc.params)
-    out = run_pair(own, name, sc.workload, trace, on_level=on_level)
-    return replace(out, rows=[replace(r, workload=sc.name) for r in out.rows])
+    outs = run_workload(own, cfg.configurations, sc.workload, traces, on_level=on_level,
+                        on_pass=lambda name, p: on_pass(name, p.index, p.output))  # fmt: skip
+    return {name: replace(out, rows=[replace(r, workload=sc.name) for r in out.rows]) for name, out in outs.items()}
+
+
+#: Checkers' outcomes from best to worst: a pair's verdict is its worst pass's.
+_OUTCOME_RANK = {"valid": 0, "unknown": 1, "invalid": 2}
 
 
 def _sweep(cfg: Config, stage: Path, *, check: bool) -> tuple[list[LevelRow], list[str], list[str]]:
-    """Every (workload, configuration) pair: measured, traced and (unless
-    `check` is off) judged by the in-process checkers. Returns the rows (with
-    their verdict), one verdict line per pair, and the anomaly lines."""
+    """Every (workload, configuration) pair: measured in interleaved passes,
+    each pass traced and (unless `check` is off) judged by the in-process
+    checkers. Returns the rows (with their verdict: the worst of their
+    passes'), one verdict line per pair (plus one per pass with an anomaly),
+    and the anomaly lines."""
     from sim.checker import check_history
 
     rows: list[LevelRow] = []
     verdicts: list[str] = []
     anomalies: list[str] = []
-    total = len(cfg.workloads) * len(cfg.configurations) * len(cfg.concurrency)
+    passes = cfg.window().repeat
+    total = len(cfg.workloads) * len(cfg.configurations) * len(cfg.concurrency) * passes
     done = [0]
     t0 = time.perf_counter()
     live = _err.is_terminal
@@ -338,31 +380,45 @@ def _sweep(cfg: Config, stage: Path, *, check: bool) -> tuple[list[LevelRow], li
     ) as progress:
         task = progress.add_task("compare", total=total)
         for wl in cfg.workloads:
+            label = _label(wl)
+            progress.update(task, description=f"{wl}")
+            outcome: dict[str, str] = {}
+            found: dict[str, list[str]] = {}
+
+            def on_level(name: str, index: int, row: LevelRow, wl: str = wl) -> None:
+                progress.advance(task)
+                progress.update(task, description=f"{wl} / {name} pass {index}")
+                done[0] += 1
+                if not live:  # like pgbench -P: one line per level on a pipe or log
+                    _err.print(f"compare: {wl} / {name} pass {index} c={row.concurrency}: "
+                               f"{row.throughput_ops_s:,.0f} ops/s, {row.errors} errors "
+                               f"({done[0]}/{total}, {time.perf_counter() - t0:.0f} s)",
+                               markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+
+            def on_pass(name: str, index: int, out: RunOutput, wl: str = wl, label: str = label,
+                        outcome: dict[str, str] = outcome, found: dict[str, list[str]] = found) -> None:
+                if not check:
+                    return
+                progress.update(task, description=f"{wl} / {name} pass {index}: checking")
+                report = check_history(out.history, out.events)
+                verdict = report.outcome.value
+                if _OUTCOME_RANK.get(verdict, 1) >= _OUTCOME_RANK.get(outcome.get(name, "valid"), 1):
+                    outcome[name] = verdict
+                if report.names:
+                    where = Path(cfg.output).absolute() / out.trace_dir.relative_to(stage)
+                    line = (f"{label} / {name} (pass {index}): {verdict} — {', '.join(report.names)}; "
+                            f"inspect: coordsim check {where}")  # fmt: skip
+                    found.setdefault(name, []).append(line)
+                    anomalies.append(line)
+
+            traces = {name: stage / "traces" / label / name for name in cfg.configurations}
+            outs = _run_entry(cfg, wl, traces, on_level, on_pass)
             for name in cfg.configurations:
-                progress.update(task, description=f"{wl} / {name}")
-
-                def on_level(row: LevelRow, wl: str = wl, name: str = name) -> None:
-                    progress.advance(task)
-                    done[0] += 1
-                    if not live:  # like pgbench -P: one line per level on a pipe or log
-                        _err.print(f"compare: {wl} / {name} c={row.concurrency}: {row.throughput_ops_s:,.0f} ops/s, "
-                                   f"{row.errors} errors ({done[0]}/{total}, {time.perf_counter() - t0:.0f} s)",
-                                   markup=False, highlight=False, soft_wrap=True)  # fmt: skip
-
-                trace = stage / "traces" / _label(wl) / name
-                out = _run_entry(cfg, name, wl, trace, on_level)
-                verdict = ""
+                verdict = outcome.get(name, "") if check else ""
                 if check:
-                    progress.update(task, description=f"{wl} / {name}: checking")
-                    report = check_history(out.history, out.events)
-                    verdict = report.outcome.value
-                    line = f"{_label(wl)} / {name}: {verdict}"
-                    if report.names:
-                        line += (f" — {', '.join(report.names)}; inspect: coordsim check "
-                                 f"{Path(cfg.output).absolute() / 'traces' / _label(wl) / name}")  # fmt: skip
-                        anomalies.append(line)
-                    verdicts.append(line)
-                rows.extend(replace(r, verdict=verdict) for r in out.rows)
+                    verdicts.append(f"{label} / {name}: {verdict}")
+                    verdicts.extend(found.get(name, []))
+                rows.extend(replace(r, verdict=verdict) for r in outs[name].rows)
     return rows, verdicts, anomalies
 
 

@@ -4,10 +4,13 @@ when the previous one returns) swept over concurrency levels, and an open loop
 
 Steady state (DESIGN.md §10), the way pgbench `-T`, wrk2 and Materialize's
 scalability framework measure: every client runs continuously; a warm-up is
-discarded, then `repeat` consecutive windows of `duration_s` each give one
-throughput sample (completions in the window / its length) and feed the
-latency histogram. The alternative, a fixed number of operations, remains for
-tests and tiny runs.
+discarded, then each window of `duration_s` gives one throughput sample
+(completions in the window / its length) and feeds the latency histogram.
+`Window.repeat` consecutive windows are supported, but `coordsim compare`
+measures one window per level per pass and repeats whole passes on fresh
+deployments (`sim.runner`): consecutive windows share one deployment's state,
+so their spread understates the noise between runs. The alternative, a fixed
+number of operations, remains for tests and tiny runs.
 
 The open loop measures every operation from its *intended* start, the moment
 its arrival was scheduled, not from when a free connection finally sent it: a

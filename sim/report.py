@@ -18,17 +18,19 @@ from rich.table import Table
 
 from persist.location import InvalidUsage
 from sim.outputs import atomic_write
-from sim.stats import compare_samples
+from sim.stats import FAMILY_ALPHA, compare_samples, holm_family
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
     from sim.runner import LevelRow
+    from sim.stats import Verdict
 
 __all__ = [
     "COLUMNS",
     "DEFAULT_REGRESSION_THRESHOLD",
+    "BaselineCheck",
     "Regression",
     "compare_baseline",
     "plot",
@@ -65,11 +67,12 @@ COLUMNS: Final = (
     "p99_samples_ms",
     "oracle_queries_per_op",
     "loop_busy_fraction",
+    "loop_messages_per_op",
     "verdict",
 )
 
 #: `--baseline`'s default threshold: a cell worse than this fraction (and
-#: outside the noise, `sim.stats.compare_samples`) is a regression.
+#: outside the noise at family-wise 5 %, `sim.stats.holm_family`) is a regression.
 DEFAULT_REGRESSION_THRESHOLD: Final = 0.20
 
 
@@ -142,13 +145,14 @@ def _errors(r: LevelRow) -> str:
 
 
 _HEAD: Final = ("config", "clients", "ops/s (95% CI)", "ops", "errors", "p50 ms", "p99 ms", "p99.9 ms",
-                "lat. n", "oracle q/op", "loop busy", "verdict")  # fmt: skip
+                "lat. n", "oracle q/op", "loop busy", "loop msg/op", "verdict")  # fmt: skip
 
 
 def _cells(r: LevelRow) -> list[str]:
     return [r.config, str(r.concurrency), _tput(r), f"{r.ops:,}", _errors(r), _ms(r.p50_ms), _ms(r.p99_ms),
             _ms(r.p999_ms), f"{r.latency_samples:,}", _fixed(r.oracle_queries_per_op, "{:.2f}"),
-            _fixed(r.loop_busy_fraction, "{:.0%}"), r.verdict or "—"]  # fmt: skip
+            _fixed(r.loop_busy_fraction, "{:.0%}"), _fixed(r.loop_messages_per_op, "{:.2f}"),
+            r.verdict or "—"]  # fmt: skip
 
 
 def _fixed(v: float | None, fmt: str) -> str:
@@ -285,17 +289,55 @@ _CHECKED: Final = (
 )
 
 
+@final
+@dataclass(frozen=True)
+class BaselineCheck:
+    """What `compare_baseline` found: the regressions, the number of
+    comparisons made, how many of them had one sample on a side (no test: the
+    threshold alone decides those), how many were beyond the threshold but
+    within the noise, and the threshold and family-wise alpha used."""
+
+    regressions: list[Regression]
+    compared: int
+    untested: int
+    threshold: float
+    alpha: float
+    within_noise: int = 0
+
+    def line(self) -> str:
+        """The pass/fail line `coordsim compare --baseline` prints."""
+        rule = (f"beyond {self.threshold:.0%} and significant at family-wise {self.alpha:.0%} "
+                "(Welch, one-sided; Holm)")  # fmt: skip
+        note = (f"; {self.untested} with one sample on a side, decided by the threshold alone"
+                if self.untested else "")  # fmt: skip
+        if self.within_noise:
+            note += f"; {self.within_noise} more beyond {self.threshold:.0%} but within the noise"
+        if self.regressions:
+            n = len(self.regressions)
+            return f"baseline: {n} regression(s): {n} of {self.compared} comparisons {rule}{note}:"
+        return f"baseline: no regression: 0 of {self.compared} comparisons {rule}{note}"
+
+
 def compare_baseline(
-    rows: Sequence[LevelRow], baseline: Sequence[dict[str, str]], *, threshold: float = DEFAULT_REGRESSION_THRESHOLD
-) -> tuple[list[Regression], int]:
+    rows: Sequence[LevelRow],
+    baseline: Sequence[dict[str, str]],
+    *,
+    threshold: float = DEFAULT_REGRESSION_THRESHOLD,
+    alpha: float = FAMILY_ALPHA,
+) -> BaselineCheck:
     """Cells whose throughput, p50 or p99 is worse than the baseline's by more
-    than `threshold` *and* beyond both runs' noise (`sim.stats.compare_samples`
-    says which test and why); returns them and the number of comparisons made.
-    A p99 per window needs at least 100 operations in it to mean anything, so
-    a cell whose windows are smaller is compared on throughput and p50 only."""
+    than `threshold` *and* beyond both runs' noise, judged as one family: each
+    comparison's Welch p-value (`sim.stats.compare_samples`), Holm-corrected
+    over every comparison of the run at family-wise `alpha`
+    (`sim.stats.holm_family` says which test and why). A comparison with one
+    sample on a side has no p-value and is flagged by the threshold alone.
+    A p99 per repetition needs at least 100 operations in it to mean anything,
+    so a cell whose repetitions are smaller is compared on throughput and p50
+    only."""
     base = {(b["workload"], b["config"], int(b["concurrency"])): b for b in baseline}
-    found: list[Regression] = []
-    made = 0
+    cells: list[tuple[LevelRow, str]] = []
+    verdicts: list[Verdict] = []
+    untested = 0
     for r in rows:
         b = base.get((r.workload, r.config, r.concurrency))
         if b is None:
@@ -307,11 +349,14 @@ def compare_baseline(
             old = _samples(b[column])
             if not new or not old:
                 continue
-            made += 1
-            v = compare_samples(old, new, threshold=threshold, higher_is_better=higher)
-            if v.regressed:
-                found.append(Regression(r.workload, r.config, r.concurrency, measure, v.reason))
-    return found, made
+            cells.append((r, measure))
+            untested += len(new) < 2 or len(old) < 2
+            verdicts.append(compare_samples(old, new, threshold=threshold, higher_is_better=higher))
+    judged = holm_family(verdicts, alpha=alpha)
+    found = [Regression(r.workload, r.config, r.concurrency, measure, v.reason)
+             for (r, measure), v in zip(cells, judged, strict=True) if v.regressed]  # fmt: skip
+    within_noise = sum(v.beyond and not v.regressed for v in judged)
+    return BaselineCheck(found, len(verdicts), untested, threshold, alpha, within_noise)
 
 
 def write_markdown(
@@ -324,6 +369,7 @@ def write_markdown(
     knobs: str,
     verdicts: Sequence[str] = (),
     ablation: Sequence[str] = (),
+    sensitivity: Sequence[str] = (),
 ) -> None:
     """`report.md`: the summary with intervals and verdicts, each workload's
     table and plots, the effective configuration, and the checkers' findings."""
@@ -342,6 +388,12 @@ def write_markdown(
                      "difference between the first configuration and the last (steps interact, so shares "
                      "depend on the order).")  # fmt: skip
         lines.extend(ablation)
+    if sensitivity:
+        lines.append("\n## Sensitivity to the unmeasured costs\n")
+        lines.append("Each family of costs no measurement backs (sim/unmeasured.py) scaled x0.5 and x2, all else "
+                     "equal. A conclusion is one configuration's peak throughput above another's outside both "
+                     "95 % intervals; it survives if every rerun decides the same.\n")  # fmt: skip
+        lines.extend(sensitivity)
     if regressions:
         lines.append("\n## Regressions against the baseline\n")
         lines.extend(f"- {x}" for x in regressions)

@@ -1,11 +1,18 @@
-"""Runs one workload under one coordinator configuration, in real or virtual
-mode, and returns a row per measured concurrency level plus the run's trace
-(every client operation and internal event, DESIGN.md §7).
+"""Runs one workload under one or more coordinator configurations, in real or
+virtual mode, and returns a row per measured concurrency level plus the run's
+traces (every client operation and internal event, DESIGN.md §7).
 
-Each (workload, configuration) pair gets a fresh deployment (a fresh database in
-real mode, fresh in-memory stores in virtual mode) and the same seed, so the
-configurations see the same statements. The schema is set up and warmed before
-the first measured level; levels run in sweep order on the same coordinator.
+A level is measured `repeat` times in *passes*: each pass is a fresh deployment
+(a fresh database in real mode, fresh in-memory stores in virtual mode) that
+sets up the schema, warms up, then measures every level in sweep order, one
+window each (after that level's warm-up). Pass k (1-based) of every
+configuration runs with seed `seed + k - 1`, so the configurations see the same
+statements, and the passes are interleaved across configurations (pass 1 of
+each, then pass 2 of each, …: ABCABC, not AAABBBCCC), so drift over the run
+(the machine, Postgres checkpoints) shows up as variance within each
+configuration instead of as a difference between them. A row's interval is
+over its passes: windows of one deployment share its state (its database's
+size, its WAL and checkpoint timing) and so understate run-to-run noise.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ import shutil
 import statistics
 import tempfile
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -45,23 +52,28 @@ from sim.traces import write_trace
 from sim.workloads import OpContext, workload
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable
+    from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 
-    from coordinator.session import Coordinator
+    from coordinator.session import Coordinator, CoordinatorStatistics
     from sim.config import Config
     from sim.history import Event, History
     from sim.scenarios import PythonScenario
 
 __all__ = [
     "LevelRow",
+    "PassLevel",
+    "PassOutput",
     "RunOutput",
     "ScriptRun",
     "fresh_database",
     "level_client",
     "level_ops",
+    "pass_trace_dir",
     "run_pair",
+    "run_pass",
     "run_script",
     "run_script_once",
+    "run_workload",
 ]
 
 
@@ -96,6 +108,7 @@ class LevelRow:
     p99_samples_ms: tuple[float, ...]
     oracle_queries_per_op: float | None  # None: not sampled (a scenario script's row)
     loop_busy_fraction: float | None
+    loop_messages_per_op: float | None = None  # None: not sampled, or no event loop (decoupled)
     verdict: str = ""
 
     @property
@@ -215,6 +228,33 @@ async def environment(cfg: Config, rt: Runtime) -> AsyncIterator[Environment]:
         await drop_database(pg, db)
 
 
+@final
+@dataclass(frozen=True)
+class PassLevel:
+    """One level of one pass: its window(s), and the coordinator's counters
+    before and after the level with the level's span (both None when not
+    sampled) — what `_row` needs to merge passes into one row."""
+
+    concurrency: int
+    results: list[LevelResult]
+    before: CoordinatorStatistics | None
+    after: CoordinatorStatistics | None
+    span: float
+
+
+@final
+@dataclass(frozen=True)
+class PassOutput:
+    """One pass of one (workload, configuration): its number `index` (1-based),
+    its seed, its own output (a row per level from its one window, the trace it
+    wrote, its history) and its levels, for merging with the other passes."""
+
+    index: int
+    seed: int
+    output: RunOutput
+    levels: list[PassLevel]
+
+
 async def measure(
     cfg: Config,
     config_name: str,
@@ -222,12 +262,14 @@ async def measure(
     rt: Runtime,
     recorder: HistoryRecorder,
     on_level: Callable[[LevelRow], None],
-) -> list[LevelRow]:
-    """Set-up, warm-up and the sweep on one fresh coordinator."""
+) -> list[PassLevel]:
+    """One pass on one fresh deployment: set-up, warm-up operations, then each
+    level in sweep order on the same coordinator, one window each (after the
+    level's own `warmup_s`). `on_level` gets this pass's row of each level."""
     wl = workload(workload_name)
-    rows: list[LevelRow] = []
+    levels: list[PassLevel] = []
     counter = [0]
-    window = cfg.window()
+    window = replace(cfg.window(), repeat=1)
     async with environment(cfg, rt) as env, build_coordinator(
         cfg.coordinator(config_name), env, rt, events=event_sink(recorder)
     ) as coord:
@@ -241,10 +283,9 @@ async def measure(
             before, t0 = coord.statistics(), rt.now()
             res = await _level(cfg, sessions, wl.name, rt, counter, c, c, w)
             after, span = coord.statistics(), rt.now() - t0
-            row = _row(cfg, config_name, workload_name, res, before, after, c, span)
-            rows.append(row)
-            on_level(row)
-    return rows
+            levels.append(PassLevel(c, res, before, after, span))
+            on_level(_row(cfg, config_name, workload_name, res, before, after, c, span))
+    return levels
 
 
 async def _level(
@@ -308,10 +349,14 @@ def _row(
 
     oracle_per_op: float | None = None
     busy_fraction: float | None = None
+    messages_per_op: float | None = None
     if before is not None and after is not None:
         # Both over the level's whole span, warm-up included (the counters are
         # read before and after it): a ratio, so the span cancels out.
-        oracle_per_op = (after.oracle_calls - before.oracle_calls) / (after.statements - before.statements or 1)
+        statements = after.statements - before.statements or 1
+        oracle_per_op = (after.oracle_calls - before.oracle_calls) / statements
+        if after.loop_messages:
+            messages_per_op = (after.loop_messages - before.loop_messages) / statements
         busy = after.loop_busy_s - before.loop_busy_s
         busy_fraction = busy / span / max(1, after.loop_cores) if span > 0 else 0.0
     return LevelRow(
@@ -335,6 +380,7 @@ def _row(
         p99_samples_ms=tuple(r.percentile_ms(99) for r in res),
         oracle_queries_per_op=oracle_per_op,
         loop_busy_fraction=busy_fraction,
+        loop_messages_per_op=messages_per_op,
     )
 
 
@@ -420,6 +466,119 @@ def _script_result(h: History) -> LevelResult:
     return res
 
 
+def pass_trace_dir(trace_dir: Path, index: int) -> Path:
+    """Where pass `index` (1-based) of a pair writes its trace: the first in
+    `trace_dir` itself (where every reader of a compare trace finds it), pass k
+    in `trace_dir/pass<k>` (a folder of traces, such as `coordsim replay`
+    takes, finds them all)."""
+    return trace_dir if index == 1 else trace_dir / f"pass{index}"
+
+
+def run_pass(
+    cfg: Config,
+    config_name: str,
+    workload_name: str,
+    trace_dir: Path,
+    *,
+    index: int,
+    on_level: Callable[[LevelRow], None] = lambda row: None,
+) -> PassOutput:
+    """Pass `index` (1-based) of `workload_name` under `config_name`: a fresh
+    deployment on its own loop (virtual or real) with seed `cfg.seed + index -
+    1`, measured by `measure`; writes its trace to `pass_trace_dir(trace_dir,
+    index)`."""
+    holder: dict[str, Any] = {}
+    seed = cfg.seed + index - 1
+
+    async def main(rt: Runtime) -> list[PassLevel]:
+        recorder = HistoryRecorder(rt.now)
+        holder["recorder"] = recorder
+        return await measure(cfg, config_name, workload_name, rt, recorder, on_level)
+
+    levels = run(main, seed=seed, virtual=cfg.mode == "virtual", latency=cfg.latency())
+    recorder: HistoryRecorder = holder["recorder"]
+    history, events = recorder.history(), recorder.events()
+    where = pass_trace_dir(trace_dir, index)
+    label = f"{workload_name}/{config_name}" + (f"/pass{index}" if index > 1 else "")
+    write_trace(
+        where,
+        history,
+        events,
+        run=label,
+        config=config_name,
+        seed=seed,
+        extra_meta={
+            "workload": workload_name,
+            "mode": cfg.mode,
+            "concurrency": list(cfg.concurrency),
+            "open_loop_rate": cfg.open_loop_rate,
+            "pass": index,
+            "passes": cfg.window().repeat,
+        },
+    )
+    rows = [_row(cfg, config_name, workload_name, lv.results, lv.before, lv.after, lv.concurrency, lv.span)
+            for lv in levels]  # fmt: skip
+    return PassOutput(index, seed, RunOutput(rows, where, history, events), levels)
+
+
+def run_workload(
+    cfg: Config,
+    config_names: Sequence[str],
+    workload_name: str,
+    trace_dirs: Mapping[str, Path],
+    *,
+    on_level: Callable[[str, int, LevelRow], None] = lambda name, index, row: None,
+    on_pass: Callable[[str, PassOutput], None] = lambda name, p: None,
+) -> dict[str, RunOutput]:
+    """`workload_name` under every configuration of `config_names`, in
+    `cfg.window().repeat` passes interleaved across them (pass 1 of each in
+    the given order, then pass 2 of each, …; see the module docstring).
+
+    Args:
+        trace_dirs: each configuration's trace directory (its passes go in
+            `pass_trace_dir`s of it).
+        on_level: called with a configuration, a pass number and that pass's
+            row after each level of each pass.
+        on_pass: called after each pass with its output (the compare command
+            checks each pass's history here).
+
+    Returns:
+        Per configuration: a row per level over all passes (`repeats` = the
+        number of passes, a sample per pass, latencies merged over them, the
+        coordinator's counters summed over them), with the first pass's trace
+        directory, history and events.
+    """
+    passes: dict[str, list[PassOutput]] = {name: [] for name in config_names}
+    for index in range(1, cfg.window().repeat + 1):
+        for name in config_names:
+            one = run_pass(cfg, name, workload_name, trace_dirs[name], index=index,
+                           on_level=functools.partial(on_level, name, index))  # fmt: skip
+            on_pass(name, one)
+            passes[name].append(one)
+    out: dict[str, RunOutput] = {}
+    for name, mine in passes.items():
+        rows = []
+        for levels in zip(*(p.levels for p in mine), strict=True):
+            res = [r for lv in levels for r in lv.results]
+            before, after = _summed([lv.before for lv in levels]), _summed([lv.after for lv in levels])
+            span = sum(lv.span for lv in levels)
+            rows.append(_row(cfg, name, workload_name, res, before, after, levels[0].concurrency, span))
+        first = mine[0].output
+        out[name] = RunOutput(rows, first.trace_dir, first.history, first.events)
+    return out
+
+
+def _summed(stats: Sequence[CoordinatorStatistics | None]) -> CoordinatorStatistics | None:
+    """Counters of several passes as one: every counter summed (so a delta of
+    sums is the sum of the passes' deltas), except the core count, which is the
+    configuration's."""
+    if not stats or any(s is None for s in stats):
+        return None
+    known = [s for s in stats if s is not None]
+    total = {f.name: sum(getattr(s, f.name) for s in known) for f in fields(known[0]) if f.name != "loop_cores"}
+    return replace(known[0], **total)
+
+
 def run_pair(
     cfg: Config,
     config_name: str,
@@ -428,30 +587,8 @@ def run_pair(
     *,
     on_level: Callable[[LevelRow], None] = lambda row: None,
 ) -> RunOutput:
-    """Runs `workload_name` under `config_name` on its own loop (virtual or
-    real) and writes its trace to `trace_dir`."""
-    holder: dict[str, Any] = {}
-
-    async def main(rt: Runtime) -> list[LevelRow]:
-        recorder = HistoryRecorder(rt.now)
-        holder["recorder"] = recorder
-        return await measure(cfg, config_name, workload_name, rt, recorder, on_level)
-
-    rows = run(main, seed=cfg.seed, virtual=cfg.mode == "virtual", latency=cfg.latency())
-    recorder: HistoryRecorder = holder["recorder"]
-    history, events = recorder.history(), recorder.events()
-    write_trace(
-        trace_dir,
-        history,
-        events,
-        run=f"{workload_name}/{config_name}",
-        config=config_name,
-        seed=cfg.seed,
-        extra_meta={
-            "workload": workload_name,
-            "mode": cfg.mode,
-            "concurrency": list(cfg.concurrency),
-            "open_loop_rate": cfg.open_loop_rate,
-        },
-    )
-    return RunOutput(rows, trace_dir, history, events)
+    """`workload_name` under `config_name` alone: `run_workload` with one
+    configuration (its `cfg.window().repeat` passes, seeds `cfg.seed`,
+    `cfg.seed + 1`, …), the first pass's trace in `trace_dir`."""
+    return run_workload(cfg, [config_name], workload_name, {config_name: trace_dir},
+                        on_level=lambda _name, _index, row: on_level(row))[config_name]  # fmt: skip

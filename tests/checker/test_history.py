@@ -212,15 +212,21 @@ def test_statements_map_onto_operation_kinds() -> None:
     from coordinator import statements as s
     from sim.history import StatementOp, statement_op
 
+    def op(stmt: s.Statement) -> StatementOp:
+        got = statement_op(stmt)
+        assert got is not None
+        return got
+
     where = s.Predicate((s.Comparison("x", "<=", 5),))
-    assert statement_op(s.Insert("t", ((1,), (2,)))) == StatementOp(Kind.ADD, "t", (1, 2))
-    assert statement_op(s.Select("t")) == StatementOp(Kind.READ, "t")
-    assert statement_op(s.Select("t", where=where)).args == {"where": [["<=", 5]]}
-    upd = statement_op(s.Update("t", (s.Assignment("x", add=10),), where))
+    assert op(s.Insert("t", ((1,), (2,)))) == StatementOp(Kind.ADD, "t", (1, 2))
+    assert op(s.Select("t")) == StatementOp(Kind.READ, "t")
+    assert op(s.Select("t", where=where)).args == {"where": [["<=", 5]]}
+    upd = op(s.Update("t", (s.Assignment("x", add=10),), where))
     assert upd == StatementOp(Kind.UPDATE, "t", (), {"add": 10, "where": [["<=", 5]]})
-    assert statement_op(s.Delete("t")) == StatementOp(Kind.DELETE, "t")
-    assert statement_op(s.CreateTable("t", ())).kind == Kind.CREATE_TABLE
-    assert statement_op(s.DropTable("t")).kind == Kind.DROP_TABLE
-    assert statement_op(s.CreateIndex("i", "t")).args == {"on": "t", "cluster": None}
+    assert op(s.Delete("t")) == StatementOp(Kind.DELETE, "t")
+    assert op(s.CreateTable("t", ())).kind == Kind.CREATE_TABLE
+    assert op(s.DropTable("t")).kind == Kind.DROP_TABLE
+    assert op(s.CreateIndex("i", "t")).args == {"on": "t", "cluster": None}
+    assert statement_op(s.SelectConstant((1,), ("?column?",))) is None  # reads no object
     with pytest.raises(HistoryError, match="not an integer"):
         statement_op(s.Insert("t", (("a",),)))

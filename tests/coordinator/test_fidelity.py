@@ -11,6 +11,7 @@ import pytest
 
 from coordinator.config import OracleCalls
 from coordinator.running import RunningCoordinator
+from persist.location import InvalidUsage
 from sim.experiments import latency_model, victim_select_one
 from sim.runtime import run
 from tests.coordinator.harness import CONFIG_NAMES, build_coordinator, config, virtual_env
@@ -106,6 +107,14 @@ def test_oracle_calls_on_the_loop_stall_a_victim_query() -> None:
     assert off.victim.n >= 1000
     assert on.victim.p50_ms > 10 * off.victim.p50_ms
     assert on.victim.p95_ms > 10 * off.victim.p95_ms
+
+
+def test_overlapping_commits_need_the_oracle_on_the_loop() -> None:
+    """Off the loop, a later write_ts could reach storage first and fence the
+    coordinator: the combination is refused, not run."""
+    with pytest.raises(InvalidUsage, match="needs oracle_calls = on-loop"):
+        config("event-loop", oracle_calls=OracleCalls.OFF_LOOP)
+    assert config("event-loop", oracle_calls=OracleCalls.OFF_LOOP, commits_in_flight=1).commits_in_flight == 1
 
 
 @pytest.mark.parametrize("name", CONFIG_NAMES)

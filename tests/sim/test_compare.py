@@ -5,6 +5,7 @@ accounting, and bad input (one line, exit 2, nothing written)."""
 from __future__ import annotations
 
 import csv
+import json
 import math
 import sys
 from typing import TYPE_CHECKING
@@ -39,7 +40,11 @@ def _check_output(out: Path, mode: str) -> None:
         assert row["errors"] == "0"
         assert row["repeats"] == "2"
         c = int(row["concurrency"])
-        ops = pq.read_table(out / "traces" / row["workload"] / row["config"] / "ops.parquet").to_pylist()
+        # Two passes, each a fresh deployment with its own trace and seed.
+        traces = [out / "traces" / row["workload"] / row["config"] / sub for sub in ("", "pass2")]
+        metas = [json.loads((t / "meta.json").read_text()) for t in traces]
+        assert [(m["pass"], m["passes"], m["seed"]) for m in metas] == [(1, 2, 1), (2, 2, 2)]
+        ops = [o for t in traces for o in pq.read_table(t / "ops.parquet").to_pylist()]
         mine = [o for o in ops if (o["client"] or "").startswith(f"L{c}/")]
         per_window = level_ops(Config(ops_per_level=3), row["workload"], c)
         assert len(mine) == int(row["ops"]) == 2 * per_window == int(row["latency_samples"])
@@ -62,8 +67,8 @@ def _check_output(out: Path, mode: str) -> None:
         assert float(row["throughput_ops_s"]) == pytest.approx(sum(samples) / 2, rel=1e-4)
         assert float(row["throughput_ci95"]) >= 0
         assert float(row["oracle_queries_per_op"]) > 0
-        events = pq.read_table(out / "traces" / row["workload"] / row["config"] / "events.parquet")
-        assert events.num_rows > 0
+        for t in traces:
+            assert pq.read_table(t / "events.parquet").num_rows > 0
     report = (out / "report.md").read_text()
     assert "select-one-throughput.png" in report
     assert "[configuration.\"event-loop\"]" in report  # every knob, in the report
@@ -232,12 +237,50 @@ def test_baseline_flags_a_drop_beyond_threshold_and_noise() -> None:
 
     base = [_base(1, "100;101;99"), _base(2, "100;101;99"), _base(4, "100;150;50")]
     rows = [_row(1, (81.0, 82.0, 80.0)), _row(2, (69.0, 70.0, 71.0)), _row(4, (60.0, 100.0, 20.0))]
-    flagged, made = compare_baseline(rows, base)
+    checked = compare_baseline(rows, base)
     # c=1: -19 %, within the threshold; c=2: -30 % and outside the noise;
-    # c=4: -40 % but the windows scatter far more than that: noise.
-    assert [(r.concurrency, r.measure) for r in flagged] == [(2, "throughput")]
-    assert made == 6  # throughput and p50 per cell; p99 needs 100 samples per window
-    assert not compare_baseline(rows, base, threshold=0.5)[0]
+    # c=4: -40 % but the passes scatter far more than that: noise.
+    assert [(r.concurrency, r.measure) for r in checked.regressions] == [(2, "throughput")]
+    assert checked.compared == 6  # throughput and p50 per cell; p99 needs 100 samples per pass
+    assert checked.untested == 0
+    assert "Holm-adjusted over 6 comparisons" in checked.regressions[0].reason
+    assert checked.line().startswith("baseline: 1 regression(s): 1 of 6 comparisons beyond 20% and significant")
+    assert not compare_baseline(rows, base, threshold=0.5).regressions
+
+
+def test_baseline_corrects_for_the_number_of_comparisons() -> None:
+    """A -30 % drop with one-sided Welch p ≈ 0.01 is a regression as the
+    run's only comparison, but not among 20 (Holm's first step needs p <=
+    0.05 / 20 = 0.0025): the chance that one of 20 unchanged cells crosses
+    0.01 is ~18 %."""
+    from sim.report import compare_baseline
+    from sim.stats import compare_samples
+
+    base_tput, new_tput = "100;110;90", (70.0, 75.0, 65.0)
+    alone = compare_samples([100, 110, 90], new_tput, threshold=0.2, higher_is_better=True)
+    assert alone.p_value == pytest.approx(0.0098, abs=5e-4)
+    assert alone.regressed
+    one = compare_baseline([_row(1, new_tput)], [_base(1, base_tput)])
+    assert [r.measure for r in one.regressions] == ["throughput"]
+    # Nine more cells, unchanged: 20 comparisons (throughput and p50 each).
+    rows = [_row(1, new_tput)] + [_row(c, (100.0, 110.0, 90.0)) for c in range(2, 11)]
+    base = [_base(c, base_tput) for c in range(1, 11)]
+    many = compare_baseline(rows, base)
+    assert many.compared == 20
+    assert many.regressions == []
+    assert many.line() == ("baseline: no regression: 0 of 20 comparisons beyond 20% and significant at "
+                           "family-wise 5% (Welch, one-sided; Holm); 1 more beyond 20% but within the noise")  # fmt: skip
+
+
+def test_baseline_with_one_sample_uses_the_threshold_alone() -> None:
+    from sim.report import compare_baseline
+
+    base = [{**_base(1, "100"), "p50_samples_ms": "1", "p99_samples_ms": "2"}]
+    checked = compare_baseline([_row(1, (70.0,))], base)
+    assert [r.measure for r in checked.regressions] == ["throughput"]
+    assert "threshold alone" in checked.regressions[0].reason
+    assert checked.compared == checked.untested == 3  # p99 too: 100 samples in the one pass
+    assert "3 with one sample on a side, decided by the threshold alone" in checked.line()
 
 
 @pytest.mark.postgres
@@ -360,13 +403,17 @@ def test_a_since_that_overtakes_read_ts_is_read_at_not_an_error(
     failing with XX000). The coordinator reads at the since instead, under a
     read hold, and holds the answer until the oracle gets there, as the seeds'
     system does: no such read is answered with an error."""
+    import tomllib
+
     from sim.config import DEFAULT_PROFILE
 
-    profile = tmp_path / "slow.toml"
-    text = DEFAULT_PROFILE.read_text()
-    start = text.index('[latency."oracle.pg"]')
-    end = text.index("[latency.", start + 1)
-    profile.write_text(text[:start] + '[latency."oracle.pg"]\nkind = "constant"\nms = 500.0\n\n' + text[end:])
+    # Every oracle statement (the profile names each: oracle.pg.read_ts, …) takes 500 ms.
+    latency = tomllib.loads(DEFAULT_PROFILE.read_text())["latency"]
+    slow = [name for name in latency if name.startswith("oracle.pg")]
+    assert "oracle.pg.read_ts" in slow
+    latency.update({name: {"kind": "constant", "ms": 500.0} for name in slow})
+    profile = tmp_path / "slow.json"
+    profile.write_text(json.dumps({"latency": latency}))
     code, printed, _ = _coordsim_out(
         capsys, monkeypatch, "compare", "--mode", "virtual", "--latency-profile", str(profile), "--workloads",
         "select-one", "--configs", "event-loop+pg-oracle,decoupled", "--concurrency", "64", "--duration", "2",
@@ -393,7 +440,7 @@ def test_ablation_attributes_the_insert_difference_to_its_mechanisms(
     assert code == 0, err
     rows = [line for line in printed.splitlines() if line.startswith("| event-loop") and " · " in line]
     mechanisms = [line.split("(")[1].split(")")[0] for line in rows]
-    assert mechanisms == ["start", "oracle", "confirm_leadership", "batch_read_ts", "oracle_calls", "group_commit"]
+    assert mechanisms == ["start", "oracle", "confirm_leadership", "batch_read_ts", "commits_in_flight", "oracle_calls", "group_commit"]
     deltas = [float(line.split("|")[2].split("(")[0].replace(",", "")) for line in rows[1:]]
     with (out / "results.csv").open() as fh:
         tput = {r["config"]: float(r["throughput_ops_s"]) for r in csv.DictReader(fh)}

@@ -70,3 +70,25 @@ def test_a_flipped_conclusion_is_fragile() -> None:
 
 def replace_rows(rows: list[LevelRow]) -> list[LevelRow]:
     return [replace(r, throughput_ops_s=r.throughput_ops_s * 1.01) for r in rows]
+
+
+def test_compare_sensitivity_reports_every_conclusion(tmp_path: Path) -> None:
+    """The CLI end to end: 6 reruns, a table row per conclusion with a cell per
+    rerun, the same table in report.md."""
+    import subprocess
+    import sys
+    from pathlib import Path as P
+
+    coordsim = str(P(sys.executable).with_name("coordsim"))
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [coordsim, "compare", "--mode", "virtual", "--quick", "--workloads", "select-one", "--configs",
+         "event-loop,decoupled", "--concurrency", "4,16", "--no-check", "--sensitivity", "-o", str(out)],
+        capture_output=True, text=True, check=False, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| select-one:")]
+    assert len(rows) == 1
+    assert rows[0].count("|") == 2 + 6 + 1  # conclusion, six reruns, survives
+    assert "## Sensitivity to the unmeasured costs" in (out / "report.md").read_text()
+    assert len(list((out / "sensitivity").glob("profile-*.toml"))) == 4  # replica and catalog-feed, x0.5 and x2
