@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,7 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="3 short virtual runs")
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--mode", default="real")
+    p.add_argument("--keep", type=Path, help="copy each run's report.md and results.csv to KEEP/run<i>/")
     args = p.parse_args()
     runs, extra = args.runs, ["--mode", args.mode]
     if args.quick:
@@ -56,8 +58,9 @@ def main() -> None:
         for i in range(runs):
             out = Path(tmp) / f"run{i}"
             t0 = time.perf_counter()
-            # --allow-errors: this measures noise; errors are another issue's.
-            proc = subprocess.run([str(coordsim), "compare", *extra, "--allow-errors", "--no-check", "-o", str(out)],
+            # The default command as users run it (checkers included);
+            # --allow-errors: this measures noise, errors are reported apart.
+            proc = subprocess.run([str(coordsim), "compare", *extra, "--allow-errors", "-o", str(out)],
                                   capture_output=True, text=True, check=False)  # fmt: skip
             took.append(time.perf_counter() - t0)
             if proc.returncode != 0:
@@ -65,6 +68,12 @@ def main() -> None:
                 raise SystemExit(f"run {i} exited {proc.returncode}")
             rows = read_results(out)
             outs.append(rows)
+            if args.keep is not None:
+                kept = args.keep / f"run{i}"
+                kept.mkdir(parents=True, exist_ok=True)
+                for name in ("report.md", "results.csv"):
+                    shutil.copyfile(out / name, kept / name)
+                (kept / "stdout.txt").write_text(proc.stdout)
             # A row's samples are its passes', one per fresh deployment.
             npasses = sorted({r["repeats"] for r in rows})
             print(f"run {i}: {took[-1]:.0f} s, {'/'.join(npasses)} passes per row", flush=True)
