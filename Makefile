@@ -12,7 +12,7 @@ uv:
 		|| $(PYTHON) -m pip install --quiet --user --break-system-packages "uv>=0.4,<1"
 
 # The main job: the architecture comparison on embedded defaults (real mode,
-# a throwaway Postgres unless COORDSIM_POSTGRES_URL is set); about 3 minutes.
+# a throwaway Postgres unless COORDSIM_POSTGRES_URL is set); about 4 minutes.
 compare: uv
 	$(UV) run coordsim compare
 

@@ -45,16 +45,18 @@ MODES: Final = ("real", "virtual")
 DEFAULT_PROFILE: Final = Path(__file__).parent / "profiles" / "default.toml"
 
 # --- measurement defaults ------------------------------------------------------------
-# Chosen so that a default run (3 workloads x 3 configurations x 5 levels x
-# (warm-up + 3 windows)) takes under 5 minutes in real mode and under 2 in
-# virtual mode on the 2-core machine (measured: see the README), while each
-# window still holds hundreds to thousands of operations at the busier levels.
+# Chosen so that a default run (3 passes x 3 workloads x 3 configurations x
+# 5 levels x (warm-up + 1 window), each pass on a fresh deployment) takes under
+# 5 minutes in real mode and under 2 in virtual mode on the 2-core machine
+# (measured: see the README), while each window still holds hundreds to
+# thousands of operations at the busier levels.
 
 #: Seconds of one measurement window, by mode (virtual: simulated seconds).
 DEFAULT_DURATION_S: Final = {"real": 1.0, "virtual": 0.2}
-#: Seconds discarded before the first window of each level.
+#: Seconds discarded before each level's window, in every pass.
 DEFAULT_WARMUP_S: Final = {"real": 0.5, "virtual": 0.05}
-#: Windows per level: the throughput interval is over these (n - 1 = 2
+#: Passes (one window per level each, on a fresh deployment, interleaved
+#: across configurations): the throughput interval is over these (n - 1 = 2
 #: degrees of freedom: wide, and honest about it).
 DEFAULT_REPEAT: Final = 3
 
