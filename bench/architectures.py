@@ -26,7 +26,7 @@ from coordinator.config import named
 from coordinator.environment import Environment
 from coordinator.factory import build_coordinator
 from persist.mem import MemBlob, MemConsensus
-from sim.runtime import Runtime, run
+from sim.runtime.core import Runtime, run
 from tests.coordinator.harness import latency_model
 
 CONFIGS = {"event-loop": "el", "event-loop+pg-oracle": "pg", "decoupled": "dec"}

@@ -33,8 +33,8 @@ from hdrh.histogram import HdrHistogram
 from catalog.api import Appended
 from catalog.objects import Column
 from catalog.open import open_catalog
-from sim.backends import postgres_server
-from sim.runtime import Runtime, run
+from sim.runtime.core import Runtime, run
+from sim.services.postgres import postgres_server
 
 
 @dataclass

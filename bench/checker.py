@@ -2,7 +2,7 @@
 named-anomaly checker (1), the black-box strict-serializability checker (2) and
 the white-box timestamp replay (3) on one generated history, and peak memory.
 
-The history comes from `sim.checker.generate` (valid by construction: every
+The history comes from `sim.history.checker.generate` (valid by construction: every
 checker must say `valid`), with 10 processes, 4 live tables at a time, ~50
 operations per table, 40% reads, 2% indeterminate operations. Each checker is
 timed on its own, including the per-table indexing it does; peak memory is
@@ -24,12 +24,12 @@ import gc
 import resource
 import time
 
-from sim.checker.blackbox import check_blackbox
-from sim.checker.generate import GenConfig, generate
-from sim.checker.named import check_named
-from sim.checker.replay import check_replay
-from sim.checker.verdict import Outcome
-from sim.history import READ, validate
+from sim.history.checker.blackbox import check_blackbox
+from sim.history.checker.generate import GenConfig, generate
+from sim.history.checker.named import check_named
+from sim.history.checker.replay import check_replay
+from sim.history.checker.verdict import Outcome
+from sim.history.model import READ, validate
 
 
 def _reset_peak_rss() -> bool:

@@ -1,9 +1,9 @@
 """Is `coordsim compare --baseline` quiet on unchanged code? Runs the default
 comparison N times in a row and checks each later run against the first with
-the same test `--baseline` uses (`sim.report.compare_baseline`: Welch per
+the same test `--baseline` uses (`sim.compare.report.compare_baseline`: Welch per
 cell, Holm over the run at family-wise 5 %), and whether consecutive runs'
 peak-throughput cells agree within their 95 % intervals (over each run's
-`--repeat` interleaved passes, `sim.runner`).
+`--repeat` interleaved passes, `sim.compare.runner`).
 
 Usage: uv run python bench/compare_noise.py [--quick] [--runs N] [--mode real|virtual]
 Last line: `RESULT runs=… baseline_passes=… peak_cells_overlapping=… seconds_per_run=…`.
@@ -24,7 +24,7 @@ from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sim.report import compare_baseline, read_results
+from sim.compare.report import compare_baseline, read_results
 
 
 def _peaks(rows: list[dict[str, str]]) -> dict[tuple[str, str], tuple[float, float]]:

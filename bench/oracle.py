@@ -38,8 +38,8 @@ import asyncpg
 from oracle.batching import BatchingOracle
 from oracle.postgres import _READ_TS, PostgresOracle
 from oracle.testing import fresh_timeline
-from sim.backends import postgres_server
-from sim.runtime import Runtime, run
+from sim.runtime.core import Runtime, run
+from sim.services.postgres import postgres_server
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

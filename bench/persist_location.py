@@ -29,9 +29,9 @@ from persist.location import Blob, CaSResult, Consensus, SeqNo, VersionedData
 from persist.mem import MemConsensus
 from persist.open import S3_ENDPOINT_ENV, open_blob, open_consensus
 from persist.s3 import create_bucket
-from sim.backends import postgres_server
-from sim.runtime import Runtime, run
-from sim.s3local import LocalS3Server, client_environment
+from sim.runtime.core import Runtime, run
+from sim.services.postgres import postgres_server
+from sim.services.s3 import LocalS3Server, client_environment
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator

@@ -32,8 +32,8 @@ from persist.frontier import Frontier
 from persist.location import Blob, Consensus, SeqNo
 from persist.mem import MemBlob, MemConsensus
 from persist.open import open_consensus
-from sim.backends import postgres_server
-from sim.runtime import Runtime, run
+from sim.runtime.core import Runtime, run
+from sim.services.postgres import postgres_server
 
 
 @dataclass

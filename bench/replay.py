@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Final
 
 import pyarrow.parquet as pq
 
-from sim.checker.run import check_history
+from sim.history.checker.run import check_history
+from sim.history.traces import read_trace
 from sim.spark.job import replay
 from sim.spark.session import spark_session
 from sim.spark.synth import synth_trace
-from sim.traces import read_trace
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from sim.runtime import Runtime, run
+from sim.runtime.core import Runtime, run
 
 MAX_SLEEP_S = 0.010
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sim.config import Config
-from sim.runner import run_pair
+from sim.compare.runner import run_pair
+from sim.load.config import Config
 
 
 def main() -> None:

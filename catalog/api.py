@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self, final
 
 from oracle.stash import Fenced as OracleFenced
-from persist.location import CoordsimError, InvalidUsage
+from sim.runtime.errors import CoordsimError, InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Sequence

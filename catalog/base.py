@@ -29,13 +29,13 @@ from catalog.api import (
 from catalog.migrations import MigrationError, initial_state, migrate
 from catalog.objects import FORMAT_VERSION, KINDS, CatalogState, CatalogUpdate, Config
 from catalog.transaction import Transaction
-from persist.location import InvalidUsage
+from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from oracle.api import TimestampOracle
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = ["CachedCatalog", "check_updates"]
 

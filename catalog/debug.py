@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, final
 
 from catalog.api import Conflict
 from catalog.objects import CatalogState, canonical, kind_class, parse_json
-from persist.location import InvalidUsage
+from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
     from catalog.api import DurableCatalog, UpgradeCheck

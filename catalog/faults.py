@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, TypeVar, final
 
 from catalog.stash_catalog import StashStore
-from persist.location import Determinate, Indeterminate, InvalidUsage
+from sim.runtime.errors import Determinate, Indeterminate, InvalidUsage
 
 if TYPE_CHECKING:
     import random

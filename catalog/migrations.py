@@ -29,7 +29,7 @@ from catalog.objects import (
     canonical,
     parse_json,
 )
-from persist.location import CoordsimError
+from sim.runtime.errors import CoordsimError
 
 __all__ = [
     "MIN_SUPPORTED_VERSION",

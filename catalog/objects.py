@@ -19,7 +19,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final, NamedTuple, Self, TypeAlias, TypeVar, final
 
-from persist.location import InvalidUsage
+from sim.runtime.errors import InvalidUsage
 
 if typing.TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

@@ -8,7 +8,7 @@
 | `persist+mem://`, `stash+mem://`, `shadow+mem://` | the same in memory (fresh each time) |
 
 `shard` defaults to `catalog`, `env` to `default`. Postgres URLs also take the
-libpq parameters of `persist.urls.PG_PASSTHROUGH` (`password`, the TLS ones,
+libpq parameters of `sim.runtime.urls.PG_PASSTHROUGH` (`password`, the TLS ones,
 `connect_timeout`, …). Anything else is `InvalidUsage`.
 """
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Final
 
-from persist.location import InvalidUsage
-from persist.urls import PG_PASSTHROUGH, driver_url, parse_url, redact_url
-from sim.runtime import AsyncExitStack
+from sim.runtime.errors import InvalidUsage
+from sim.runtime.tasks import AsyncExitStack
+from sim.runtime.urls import PG_PASSTHROUGH, driver_url, parse_url, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from catalog.persist_catalog import PersistCatalog
     from catalog.stash_catalog import StashCatalog
     from oracle.api import TimestampOracle
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = ["open_catalog"]
 

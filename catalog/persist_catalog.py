@@ -20,7 +20,7 @@ from catalog.base import CachedCatalog
 from catalog.objects import CatalogState, CatalogUpdate
 from persist.client import UpperMismatch
 from persist.codec import Update
-from persist.location import InvalidUsage
+from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Sequence
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from persist.client import PersistClient, WriteHandle
     from persist.frontier import Frontier
     from persist.read import ListenBatch, ReadHandle
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = ["PersistCatalog", "decode_update", "encode_update"]
 

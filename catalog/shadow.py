@@ -20,7 +20,7 @@ import anyio
 
 from catalog.api import Appended, Changes, DurableCatalog, Progress, Subscription
 from catalog.objects import CatalogState
-from persist.location import CoordsimError, InvalidUsage
+from sim.runtime.errors import CoordsimError, InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Sequence

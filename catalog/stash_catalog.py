@@ -26,15 +26,15 @@ from anyio.lowlevel import checkpoint
 from catalog.api import Appended, BelowSince, Changes, Conflict, Fenced, Progress, Subscription
 from catalog.base import CachedCatalog
 from catalog.objects import CatalogState, CatalogUpdate, config_key, parse_json
-from persist.location import InvalidUsage
-from persist.retry import RetryPolicy, retry_external
+from sim.runtime.errors import InvalidUsage
+from sim.runtime.retry import RetryPolicy, retry_external
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 
     from catalog.api import AppendResult, CatalogEvent
     from oracle.api import TimestampOracle
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = ["MemStashStore", "StashCatalog", "StashStore", "consolidate_log", "epoch_of"]
 

@@ -19,15 +19,15 @@ from catalog.api import Appended, Conflict
 from catalog.objects import CatalogState, CatalogUpdate
 from catalog.stash_catalog import EPOCH_KEY, StashStore, epoch_of, fenced
 from oracle.pgclient import DEFAULT_RETRY, PostgresClient
-from persist.location import InvalidUsage
+from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from catalog.api import AppendResult
     from oracle.pgclient import Conn
-    from persist.retry import RetryPolicy
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
+    from sim.runtime.retry import RetryPolicy
 
 __all__ = ["PostgresStashStore"]
 

@@ -37,7 +37,7 @@ from catalog.objects import (
     canonical,
 )
 from catalog.transaction import CatalogError
-from persist.location import InvalidUsage
+from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
     from catalog.api import Subscription

@@ -31,7 +31,7 @@ from catalog.objects import (
     canonical,
     kind_class,
 )
-from persist.location import CoordsimError
+from sim.runtime.errors import CoordsimError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

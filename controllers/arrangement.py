@@ -17,7 +17,7 @@ import bisect
 from typing import TYPE_CHECKING, final
 
 from controllers.transform import CompiledTransform, decode_row, encode_row
-from persist.location import InvalidUsage
+from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence

@@ -76,8 +76,8 @@ from controllers.replica import (
     ReplicaPeek,
 )
 from persist.frontier import Frontier
-from persist.location import InvalidUsage
-from sim.runtime import TaskOwner
+from sim.runtime.errors import InvalidUsage
+from sim.runtime.tasks import TaskOwner
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -85,7 +85,7 @@ if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from persist.client import PersistClient
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = [
     "UNDEFINED_COLUMN",

@@ -36,7 +36,7 @@ from controllers.commands import (
     table_shard_id,
 )
 from controllers.transform import Transform, parse_select
-from persist.location import InvalidUsage
+from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence

@@ -38,8 +38,8 @@ from controllers.arrangement import Arrangement, Maintainer
 from controllers.commands import UNKNOWN_COLLECTION, PeekError, PeekResponse, PeekRows
 from controllers.transform import Transform, decode_row, encode_row
 from persist.frontier import Frontier
-from persist.location import InvalidUsage
-from sim.runtime import Constant, LogNormal
+from sim.runtime.errors import InvalidUsage
+from sim.runtime.latency import Constant, LogNormal
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -49,7 +49,8 @@ if TYPE_CHECKING:
     from controllers.transform import CompiledTransform, Row
     from persist.client import PersistClient
     from persist.read import ReadHandle
-    from sim.runtime import Distribution, Runtime
+    from sim.runtime.core import Runtime
+    from sim.runtime.latency import Distribution
 
 __all__ = [
     "BELOW_SINCE",

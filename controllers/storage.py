@@ -40,9 +40,9 @@ from controllers.transform import encode_row
 from persist.client import Appended, UpperMismatch
 from persist.codec import Update
 from persist.frontier import Frontier
-from persist.location import ExternalError, InvalidUsage
 from persist.machine import LeaseExpiredError
-from sim.runtime import TaskOwner
+from sim.runtime.errors import ExternalError, InvalidUsage
+from sim.runtime.tasks import TaskOwner
 
 if TYPE_CHECKING:
 
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
     from persist.client import PersistClient, WriteHandle
     from persist.read import ReadHandle
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = [
     "AppendConflict",

@@ -3,7 +3,7 @@ modeled costs and the known-bad toggles.
 
 Every configuration users compare is a named value here, not a code path picked
 by `if` somewhere else; the known-bad variants exist so the checker can prove it
-catches them (DESIGN.md §2). `sim.config.Config` embeds this value together with
+catches them (DESIGN.md §2). `sim.load.config.Config` embeds this value together with
 the locations and workloads of a run: it lives here, not in `sim`, because the
 coordinator may not import upward (DESIGN.md §3).
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any, Final, final
 
-from persist.location import InvalidUsage
+from sim.runtime.errors import InvalidUsage
 
 __all__ = [
     "APPLIES_TO",

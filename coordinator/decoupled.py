@@ -69,8 +69,8 @@ from coordinator.statements import (
     Update,
 )
 from oracle.stash import Fenced as OracleFenced
-from persist.location import ExternalError
-from sim.runtime import AsyncExitStack
+from sim.runtime.errors import ExternalError
+from sim.runtime.tasks import AsyncExitStack
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -84,7 +84,7 @@ if TYPE_CHECKING:
     from coordinator.events import EventSink
     from coordinator.session import Session
     from coordinator.statements import Statement
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = ["DecoupledCoordinator"]
 

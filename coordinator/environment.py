@@ -38,7 +38,7 @@ from oracle.modeled import ModeledOracle, ModeledOracleRows
 from oracle.observed import ObservedOracle, OracleCall
 from oracle.stash import MemTimestampStash
 from persist.client import PersistClient
-from sim.runtime import AsyncExitStack
+from sim.runtime.tasks import AsyncExitStack
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from oracle.api import TimestampOracle
     from oracle.stash import TimestampStash
     from persist.location import Blob, Consensus
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = ["CATALOG_SHARD", "Environment", "Incarnation", "open_incarnation"]
 

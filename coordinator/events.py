@@ -2,7 +2,7 @@
 commits, `confirm_leadership()` calls, catalog appends — so a run's trace can
 explain what happened and the checker can verify the oracle's guarantees.
 
-The names match the trace format's event kinds (`sim.history.EventKind`); the
+The names match the trace format's event kinds (`sim.history.model.EventKind`); the
 coordinator does not import `sim` (DESIGN.md §3), the runner maps these over.
 """
 

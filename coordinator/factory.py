@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from coordinator.environment import Environment
     from coordinator.events import EventSink
     from coordinator.session import Coordinator
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = ["build_coordinator"]
 

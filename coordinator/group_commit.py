@@ -29,7 +29,7 @@ from controllers.commands import Append
 from controllers.storage import AppendConflict
 from coordinator.statements import SqlError, SqlState
 from oracle.stash import Fenced
-from persist.location import ExternalError
+from sim.runtime.errors import ExternalError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -30,14 +30,14 @@ from typing import TYPE_CHECKING, Final, Protocol
 from controllers.commands import PeekError, PeekResponse, PeekRows
 from coordinator.session import Result
 from coordinator.statements import SelectConstant, SqlError, SqlState
-from persist.location import ExternalError
+from sim.runtime.errors import ExternalError
 
 if TYPE_CHECKING:
     from controllers.compute import ComputeController
     from controllers.storage import StorageController
     from coordinator.planner import PeekPlan
     from oracle.api import TimestampOracle
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = [
     "MAX_PEEK_ATTEMPTS",

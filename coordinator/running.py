@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from coordinator.config import CoordinatorConfig
     from coordinator.environment import Environment, Incarnation
     from coordinator.events import EventSink
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = ["RunningCoordinator"]
 

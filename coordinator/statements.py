@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final, final
 
-from persist.location import CoordsimError
+from sim.runtime.errors import CoordsimError
 
 __all__ = [
     "DEFAULT_CLUSTER",

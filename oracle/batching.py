@@ -22,13 +22,13 @@ import anyio
 
 from oracle.api import TimestampOracle, WriteTimestamp
 from oracle.metrics import OracleMetrics, OracleStatistics
-from persist.location import CoordsimError, InvalidUsage
-from sim.runtime import AsyncExitStack
+from sim.runtime.errors import CoordsimError, InvalidUsage
+from sim.runtime.tasks import AsyncExitStack
 
 if TYPE_CHECKING:
     from anyio.abc import TaskStatus
 
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = ["BatchingOracle"]
 

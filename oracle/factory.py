@@ -9,7 +9,7 @@ shared backend (`OracleFactory`).
 | `modeled://` | `ModeledOracle` (virtual mode's Postgres oracle) | in-memory rows, modeled round trips |
 
 Postgres URLs also take `pool_size` and the libpq parameters of
-`persist.urls.PG_PASSTHROUGH` (`password`, `application_name`,
+`sim.runtime.urls.PG_PASSTHROUGH` (`password`, `application_name`,
 `connect_timeout`, the TLS ones, …). Unknown parameters are `InvalidUsage`. asyncpg is
 imported only for Postgres URLs.
 """
@@ -26,16 +26,16 @@ from oracle.batching import BatchingOracle
 from oracle.memory import DEFAULT_WINDOW_MS, MemoryOracle
 from oracle.modeled import ModeledOracle, ModeledOracleRows
 from oracle.stash import MemTimestampStash
-from persist.location import InvalidUsage
-from persist.urls import PG_PASSTHROUGH, ParsedUrl, driver_url, parse_url, redact_url
-from sim.runtime import AsyncExitStack
+from sim.runtime.errors import InvalidUsage
+from sim.runtime.tasks import AsyncExitStack
+from sim.runtime.urls import PG_PASSTHROUGH, ParsedUrl, driver_url, parse_url, redact_url
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
     from oracle.pgclient import PostgresClient
     from oracle.stash import TimestampStash
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = ["OracleFactory", "open_oracle"]
 

@@ -23,11 +23,11 @@ from anyio.lowlevel import checkpoint
 from oracle.api import TimestampOracle, WriteTimestamp, check_timeline, check_timestamp
 from oracle.metrics import OracleMetrics, OracleStatistics
 from oracle.stash import Fenced
-from persist.location import InvalidUsage
+from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
     from oracle.stash import TimestampStash
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = ["DEFAULT_WINDOW_MS", "MemoryOracle"]
 

@@ -12,12 +12,12 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, TypeVar, final
 
-from persist.location import Determinate
+from sim.runtime.errors import Determinate
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = ["OpStatistics", "OracleMetrics", "OracleStatistics"]
 

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, TypeVar, final
 
 from oracle.api import TimestampOracle, WriteTimestamp, check_timeline, check_timestamp
 from oracle.metrics import OracleMetrics, OracleStatistics
-from persist.location import InvalidUsage
+from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 T = TypeVar("T")
 

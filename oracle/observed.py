@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from oracle.metrics import OracleStatistics
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = ["ObservedOracle", "OracleCall", "OracleObserver"]
 

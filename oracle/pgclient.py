@@ -14,20 +14,19 @@ from __future__ import annotations
 
 import contextlib
 from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar, final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 import asyncpg
 
-from persist.location import Determinate, ExternalError, Indeterminate, InvalidUsage
-from persist.postgres import classify_failure
-from persist.retry import RetryPolicy, retry_external
-from persist.urls import redact_text, redact_url
+from sim.runtime.errors import Determinate, ExternalError, Indeterminate, InvalidUsage
+from sim.runtime.pg import DRIVER_ERRORS, classify_failure, describe_failure, split_connect_timeout
+from sim.runtime.retry import RetryPolicy, retry_external
+from sim.runtime.urls import redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
     Conn: TypeAlias = asyncpg.Connection[asyncpg.Record]
 
@@ -39,42 +38,6 @@ T = TypeVar("T")
 #: SERIALIZABLE contention clears within a few ms), but give a restarting server
 #: a minute before giving up.
 DEFAULT_RETRY: Final = RetryPolicy(deadline_s=60.0, base_s=0.001, cap_s=0.25)
-
-# What the driver can raise. Anything else (TypeError, ...) is a bug and propagates.
-_DRIVER_ERRORS: Final = (
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-    OSError,  # includes TimeoutError and ConnectionError
-)
-
-
-def _describe(exc: BaseException) -> str:
-    """One line naming the failure: type, SQLSTATE if any, message (redacted)."""
-    sqlstate = getattr(exc, "sqlstate", None)
-    code = f" [SQLSTATE {sqlstate}]" if isinstance(sqlstate, str) else ""
-    message = " ".join(str(exc).split()) or "(no message)"
-    return redact_text(f"{type(exc).__name__}{code}: {message}")
-
-
-def _split_connect_timeout(url: str) -> tuple[str, float | None]:
-    """Removes libpq's `connect_timeout` (asyncpg would send it to the server as a
-    setting, which rejects it) and returns it in seconds."""
-    parts = urlsplit(url)
-    kept: list[tuple[str, str]] = []
-    timeout: float | None = None
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name != "connect_timeout":
-            kept.append((name, value))
-            continue
-        try:
-            timeout = float(value)
-        except ValueError:
-            timeout = -1.0
-        if timeout <= 0:
-            raise InvalidUsage(f"connect_timeout={value!r} in {redact_url(url)} must be > 0")
-    return urlunsplit(parts._replace(query=urlencode(kept))), timeout
-
 
 @final
 class _Pool:
@@ -125,7 +88,7 @@ class _Pool:
                     # is ours to terminate.
                     with anyio.CancelScope(shield=True):
                         conn = await self._connect()
-                except _DRIVER_ERRORS as exc:
+                except DRIVER_ERRORS as exc:
                     raise on_connect_error(exc) from exc
                 assert conn is not None  # a shielded scope never swallows the call
             self._busy.add(conn)
@@ -163,7 +126,7 @@ class _Pool:
             try:
                 with anyio.fail_after(5):
                     await conn.close()
-            except _DRIVER_ERRORS:  # TimeoutError included
+            except DRIVER_ERRORS:  # TimeoutError included
                 conn.terminate()
         self.terminate()  # whatever is still in use
 
@@ -188,7 +151,7 @@ def _reusable_after(exc: BaseException, conn: Conn) -> bool:
         sqlstate = getattr(exc, "sqlstate", None) or ""
         if sqlstate.startswith(("57", "08")):
             return False
-    elif isinstance(exc, _DRIVER_ERRORS) or not isinstance(exc, Exception):
+    elif isinstance(exc, DRIVER_ERRORS) or not isinstance(exc, Exception):
         return False
     return not conn.is_closed() and not conn.is_in_transaction()
 
@@ -242,7 +205,7 @@ class PostgresClient:
         if statement_timeout_s <= 0:
             raise InvalidUsage(f"statement_timeout_s must be > 0, got {statement_timeout_s}")
         where = redact_url(url)
-        dsn, connect_timeout = _split_connect_timeout(url)
+        dsn, connect_timeout = split_connect_timeout(url)
 
         async def connect() -> Conn:
             conn: Conn = await asyncpg.connect(
@@ -262,9 +225,9 @@ class PostgresClient:
         try:
             await pool.warm()
         except (ValueError, asyncpg.ClientConfigurationError) as exc:
-            raise InvalidUsage(f"bad Postgres URL {where}: {_describe(exc)}") from exc
-        except _DRIVER_ERRORS as exc:
-            raise Determinate(f"cannot connect to Postgres at {where}: {_describe(exc)}") from exc
+            raise InvalidUsage(f"bad Postgres URL {where}: {describe_failure(exc)}") from exc
+        except DRIVER_ERRORS as exc:
+            raise Determinate(f"cannot connect to Postgres at {where}: {describe_failure(exc)}") from exc
         return cls(pool, rt, where, retry, application_name)
 
     async def close(self) -> None:
@@ -345,11 +308,11 @@ class PostgresClient:
 
         def nothing_sent(exc: BaseException) -> BaseException:
             return Determinate(
-                f"{what} on {self.where}: no connection (nothing sent): {_describe(exc)}"
+                f"{what} on {self.where}: no connection (nothing sent): {describe_failure(exc)}"
             )
 
         try:
             return await self._pool.use(call, on_connect_error=nothing_sent)
-        except _DRIVER_ERRORS as exc:
+        except DRIVER_ERRORS as exc:
             kind = classify_failure(exc, write=write)
-            raise kind(f"{what} on {self.where} failed: {_describe(exc)}") from exc
+            raise kind(f"{what} on {self.where} failed: {describe_failure(exc)}") from exc

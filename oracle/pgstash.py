@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Final, TypeVar, final
 from oracle.api import check_timeline
 from oracle.pgclient import DEFAULT_RETRY, PostgresClient
 from oracle.stash import Fenced, TimestampStash, check_epoch, check_upper
-from persist.location import InvalidUsage
+from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from oracle.pgclient import Conn
-    from persist.retry import RetryPolicy
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
+    from sim.runtime.retry import RetryPolicy
 
 __all__ = ["PostgresTimestampStash"]
 

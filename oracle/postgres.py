@@ -26,14 +26,14 @@ from oracle.api import (
 )
 from oracle.metrics import OracleMetrics, OracleStatistics
 from oracle.pgclient import DEFAULT_RETRY, PostgresClient
-from persist.location import CoordsimError, InvalidUsage
+from sim.runtime.errors import CoordsimError, InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from oracle.pgclient import Conn
-    from persist.retry import RetryPolicy
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
+    from sim.runtime.retry import RetryPolicy
 
 __all__ = ["PostgresOracle"]
 

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Self, final
 from anyio.lowlevel import checkpoint
 
 from oracle.api import check_timeline
-from persist.location import CoordsimError, InvalidUsage
+from sim.runtime.errors import CoordsimError, InvalidUsage
 
 if TYPE_CHECKING:
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = ["Fenced", "MemTimestampStash", "TimestampStash"]
 

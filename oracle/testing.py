@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Final, TypeAlias, final
 import anyio
 
 from oracle.api import MAX_TIMESTAMP, TimestampOracle, WriteTimestamp
-from persist.location import ExternalError, InvalidUsage
+from sim.runtime.errors import ExternalError, InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Sequence
 
     from oracle.metrics import OracleStatistics
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = [
     "ConformanceFailure",

@@ -5,19 +5,15 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from persist.location import (
-    Blob,
-    CaSResult,
-    Consensus,
+from persist.location import Blob, CaSResult, Consensus, SeqNo, VersionedData
+from persist.open import open_blob, open_consensus
+from sim.runtime.errors import (
     CoordsimError,
     Determinate,
     ExternalError,
     Indeterminate,
     InvalidUsage,
-    SeqNo,
-    VersionedData,
 )
-from persist.open import open_blob, open_consensus
 
 if TYPE_CHECKING:
     from persist.client import (

@@ -28,7 +28,6 @@ from persist.codec import Update, encode_batch
 from persist.compaction import compact_once, plan_merge
 from persist.frontier import Frontier
 from persist.gc import collect, plan_gc
-from persist.location import Blob, Consensus, ExternalError, InvalidUsage
 from persist.machine import (
     LeaseExpired,
     LeaseExpiredError,
@@ -44,16 +43,18 @@ from persist.machine import (
     tombstone,
 )
 from persist.read import Listen, ListenBatch, ReadHandle
-from persist.retry import retry_external
 from persist.state import HollowBatch
-from sim.runtime import TaskOwner
+from sim.runtime.errors import ExternalError, InvalidUsage
+from sim.runtime.retry import retry_external
+from sim.runtime.tasks import TaskOwner
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
     from anyio.abc import TaskGroup
 
-    from sim.runtime import Runtime
+    from persist.location import Blob, Consensus
+    from sim.runtime.core import Runtime
 
 __all__ = [
     "Appended",

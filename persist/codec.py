@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from persist.location import InvalidUsage
+from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

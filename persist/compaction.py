@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 from persist.codec import Update, consolidate, decode_batch, encode_batch
 from persist.machine import Machine, apply_compaction
-from persist.retry import retry_external
 from persist.state import HollowBatch
+from sim.runtime.retry import retry_external
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -18,9 +18,6 @@ from persist.location import (
     Blob,
     CaSResult,
     Consensus,
-    Determinate,
-    Indeterminate,
-    InvalidUsage,
     SeqNo,
     VersionedData,
     check_blob_key,
@@ -28,6 +25,7 @@ from persist.location import (
     check_consensus_key,
     check_scan_limit,
 )
+from sim.runtime.errors import Determinate, Indeterminate, InvalidUsage
 
 if TYPE_CHECKING:
     import random

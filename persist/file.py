@@ -16,7 +16,8 @@ from urllib.parse import quote, unquote
 
 import anyio.to_thread
 
-from persist.location import Blob, Determinate, Indeterminate, InvalidUsage, check_blob_key
+from persist.location import Blob, check_blob_key
+from sim.runtime.errors import Determinate, Indeterminate, InvalidUsage
 
 __all__ = ["FileBlob"]
 

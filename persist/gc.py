@@ -21,9 +21,10 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, final
 
-from persist.location import InvalidUsage, SeqNo
+from persist.location import SeqNo
 from persist.machine import Machine, finish_gc, rollup_key
-from persist.retry import retry_external
+from sim.runtime.errors import InvalidUsage
+from sim.runtime.retry import retry_external
 
 if TYPE_CHECKING:
     from persist.state import ShardState

@@ -21,19 +21,7 @@ from typing import TYPE_CHECKING, final
 import anyio
 
 from persist.frontier import Frontier
-from persist.location import (
-    Blob,
-    CaSResult,
-    Consensus,
-    CoordsimError,
-    Determinate,
-    ExternalError,
-    Indeterminate,
-    InvalidUsage,
-    SeqNo,
-    VersionedData,
-)
-from persist.retry import RetryPolicy, retry_external
+from persist.location import Blob, CaSResult, Consensus, SeqNo, VersionedData
 from persist.state import (
     Garbage,
     HollowBatch,
@@ -47,11 +35,19 @@ from persist.state import (
     encode_diff,
     encode_rollup,
 )
+from sim.runtime.errors import (
+    CoordsimError,
+    Determinate,
+    ExternalError,
+    Indeterminate,
+    InvalidUsage,
+)
+from sim.runtime.retry import RetryPolicy, retry_external
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = [
     "LeaseExpired",

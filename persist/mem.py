@@ -16,7 +16,6 @@ from persist.location import (
     Blob,
     CaSResult,
     Consensus,
-    InvalidUsage,
     SeqNo,
     VersionedData,
     check_blob_key,
@@ -24,6 +23,7 @@ from persist.location import (
     check_consensus_key,
     check_scan_limit,
 )
+from sim.runtime.errors import InvalidUsage
 
 __all__ = ["MemBlob", "MemConsensus"]
 

@@ -7,7 +7,7 @@
 | `s3://bucket/prefix[?endpoint=…&region=…]` | S3Blob | —                  |
 | `postgres://…`, `postgresql://…[?pool_size=N]` | — | PostgresConsensus |
 
-Postgres URLs also take the libpq parameters of `persist.urls.PG_PASSTHROUGH`
+Postgres URLs also take the libpq parameters of `sim.runtime.urls.PG_PASSTHROUGH`
 (`password`, `sslmode`, `connect_timeout`, `application_name`, …), passed to
 the driver. `mem://` opens a fresh, empty store each time (there is no
 process-wide registry; share a store by passing the object). Unknown schemes or parameters are
@@ -18,10 +18,13 @@ scheme is used.
 from __future__ import annotations
 
 import os
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from persist.location import Blob, Consensus, InvalidUsage
-from persist.urls import PG_PASSTHROUGH, ParsedUrl, driver_url, parse_url, redact_url
+from sim.runtime.errors import InvalidUsage
+from sim.runtime.urls import PG_PASSTHROUGH, ParsedUrl, driver_url, parse_url, redact_url
+
+if TYPE_CHECKING:
+    from persist.location import Blob, Consensus
 
 __all__ = ["S3_ENDPOINT_ENV", "open_blob", "open_consensus"]
 

@@ -22,24 +22,21 @@ from __future__ import annotations
 
 import contextlib
 from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar, final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
 from persist.location import (
     CaSResult,
     Consensus,
-    Determinate,
-    ExternalError,
-    Indeterminate,
-    InvalidUsage,
     SeqNo,
     VersionedData,
     check_cas_seqnos,
     check_consensus_key,
     check_scan_limit,
 )
-from persist.urls import redact_text, redact_url
+from sim.runtime.errors import Determinate, InvalidUsage
+from sim.runtime.pg import DRIVER_ERRORS, classify_failure, describe_failure, split_connect_timeout
+from sim.runtime.urls import redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -101,77 +98,6 @@ WITH head AS (
 )
 SELECT (SELECT sequence_number FROM head) AS head, (SELECT count(*) FROM deleted) AS deleted"""
 
-# SQLSTATEs after which a write definitely did not apply (DESIGN.md §9).
-_DETERMINATE_SQLSTATES: Final = frozenset(
-    {
-        "40001",  # serialization_failure: the transaction was rolled back
-        "40P01",  # deadlock_detected: rolled back
-        "57P03",  # cannot_connect_now: the server is starting or stopping
-        "53300",  # too_many_connections
-        "08001",  # sqlclient_unable_to_establish_sqlconnection
-        "08004",  # sqlserver_rejected_establishment_of_sqlconnection
-    }
-)
-
-# What the driver can raise. Anything else (TypeError, ...) is a bug and propagates.
-_DRIVER_ERRORS: Final = (
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-    OSError,  # includes TimeoutError and ConnectionError
-)
-
-
-def classify_failure(exc: BaseException, *, write: bool) -> type[ExternalError]:
-    """The error tier of a failed statement (one that was, or may have been, sent).
-
-    Reads are always `Determinate`. A write is `Determinate` only if the server
-    says it rolled back or refused the connection (`_DETERMINATE_SQLSTATES`), or
-    the driver refused to send on a connection it already knew was closed;
-    everything else (a connection lost mid-statement, 57P01 admin_shutdown, a
-    timeout, anything unknown) is `Indeterminate`. A failure to obtain a
-    connection is `Determinate` whatever it is: nothing was sent.
-    """
-    if not write:
-        return Determinate
-    sqlstate = getattr(exc, "sqlstate", None)
-    if sqlstate in _DETERMINATE_SQLSTATES:
-        return Determinate
-    # asyncpg's checks before sending: "connection is closed", "cannot perform
-    # operation: connection is closed", "... the underlying connection is closed".
-    if isinstance(exc, asyncpg.InterfaceError) and "connection is closed" in str(exc):
-        return Determinate
-    return Indeterminate
-
-
-def _describe(exc: BaseException) -> str:
-    """One line naming the failure: type, SQLSTATE if any, message (redacted)."""
-    sqlstate = getattr(exc, "sqlstate", None)
-    code = f" [SQLSTATE {sqlstate}]" if isinstance(sqlstate, str) else ""
-    message = " ".join(str(exc).split()) or "(no message)"
-    return redact_text(f"{type(exc).__name__}{code}: {message}")
-
-
-def _split_connect_timeout(url: str) -> tuple[str, float | None]:
-    """Removes libpq's `connect_timeout` from `url` (asyncpg would send it to the
-    server as a setting, which rejects it) and returns it in seconds."""
-    parts = urlsplit(url)
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    timeout: float | None = None
-    kept: list[tuple[str, str]] = []
-    for name, value in pairs:
-        if name != "connect_timeout":
-            kept.append((name, value))
-            continue
-        try:
-            timeout = float(value)
-        except ValueError:
-            timeout = -1.0
-        if timeout <= 0:
-            raise InvalidUsage(f"connect_timeout={value!r} in {redact_url(url)} must be > 0")
-    if timeout is None:
-        return url, None
-    return urlunsplit(parts._replace(query=urlencode(kept))), timeout
 
 
 @final
@@ -211,7 +137,7 @@ class PostgresConsensus(Consensus):
         if statement_timeout_s <= 0:
             raise InvalidUsage(f"statement_timeout_s must be > 0, got {statement_timeout_s}")
         where = redact_url(url)
-        dsn, connect_timeout = _split_connect_timeout(url)
+        dsn, connect_timeout = split_connect_timeout(url)
         try:
             pool: asyncpg.Pool[asyncpg.Record] = await asyncpg.create_pool(
                 dsn,
@@ -224,9 +150,9 @@ class PostgresConsensus(Consensus):
                 server_settings={"statement_timeout": str(int(statement_timeout_s * 1000))},
             )
         except (ValueError, asyncpg.ClientConfigurationError) as exc:
-            raise InvalidUsage(f"bad Postgres URL {where}: {_describe(exc)}") from exc
-        except _DRIVER_ERRORS as exc:
-            raise Determinate(f"cannot connect to Postgres at {where}: {_describe(exc)}") from exc
+            raise InvalidUsage(f"bad Postgres URL {where}: {describe_failure(exc)}") from exc
+        except DRIVER_ERRORS as exc:
+            raise Determinate(f"cannot connect to Postgres at {where}: {describe_failure(exc)}") from exc
         try:
             # Two sessions creating the table at once: the loser gets one of these
             # (CREATE TABLE IF NOT EXISTS is not atomic in Postgres: the table, its
@@ -235,10 +161,10 @@ class PostgresConsensus(Consensus):
                 asyncpg.UniqueViolationError, asyncpg.DuplicateTableError, asyncpg.DuplicateObjectError
             ):
                 await pool.execute(_SCHEMA)
-        except _DRIVER_ERRORS as exc:
+        except DRIVER_ERRORS as exc:
             pool.terminate()
             raise Determinate(
-                f"cannot create the consensus table at {where}: {_describe(exc)}"
+                f"cannot create the consensus table at {where}: {describe_failure(exc)}"
             ) from exc
         return cls(pool, where)
 
@@ -248,7 +174,7 @@ class PostgresConsensus(Consensus):
         self._closed = True
         try:
             await self._pool.close()
-        except _DRIVER_ERRORS:
+        except DRIVER_ERRORS:
             # The server is gone: there is nothing left to close politely.
             self._pool.terminate()
 
@@ -321,18 +247,18 @@ class PostgresConsensus(Consensus):
             raise InvalidUsage(f"{what}: {self!r} is closed")
         try:
             conn = await self._pool.acquire()
-        except _DRIVER_ERRORS as exc:
+        except DRIVER_ERRORS as exc:
             raise Determinate(
-                f"{what} on {self._where}: no connection (nothing sent): {_describe(exc)}"
+                f"{what} on {self._where}: no connection (nothing sent): {describe_failure(exc)}"
             ) from exc
         try:
             return await call(conn)
-        except _DRIVER_ERRORS as exc:
+        except DRIVER_ERRORS as exc:
             kind = classify_failure(exc, write=write)
-            raise kind(f"{what} on {self._where} failed: {_describe(exc)}") from exc
+            raise kind(f"{what} on {self._where} failed: {describe_failure(exc)}") from exc
         finally:
             # The statement's outcome is already decided; a failed release (the
             # reset of a connection that just died) cannot change it, and asyncpg
             # discards such a connection by itself.
-            with contextlib.suppress(*_DRIVER_ERRORS):
+            with contextlib.suppress(*DRIVER_ERRORS):
                 await self._pool.release(conn)

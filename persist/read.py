@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, final
 
 from persist.codec import Update, consolidate, decode_batch
 from persist.frontier import Frontier
-from persist.location import ExternalError, InvalidUsage
 from persist.machine import (
     LeaseExpired,
     LeaseExpiredError,
@@ -25,7 +24,8 @@ from persist.machine import (
     expire_reader,
     raise_refusal,
 )
-from persist.retry import retry_external
+from sim.runtime.errors import ExternalError, InvalidUsage
+from sim.runtime.retry import retry_external
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

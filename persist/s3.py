@@ -34,16 +34,10 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 
-from persist.location import (
-    Blob,
-    Determinate,
-    ExternalError,
-    Indeterminate,
-    InvalidUsage,
-    check_blob_key,
-)
-from persist.urls import redact_text, redact_url
-from sim.runtime import AsyncExitStack
+from persist.location import Blob, check_blob_key
+from sim.runtime.errors import Determinate, ExternalError, Indeterminate, InvalidUsage
+from sim.runtime.tasks import AsyncExitStack
+from sim.runtime.urls import redact_text, redact_url
 
 if TYPE_CHECKING:
     from types_aiobotocore_s3 import S3Client

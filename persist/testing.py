@@ -17,17 +17,8 @@ from typing import TYPE_CHECKING, TypeVar
 
 import anyio
 
-from persist.location import (
-    Blob,
-    CaSResult,
-    Consensus,
-    Determinate,
-    ExternalError,
-    Indeterminate,
-    InvalidUsage,
-    SeqNo,
-    VersionedData,
-)
+from persist.location import Blob, CaSResult, Consensus, SeqNo, VersionedData
+from sim.runtime.errors import Determinate, ExternalError, Indeterminate, InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from hypothesis import settings
 
-from sim.runtime import VirtualEventLoop
+from sim.runtime.loop import VirtualEventLoop
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping

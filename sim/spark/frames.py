@@ -1,6 +1,6 @@
 """Loading traces into Spark and the per-table views every check shares.
 
-A trace directory (sim/history.py) holds `ops.parquet`, `events.parquet` and
+A trace directory (sim/history/model.py) holds `ops.parquet`, `events.parquet` and
 `meta.json`; any number of them, from any runs and configurations, become one
 ops DataFrame and one events DataFrame, keyed by `run`. Run names must be
 unique across the inputs (they key every partition of the replay).
@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
-from sim.history import HistoryError
-from sim.traces import EVENTS_FILE, META_FILE, OPS_FILE, SCHEMA_VERSION
+from sim.history.model import HistoryError
+from sim.history.traces import EVENTS_FILE, META_FILE, OPS_FILE, SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -34,7 +34,7 @@ __all__ = [
     "table_ops",
 ]
 
-#: `sim.checker.tables.INF`: the end time of an op that may take effect any time.
+#: `sim.history.checker.tables.INF`: the end time of an op that may take effect any time.
 INF: Final = 2**62
 DDL_KINDS: Final = (
     "create-table", "drop-table", "create-index", "drop-index",
@@ -196,7 +196,7 @@ def prepare(ops: Any) -> Any:
 
 
 def table_ops(ops: Any, partitions: int) -> Any:
-    """Ops on table names only (`sim.checker.tables.index_tables`): a name that
+    """Ops on table names only (`sim.history.checker.tables.index_tables`): a name that
     any index/view/cluster DDL touches is not a table of elements. Hash
     partitioned by `pk` into `partitions`: the one shuffle of the table
     checks (they all join, group and window within a table)."""

@@ -2,7 +2,7 @@
 have no native Spark form (checker 1's per-read rules non-monotonic-read and
 lost-write, the black-box checker 2, the oracle-events checker 4 and the
 per-table linearizability checker 5) read each run's rows back into the
-project's `History`/`Event` model and call `sim.checker` directly, so their
+project's `History`/`Event` model and call `sim.history.checker` directly, so their
 anomalies are the in-process ones by construction.
 
 Scope: every one of these checkers takes a whole history (checker 4 the run's
@@ -19,15 +19,24 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from sim.history import Event, History
+    from sim.history.model import Event, History
 
-__all__ = ["INPROC", "NATIVE", "RESULT_SCHEMA", "check_run", "inproc_results", "with_row_order"]
+__all__ = ["COVERED", "INPROC", "NATIVE", "RESULT_SCHEMA", "check_run", "inproc_results", "with_row_order"]
 
-#: Checkers whose every anomaly comes from the Spark-native plans (verify.COVERED
+#: Anomaly names the Spark job decides, with the in-process checker they match.
+COVERED: Final = {
+    "insert-unknown-table": "named",
+    "select-unknown-table": "named",
+    "dropped-object-visible": "named",
+    "read-from-future": "named",
+    "stale-read": "named",
+    "not-strict-serializable": "replay",
+}
+#: Checkers whose every anomaly comes from the Spark-native plans (`COVERED`
 #: holds which names); `named` is also in `INPROC` for its per-read rules.
 NATIVE: Final = ("named", "replay")
 #: Checkers run in-process per run (an anomaly of them is kept unless
-#: verify.COVERED says the native plans produce it).
+#: `COVERED` says the native plans produce it).
 INPROC: Final = ("named", "blackbox", "oracle", "linear")
 #: One row per anomaly (`anomaly` not null) and one per checker that ran on
 #: the run (`anomaly` null, `outcome` set; `count` = its anomalies in all,
@@ -39,13 +48,13 @@ RESULT_SCHEMA: Final = (
 
 
 def _events(t: Any) -> list[Event]:
-    from sim.traces import events_from_table
+    from sim.history.traces import events_from_table
 
     return events_from_table(t.sort_by("seq"))
 
 
 def _history(t: Any) -> History:
-    from sim.traces import history_from_table
+    from sim.history.traces import history_from_table
 
     # Rows in trace order (`_row`, taken at load): checkers break ties by row.
     if "_row" in t.column_names:
@@ -65,17 +74,16 @@ def check_run(
     With `native` (the native plans run too), checker 3 does not run here
     and the anomalies the native plans report are left out (so the union of
     both has each once); without, every checker of `CHECKERS` runs here."""
-    from sim.checker import (
+    from sim.history.checker import (
         check_blackbox,
         check_linear,
         check_named,
         check_oracle_events,
         check_replay,
     )
-    from sim.checker.run import LINEAR_MAX_OPS
-    from sim.checker.verdict import Collector
-    from sim.history import validate
-    from sim.spark.verify import COVERED
+    from sim.history.checker.run import LINEAR_MAX_OPS
+    from sim.history.checker.verdict import Collector
+    from sim.history.model import validate
 
     validate(h)
     verdicts = [check_named(h), check_blackbox(h)]

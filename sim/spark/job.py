@@ -187,7 +187,7 @@ def write_report(
     window_rows: Sequence[dict[str, Any]],
 ) -> None:
     """report.md and the PNG plots (matplotlib's Agg backend: no display)."""
-    from sim.checker.verdict import ANOMALY_NAMES
+    from sim.history.checker.verdict import ANOMALY_NAMES
 
     out.mkdir(parents=True, exist_ok=True)
     lines = ["# Trace replay", "", "## Verdicts", ""]
@@ -286,7 +286,7 @@ def _plots(out: Path, metric_rows: Sequence[dict[str, Any]], window_rows: Sequen
 def main(argv: Sequence[str] | None = None) -> int:
     """spark-submit entry point. Exit code: 0 all runs valid, 1 some invalid,
     2 bad input."""
-    from persist.location import CoordsimError
+    from sim.runtime.errors import CoordsimError
     from sim.spark.session import spark_session
 
     ap = argparse.ArgumentParser(description="Replay coordsim traces with Spark: anomalies, verdicts, metrics.")

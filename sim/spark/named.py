@@ -1,4 +1,4 @@
-"""The named anomalies of checker 1 (`sim.checker.named`) that are joins:
+"""The named anomalies of checker 1 (`sim.history.checker.named`) that are joins:
 `insert-unknown-table` / `select-unknown-table`, `dropped-object-visible`,
 `read-from-future` and `stale-read`, judged from real time alone.
 

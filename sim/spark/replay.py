@@ -1,4 +1,4 @@
-"""Checker 3 (`sim.checker.replay`) as Spark operations, so its verdict scales
+"""Checker 3 (`sim.history.checker.replay`) as Spark operations, so its verdict scales
 past one process: DDL replayed in `catalog_ts` order, writes in `write_ts`
 order, each read compared with the state at its `read_ts`, and timestamps
 checked against real time.

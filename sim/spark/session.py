@@ -11,7 +11,7 @@ import shutil
 import sys
 from typing import TYPE_CHECKING, Any, Final
 
-from persist.location import CoordsimError
+from sim.runtime.errors import CoordsimError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

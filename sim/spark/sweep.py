@@ -21,8 +21,8 @@ def run_seed(
 ) -> tuple[int, str, int]:
     """Runs one seed and writes its trace to `out/<scenario>-<config>-sNNNN`;
     (seed, trace dir, operations). Executed inside a Spark task."""
-    from sim.anomalies import SCENARIOS, parse_known_bad, run_scenario
-    from sim.traces import write_trace
+    from sim.history.traces import write_trace
+    from sim.nemesis.anomalies import SCENARIOS, parse_known_bad, run_scenario
 
     bad = parse_known_bad(list(known_bad))
     h, events = run_scenario(scenario, config, seed, known_bad=bad)
@@ -39,7 +39,7 @@ def simulate(
 ) -> list[tuple[int, str, int]]:
     """Runs `seeds` as Spark tasks (one seed per task); the trace directories
     come back to the driver (a few bytes each), sorted by seed."""
-    from sim.anomalies import SCENARIOS, parse_known_bad
+    from sim.nemesis.anomalies import SCENARIOS, parse_known_bad
     from sim.spark.session import SparkUnavailable
 
     if scenario not in SCENARIOS:

@@ -1,4 +1,4 @@
-"""A large, realistic trace for benchmarks: `sim.checker.generate` histories
+"""A large, realistic trace for benchmarks: `sim.history.checker.generate` histories
 (strictly serializable by construction, with timestamps, drops, indeterminate
 ops) laid end to end in chunks, with a few planted anomalies, written to
 Parquet one chunk (row group) at a time so memory stays bounded whatever
@@ -21,10 +21,9 @@ from typing import TYPE_CHECKING, Final
 
 import pyarrow.parquet as pq
 
-from persist.location import InvalidUsage
-from sim.checker.generate import GenConfig, drop_read_element, generate
-from sim.history import NONE, History
-from sim.traces import (
+from sim.history.checker.generate import GenConfig, drop_read_element, generate
+from sim.history.model import NONE, History
+from sim.history.traces import (
     EVENTS_FILE,
     META_FILE,
     OPS_FILE,
@@ -33,6 +32,7 @@ from sim.traces import (
     _events_table,
     _ops_table,
 )
+from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
     from array import array

@@ -1,4 +1,4 @@
-"""Verification at scale: every checker of `sim.checker.run.CHECKERS` over
+"""Verification at scale: every checker of `sim.history.checker.run.CHECKERS` over
 any number of traces, and one verdict per run.
 
 Checker 1's join-shaped anomalies and checker 3 are native Spark plans;
@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from sim.checker.verdict import ANOMALY_NAMES
+from sim.history.checker.verdict import ANOMALY_NAMES
 from sim.spark.frames import elements, prepare, read_facts, table_ops
+from sim.spark.inproc import COVERED
 from sim.spark.named import named_parts
 from sim.spark.replay import annotate, has_cut_off_ddl, replay_parts
 
@@ -23,15 +24,6 @@ if TYPE_CHECKING:
 
 __all__ = ["COVERED", "anomalies", "verdicts"]
 
-#: Anomaly names the Spark job decides, with the in-process checker they match.
-COVERED: Final = {
-    "insert-unknown-table": "named",
-    "select-unknown-table": "named",
-    "dropped-object-visible": "named",
-    "read-from-future": "named",
-    "stale-read": "named",
-    "not-strict-serializable": "replay",
-}
 
 
 #: Which form decides checker 1's join-shaped anomalies and checker 3, the

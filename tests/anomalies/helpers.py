@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from sim.anomalies import default_spec, run_spec
-from sim.checker import CHECKERS, check_history
+from sim.history.checker import CHECKERS, check_history
+from sim.nemesis.anomalies import default_spec, run_spec
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence

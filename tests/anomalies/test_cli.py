@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 import pytest
 from typer.testing import CliRunner
 
-from sim.anomalies import default_spec, parse_known_bad, run_scenario, run_spec
-from sim.checker import check_history
-from sim.cli import app
-from sim.faults import Fault, FaultKind, FaultPlan
-from sim.shrink import shrink
-from sim.traces import read_trace
+from sim.cli.main import app
+from sim.history.checker import check_history
+from sim.history.traces import read_trace
+from sim.nemesis.anomalies import default_spec, parse_known_bad, run_scenario, run_spec
+from sim.nemesis.plan import Fault, FaultKind, FaultPlan
+from sim.nemesis.shrink import shrink
 
 if TYPE_CHECKING:
     from pathlib import Path

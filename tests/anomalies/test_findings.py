@@ -24,15 +24,15 @@ from coordinator.config import named
 from coordinator.environment import Environment
 from coordinator.factory import build_coordinator
 from persist.mem import MemBlob, MemConsensus
-from sim.anomalies import latency_model, run_scenario
-from sim.checker import check_history
-from sim.history import HistoryRecorder
-from sim.recording import RecordingSession, event_sink
-from sim.runtime import run
+from sim.history.checker import check_history
+from sim.history.model import HistoryRecorder
+from sim.history.recording import RecordingSession, event_sink
+from sim.nemesis.anomalies import latency_model, run_scenario
+from sim.runtime.core import run
 
 if TYPE_CHECKING:
     from coordinator.config import CoordinatorConfig
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 pytestmark = pytest.mark.virtual
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.anomalies import parse_known_bad
+from sim.nemesis.anomalies import parse_known_bad
 from tests.anomalies.helpers import sweep
 
 pytestmark = pytest.mark.virtual

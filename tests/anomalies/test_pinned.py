@@ -18,16 +18,16 @@ from coordinator.config import named
 from coordinator.environment import Environment
 from coordinator.factory import build_coordinator
 from persist.mem import MemBlob, MemConsensus
-from sim.anomalies import default_spec, latency_model, run_scenario, run_spec
-from sim.checker import check_history
-from sim.checker.verdict import Outcome
-from sim.faults import FaultPlan
-from sim.history import HistoryRecorder
-from sim.recording import RecordingSession, event_sink
-from sim.runtime import run
+from sim.history.checker import check_history
+from sim.history.checker.verdict import Outcome
+from sim.history.model import HistoryRecorder
+from sim.history.recording import RecordingSession, event_sink
+from sim.nemesis.anomalies import default_spec, latency_model, run_scenario, run_spec
+from sim.nemesis.plan import FaultPlan
+from sim.runtime.core import run
 
 if TYPE_CHECKING:
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 pytestmark = pytest.mark.virtual
 

@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 
-from persist.location import InvalidUsage
-from sim.anomalies import CONFIG_NAMES, Spec, default_spec, run_spec
-from sim.checker import CHECKERS, check_history
-from sim.cli import main
-from sim.faults import Fault, FaultKind, FaultPlan, check_plan
-from sim.history import Status
+from sim.cli.main import main
+from sim.history.checker import CHECKERS, check_history
+from sim.history.model import Status
+from sim.nemesis.anomalies import CONFIG_NAMES, Spec, default_spec, run_spec
+from sim.nemesis.plan import Fault, FaultKind, FaultPlan, check_plan
+from sim.runtime.errors import InvalidUsage
 from tests.anomalies.helpers import EXCLUDED, Finding
 
 if TYPE_CHECKING:
-    from sim.history import Event, History
+    from sim.history.model import Event, History
 
 #: Kills from 5 ms on, every 10 ms for 100 ms: reaches statements in flight
 #: and connections the pools just reopened.

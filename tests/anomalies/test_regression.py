@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.anomalies import CONFIG_NAMES
+from sim.nemesis.anomalies import CONFIG_NAMES
 from tests.anomalies.helpers import sweep
 
 pytestmark = pytest.mark.virtual

@@ -24,9 +24,9 @@ import statistics
 import pytest
 
 from coordinator.config import KnownBad
-from sim.anomalies import parse_known_bad, run_scenario
-from sim.checker import check_history
-from sim.history import Kind, Status
+from sim.history.checker import check_history
+from sim.history.model import Kind, Status
+from sim.nemesis.anomalies import parse_known_bad, run_scenario
 from tests.anomalies.helpers import sweep
 
 pytestmark = pytest.mark.virtual

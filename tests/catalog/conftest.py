@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from catalog.testing import NewLocation, OpenCatalog
     from oracle.api import TimestampOracle
     from persist.location import Blob, Consensus
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 
 @final

@@ -15,7 +15,7 @@ from catalog.testing import COLUMNS
 from oracle.api import CATALOG_TIMELINE
 from oracle.memory import MemoryOracle
 from oracle.stash import MemTimestampStash
-from sim.runtime import Runtime
+from sim.runtime.core import Runtime
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from catalog.testing import check_catalog
-from sim.runtime import Runtime
+from sim.runtime.core import Runtime
 
 if TYPE_CHECKING:
     from tests.catalog.conftest import CatalogImpl

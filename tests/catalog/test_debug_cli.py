@@ -16,10 +16,10 @@ from catalog.api import Fenced
 from catalog.migrations import legacy_state
 from catalog.objects import Column
 from catalog.open import open_catalog
-from persist.location import InvalidUsage
-from sim.catalog_cli import catalog_app
-from sim.cli import app
-from sim.runtime import Runtime, run
+from sim.cli.catalog import catalog_app
+from sim.cli.main import app
+from sim.runtime.core import Runtime, run
+from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -51,7 +51,7 @@ def on(url: str, op: Callable[[DurableCatalog], Awaitable[T]]) -> T:
         async with open_catalog(url, rt) as c:
             return await op(c)
 
-    return run(main, virtual=False, seed=uuid.uuid4().int & (2**63 - 1))  # see sim/catalog_cli.py
+    return run(main, virtual=False, seed=uuid.uuid4().int & (2**63 - 1))  # see sim/cli/catalog.py
 
 
 async def _seed(c: DurableCatalog, bootstrap: CatalogState | None = None) -> None:
@@ -196,7 +196,7 @@ async def test_an_edit_from_another_process_fences_the_running_opener(url: str) 
     async with open_catalog(url, rt) as running:
         await _seed(running)
         before = running.epoch()
-        code = "import sys; from sim.catalog_cli import catalog_app; catalog_app(sys.argv[1:])"
+        code = "import sys; from sim.cli.catalog import catalog_app; catalog_app(sys.argv[1:])"
         proc = await anyio.run_process(
             [sys.executable, "-c", code, "edit", "--location", url, "setting", '{"name": "x"}', '{"value": "y"}'],
             check=False,

@@ -15,7 +15,7 @@ from catalog.stash_catalog import MemStashStore, StashCatalog
 from persist.client import PersistClient
 from persist.faults import UnreliableBlob, UnreliableConsensus
 from persist.mem import MemBlob, MemConsensus
-from sim.runtime import Runtime
+from sim.runtime.core import Runtime
 from tests.catalog.test_concurrent_ddl import run_concurrent_ddl
 
 if TYPE_CHECKING:

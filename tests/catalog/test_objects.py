@@ -24,8 +24,8 @@ from catalog.transaction import CatalogError, Transaction
 from oracle.api import CATALOG_TIMELINE
 from oracle.memory import MemoryOracle
 from oracle.stash import MemTimestampStash
-from persist.location import InvalidUsage
-from sim.runtime import Runtime
+from sim.runtime.core import Runtime
+from sim.runtime.errors import InvalidUsage
 
 
 def test_encodings_are_stable() -> None:

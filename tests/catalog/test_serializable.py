@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING
 import pytest
 
 from catalog.testing import check_catalog
-from sim.runtime import Runtime
+from sim.runtime.core import Runtime
 from tests.catalog.conftest import CatalogImpl, Services
 from tests.catalog.test_concurrent_ddl import run_concurrent_ddl
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sim.backends import EmbeddedPostgres
+    from sim.services.postgres import EmbeddedPostgres
 
 pytestmark = [pytest.mark.postgres, pytest.mark.asyncio]
 

@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.checker.edn import MAX_INT_DIGITS, loads_all
-from sim.checker.generate import GenConfig, generate
-from sim.checker.interchange import history_from_edn, read_edn
-from sim.history import MAX_TIME, HistoryError
-from sim.traces import EVENTS_FILE, META_FILE, OPS_FILE, read_trace, write_trace
+from sim.history.checker.generate import GenConfig, generate
+from sim.history.edn import MAX_INT_DIGITS, loads_all
+from sim.history.interchange import history_from_edn, read_edn
+from sim.history.model import MAX_TIME, HistoryError
+from sim.history.traces import EVENTS_FILE, META_FILE, OPS_FILE, read_trace, write_trace
 
 if TYPE_CHECKING:
     from pathlib import Path

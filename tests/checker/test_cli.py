@@ -6,9 +6,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from sim.checker.generate import GenConfig, generate
-from sim.cli import app
-from sim.traces import write_trace
+from sim.cli.main import app
+from sim.history.checker.generate import GenConfig, generate
+from sim.history.traces import write_trace
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "histories"
 runner = CliRunner()
@@ -62,7 +62,7 @@ def test_unknown_checker_name_is_bad_input() -> None:
 
 
 def test_trace_with_an_oracle_regression_exits_1(tmp_path: Path) -> None:
-    from sim.history import Event, HistoryRecorder, Kind
+    from sim.history.model import Event, HistoryRecorder, Kind
 
     rec = HistoryRecorder(lambda: 0.0)
     op = rec.invoke(0, Kind.CREATE_TABLE, "t")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from sim.checker.edn import loads_all
-from sim.checker.interchange import history_from_edn, history_to_edn, read_edn
-from sim.checker.run import check_history
-from sim.history import HistoryError
+from sim.history.checker.run import check_history
+from sim.history.edn import loads_all
+from sim.history.interchange import history_from_edn, history_to_edn, read_edn
+from sim.history.model import HistoryError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "histories"
 CASES = sorted(DATA.glob("*.edn"))

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 import pyarrow.parquet as pq
 import pytest
 
-from sim.checker.edn import Keyword, dumps, loads_all
-from sim.checker.generate import GenConfig, generate
-from sim.checker.interchange import history_from_edn, history_to_edn, history_to_porcupine
-from sim.history import (
+from sim.history.checker.generate import GenConfig, generate
+from sim.history.edn import Keyword, dumps, loads_all
+from sim.history.interchange import history_from_edn, history_to_edn, history_to_porcupine
+from sim.history.model import (
     EventKind,
     History,
     HistoryError,
@@ -21,7 +21,7 @@ from sim.history import (
     Status,
     validate,
 )
-from sim.traces import (
+from sim.history.traces import (
     EVENTS_FILE,
     META_FILE,
     OPS_FILE,
@@ -210,7 +210,7 @@ def test_porcupine_json() -> None:
 
 def test_statements_map_onto_operation_kinds() -> None:
     from coordinator import statements as s
-    from sim.history import StatementOp, statement_op
+    from sim.history.model import StatementOp, statement_op
 
     def op(stmt: s.Statement) -> StatementOp:
         got = statement_op(stmt)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sim.checker.oracle_events import check_oracle_events
-from sim.checker.verdict import Outcome
-from sim.history import Event, EventKind, Status
+from sim.history.checker.oracle_events import check_oracle_events
+from sim.history.checker.verdict import Outcome
+from sim.history.model import Event, EventKind, Status
 
 
 def _ev(seq: int, kind: EventKind, start: int, end: int | None, ts: int, *, timeline: str = "user",

@@ -10,14 +10,14 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from sim.checker.blackbox import check_blackbox
-from sim.checker.generate import GenConfig, drop_read_element, generate, swap_completions
-from sim.checker.linear import check_linear
-from sim.checker.named import check_named
-from sim.checker.replay import check_replay
-from sim.checker.tables import ends
-from sim.checker.verdict import Outcome
-from sim.history import ADD, OK, READ, History, Kind, Op, Status, validate
+from sim.history.checker.blackbox import check_blackbox
+from sim.history.checker.generate import GenConfig, drop_read_element, generate, swap_completions
+from sim.history.checker.linear import check_linear
+from sim.history.checker.named import check_named
+from sim.history.checker.replay import check_replay
+from sim.history.checker.tables import ends
+from sim.history.checker.verdict import Outcome
+from sim.history.model import ADD, OK, READ, History, Kind, Op, Status, validate
 
 if TYPE_CHECKING:
     import random

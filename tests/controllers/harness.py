@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from persist.client import PersistClient
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 __all__ = ["Harness", "TableModel"]
 

@@ -21,7 +21,7 @@ from tests.controllers.harness import Harness
 
 if TYPE_CHECKING:
     from persist.client import PersistClient
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 COLS = ("k", "v")
 FILTER = Transform((Comparison("v", "=", "a"),))

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from controllers.arrangement import Arrangement, Maintainer
 from controllers.transform import Comparison, Transform, decode_row, encode_row, parse_select
 from persist.codec import Update
-from persist.location import InvalidUsage
+from sim.runtime.errors import InvalidUsage
 
 _rows = st.tuples(st.integers(0, 3), st.sampled_from(["a", "b"]))
 _updates = st.lists(st.tuples(st.integers(0, 30), _rows, st.sampled_from([1, 1, -1])), max_size=40)

@@ -23,7 +23,7 @@ from controllers.derive import derive
 from controllers.transform import Comparison, Transform
 from persist.client import PersistClient
 from persist.mem import MemBlob, MemConsensus
-from sim.runtime import Runtime
+from sim.runtime.core import Runtime
 from tests.controllers.harness import Harness
 
 pytestmark = [pytest.mark.virtual, pytest.mark.asyncio]

@@ -34,9 +34,9 @@ from controllers.compute import ComputeController
 from controllers.storage import AppendOk, StorageController
 from controllers.transform import Comparison, Transform
 from persist.client import PersistClient
-from persist.location import InvalidUsage
 from persist.mem import MemBlob, MemConsensus
-from sim.runtime import Runtime
+from sim.runtime.core import Runtime
+from sim.runtime.errors import InvalidUsage
 from tests.controllers.harness import Harness
 
 pytestmark = [pytest.mark.virtual, pytest.mark.asyncio]

@@ -36,7 +36,7 @@ from controllers.commands import (
 )
 from controllers.derive import derive, derive_event
 from controllers.transform import Comparison, Transform
-from persist.location import InvalidUsage
+from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
     import random

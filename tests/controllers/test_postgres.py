@@ -28,7 +28,8 @@ from persist.client import PersistClient
 from persist.file import FileBlob
 from persist.frontier import Frontier
 from persist.open import open_consensus
-from sim.runtime import Constant, LatencyModel, Runtime
+from sim.runtime.core import Runtime
+from sim.runtime.latency import Constant, LatencyModel
 from tests.controllers.harness import Harness
 from tests.controllers.scenario import crash_scenario
 

@@ -7,7 +7,7 @@ import pytest
 
 from persist.client import PersistClient
 from persist.mem import MemBlob, MemConsensus
-from sim.runtime import Runtime, run
+from sim.runtime.core import Runtime, run
 from tests.controllers.scenario import crash_scenario
 
 

@@ -18,9 +18,9 @@ from controllers.transform import decode_row, encode_row
 from persist.client import PersistClient
 from persist.codec import Update
 from persist.frontier import Frontier
-from persist.location import InvalidUsage
 from persist.mem import MemBlob, MemConsensus
-from sim.runtime import Runtime
+from sim.runtime.core import Runtime
+from sim.runtime.errors import InvalidUsage
 
 pytestmark = [pytest.mark.virtual, pytest.mark.asyncio]
 

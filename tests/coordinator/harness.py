@@ -9,7 +9,8 @@ from coordinator.config import named
 from coordinator.environment import Environment
 from coordinator.factory import build_coordinator
 from persist.mem import MemBlob, MemConsensus
-from sim.runtime import Constant, LatencyModel, LogNormal, Runtime
+from sim.runtime.core import Runtime
+from sim.runtime.latency import Constant, LatencyModel, LogNormal
 
 if TYPE_CHECKING:
     from coordinator.config import CoordinatorConfig

@@ -11,13 +11,13 @@ import pytest
 
 from coordinator.config import OracleCalls
 from coordinator.running import RunningCoordinator
-from persist.location import InvalidUsage
-from sim.experiments import latency_model, victim_select_one
-from sim.runtime import run
+from sim.model.experiments import latency_model, victim_select_one
+from sim.runtime.core import run
+from sim.runtime.errors import InvalidUsage
 from tests.coordinator.harness import CONFIG_NAMES, build_coordinator, config, virtual_env
 
 if TYPE_CHECKING:
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 pytestmark = pytest.mark.virtual
 

@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from coordinator.config import GroupCommitPolicy, OracleCalls
-from sim.runtime import run
+from sim.runtime.core import run
 from tests.coordinator.harness import (
     CONFIG_NAMES,
     build_coordinator,
@@ -20,7 +20,7 @@ from tests.coordinator.harness import (
 
 if TYPE_CHECKING:
     from coordinator.session import Coordinator
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 pytestmark = pytest.mark.virtual
 

@@ -10,12 +10,13 @@ import anyio
 import pytest
 
 from coordinator.config import KnownBad
-from sim.runtime import LogNormal, run
+from sim.runtime.core import run
+from sim.runtime.latency import LogNormal
 from tests.coordinator.harness import build_coordinator, config, latency_model, virtual_env
 
 if TYPE_CHECKING:
     from coordinator.session import Coordinator, Session
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 pytestmark = pytest.mark.virtual
 

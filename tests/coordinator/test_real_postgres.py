@@ -16,7 +16,7 @@ from coordinator.environment import Environment
 from coordinator.factory import build_coordinator
 from persist.file import FileBlob
 from persist.open import open_consensus
-from sim.runtime import Runtime
+from sim.runtime.core import Runtime
 from tests.coordinator.harness import CONFIG_NAMES
 
 if TYPE_CHECKING:

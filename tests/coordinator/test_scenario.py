@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 
-from sim.runtime import run
+from sim.runtime.core import run
 from tests.coordinator.harness import (
     CONFIG_NAMES,
     build_coordinator,
@@ -22,7 +22,7 @@ from tests.coordinator.harness import (
 
 if TYPE_CHECKING:
     from coordinator.session import Coordinator
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 pytestmark = pytest.mark.virtual
 

@@ -19,8 +19,8 @@ from oracle.factory import open_oracle
 if TYPE_CHECKING:
     from oracle.api import TimestampOracle
     from oracle.testing import MakeOracle
-    from sim.backends import EmbeddedPostgres
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
+    from sim.services.postgres import EmbeddedPostgres
 
 
 @final

@@ -19,7 +19,7 @@ import anyio
 
 from oracle.factory import open_oracle
 from oracle.testing import OpRecord, RecordingOracle, run_random_workload
-from sim.runtime import Runtime, run
+from sim.runtime.core import Runtime, run
 
 
 def main() -> None:

@@ -17,8 +17,8 @@ from oracle.batching import BatchingOracle
 from oracle.memory import MemoryOracle
 from oracle.stash import MemTimestampStash
 from oracle.testing import RecordingOracle, check_history
-from persist.location import Determinate, InvalidUsage
-from sim.runtime import Runtime
+from sim.runtime.core import Runtime
+from sim.runtime.errors import Determinate, InvalidUsage
 
 if TYPE_CHECKING:
     from oracle.metrics import OracleStatistics

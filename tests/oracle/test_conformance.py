@@ -11,7 +11,7 @@ from oracle.memory import MemoryOracle
 from oracle.postgres import PostgresOracle
 from oracle.stash import MemTimestampStash
 from oracle.testing import ConformanceFailure, ManualWallClock, check_oracle, fresh_timeline
-from sim.runtime import Runtime
+from sim.runtime.core import Runtime
 
 if TYPE_CHECKING:
     from oracle.api import TimestampOracle

@@ -18,11 +18,11 @@ from oracle.factory import open_oracle
 from oracle.memory import MemoryOracle
 from oracle.pgstash import PostgresTimestampStash
 from oracle.testing import RecordingOracle, assert_linearizable, fresh_timeline, run_random_workload
-from sim.runtime import Runtime
+from sim.runtime.core import Runtime
 
 if TYPE_CHECKING:
     from oracle.api import TimestampOracle
-    from sim.backends import EmbeddedPostgres
+    from sim.services.postgres import EmbeddedPostgres
 
 pytestmark = [pytest.mark.postgres, pytest.mark.asyncio]
 

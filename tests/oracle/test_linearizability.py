@@ -19,7 +19,8 @@ from oracle.testing import (
     fresh_timeline,
     run_random_workload,
 )
-from sim.runtime import LatencyModel, LogNormal, Runtime
+from sim.runtime.core import Runtime
+from sim.runtime.latency import LatencyModel, LogNormal
 
 if TYPE_CHECKING:
     from tests.oracle.conftest import OracleImpl

@@ -21,13 +21,13 @@ from oracle.metrics import _Histogram
 from oracle.pgclient import DEFAULT_RETRY, PostgresClient
 from oracle.postgres import PostgresOracle
 from oracle.testing import ManualWallClock, fresh_timeline
-from persist.location import Determinate, InvalidUsage
-from persist.retry import RetryPolicy
-from sim.runtime import Runtime
+from sim.runtime.core import Runtime
+from sim.runtime.errors import Determinate, InvalidUsage
+from sim.runtime.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from oracle.pgclient import Conn
-    from sim.backends import EmbeddedPostgres
+    from sim.services.postgres import EmbeddedPostgres
 
 
 def _norm(sql: str) -> str:

@@ -28,8 +28,9 @@ from oracle.testing import (
     fresh_timeline,
     run_random_workload,
 )
-from persist.location import InvalidUsage
-from sim.runtime import Constant, LatencyModel, Runtime
+from sim.runtime.core import Runtime
+from sim.runtime.errors import InvalidUsage
+from sim.runtime.latency import Constant, LatencyModel
 
 if TYPE_CHECKING:
     from collections.abc import Callable

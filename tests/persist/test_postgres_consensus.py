@@ -12,22 +12,16 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from persist.location import (
-    CaSResult,
-    Determinate,
-    ExternalError,
-    Indeterminate,
-    InvalidUsage,
-    SeqNo,
-    VersionedData,
-)
-from persist.postgres import PostgresConsensus, classify_failure
-from sim.backends import postgres_url_from_env
+from persist.location import CaSResult, SeqNo, VersionedData
+from persist.postgres import PostgresConsensus
+from sim.runtime.errors import Determinate, ExternalError, Indeterminate, InvalidUsage
+from sim.runtime.pg import classify_failure
+from sim.services.postgres import postgres_url_from_env
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from sim.backends import EmbeddedPostgres
+    from sim.services.postgres import EmbeddedPostgres
 
 T = TypeVar("T")
 

@@ -28,8 +28,8 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from persist.location import Determinate, Indeterminate, InvalidUsage
 from persist.s3 import MIB, S3Blob, classify
+from sim.runtime.errors import Determinate, Indeterminate, InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable

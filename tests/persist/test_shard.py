@@ -12,18 +12,12 @@ from persist.client import Appended, PersistClient, PersistConfig, UpperMismatch
 from persist.codec import Update, consolidate
 from persist.faults import UnreliableBlob, UnreliableConsensus
 from persist.frontier import Frontier
-from persist.location import (
-    CaSResult,
-    Consensus,
-    Indeterminate,
-    InvalidUsage,
-    SeqNo,
-    VersionedData,
-)
+from persist.location import CaSResult, Consensus, SeqNo, VersionedData
 from persist.machine import LeaseExpiredError, MachineConfig
 from persist.mem import MemBlob, MemConsensus
 from persist.state import decode_diff
-from sim.runtime import Runtime
+from sim.runtime.core import Runtime
+from sim.runtime.errors import Indeterminate, InvalidUsage
 
 
 def row(i: int, ts: int, diff: int = 1) -> Update:

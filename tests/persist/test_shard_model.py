@@ -44,15 +44,18 @@ from persist.codec import Update, consolidate
 from persist.faults import UnreliableBlob, UnreliableConsensus
 from persist.file import FileBlob
 from persist.frontier import Frontier
-from persist.location import Blob, Consensus, Indeterminate
 from persist.machine import LeaseExpiredError, Machine, MachineConfig, UpperMismatch
 from persist.mem import MemBlob, MemConsensus
 from persist.open import open_consensus
-from sim.runtime import Runtime, VirtualEventLoop
+from sim.runtime.core import Runtime
+from sim.runtime.errors import Indeterminate
+from sim.runtime.loop import VirtualEventLoop
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Coroutine
     from pathlib import Path
+
+    from persist.location import Blob, Consensus
 
 LEASE_MS = 10_000
 SHARD = "model"

@@ -1,4 +1,4 @@
-"""The one redaction core (`persist.urls`): a table of URLs and texts, a
+"""The one redaction core (`sim.runtime.urls`): a table of URLs and texts, a
 property test over arbitrary passwords (quoted and raw), the mapping and
 environment redactors, the log processor, and `?password=` accepted by every
 `postgres://` opener (`PG_PASSTHROUGH`)."""
@@ -18,9 +18,11 @@ from hypothesis import strategies as st
 from catalog.open import open_catalog
 from oracle.factory import OracleFactory, open_oracle
 from oracle.testing import fresh_timeline
-from persist.location import Determinate, InvalidUsage
 from persist.open import open_consensus
-from persist.urls import (
+from sim.runtime.core import Runtime
+from sim.runtime.errors import Determinate, InvalidUsage
+from sim.runtime.logs import configure_logging
+from sim.runtime.urls import (
     PG_PASSTHROUGH,
     REDACTED,
     driver_url,
@@ -31,8 +33,6 @@ from persist.urls import (
     redact_text,
     redact_url,
 )
-from sim.logs import configure_logging
-from sim.runtime import Runtime
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

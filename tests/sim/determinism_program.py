@@ -16,10 +16,15 @@ import asyncio
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
-from sim.runtime import CorePool, LatencyModel, LogNormal, Runtime, Uniform, run
+from sim.runtime.core import Runtime, run
+from sim.runtime.latency import LatencyModel, LogNormal, Uniform
+
+if TYPE_CHECKING:
+    from sim.runtime.cpu import CorePool
 
 GROUPS = 6
 FANOUT = 4

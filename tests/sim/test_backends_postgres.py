@@ -13,9 +13,9 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
-from persist.location import InvalidUsage
-from sim import backends
-from sim.backends import (
+from sim.runtime.errors import InvalidUsage
+from sim.services import postgres as backends
+from sim.services.postgres import (
     BackendUnavailable,
     EmbeddedPostgres,
     find_postgres_bindir,
@@ -203,7 +203,7 @@ def test_env_bindir_is_authoritative(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_no_binaries_anywhere(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("COORDSIM_PG_BINDIR", raising=False)
-    monkeypatch.setattr("sim.backends.shutil.which", lambda _name: None)
+    monkeypatch.setattr("sim.services.postgres.shutil.which", lambda _name: None)
     monkeypatch.setattr(backends, "_PG_LIB_ROOT", tmp_path)
     with pytest.raises(BackendUnavailable) as info:
         find_postgres_bindir()

@@ -27,15 +27,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sim.checker.generate import GenConfig, generate
-from sim.traces import read_trace, write_trace
+from sim.history.checker.generate import GenConfig, generate
+from sim.history.traces import read_trace, write_trace
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Mapping
 
 _IMPORTANT: Final = b"the user's notes: not coordsim's to touch\n"
 _ENTRY: Final = Path(sys.executable).parent / "coordsim"
-_COORDSIM: Final = [str(_ENTRY)] if _ENTRY.exists() else [sys.executable, "-c", "from sim.cli import main; main()"]
+_COORDSIM: Final = [str(_ENTRY)] if _ENTRY.exists() else [sys.executable, "-c", "from sim.cli.main import main; main()"]
 
 # The fork server: reads one JSON request per line, forks, runs the entry point in the
 # child with the request's cwd/env/argv and fds 1 and 2 on files, and answers
@@ -48,7 +48,7 @@ _SERVER: Final = textwrap.dedent(
     with open("pyproject.toml", "rb") as f:  # the function the `coordsim` script calls
         module, _, name = tomllib.load(f)["project"]["scripts"]["coordsim"].partition(":")
     entry = getattr(importlib.import_module(module), name)
-    import sim.cli  # the second of imports: once, here
+    import sim.cli.main  # the second of imports: once, here
 
     for line in sys.stdin:
         req = json.loads(line)

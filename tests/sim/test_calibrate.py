@@ -3,8 +3,8 @@ profile is one of its outputs verbatim.
 
 The model's latency names are collected from the source (every `delay`,
 `sample`, `replica_cost` call with a literal or f-string name), so a new
-latency name fails here until it is either measured (`sim.calibrate.MEASURED`)
-or listed with its source as unmeasured (`sim.unmeasured`).
+latency name fails here until it is either measured (`sim.model.calibrate.MEASURED`)
+or listed with its source as unmeasured (`sim.model.unmeasured`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,21 @@ import pytest
 
 from controllers.replica import REPLICA_LATENCIES
 from coordinator.config import Costs
-from sim.calibrate import MEASURED, Calibration, Environment, calibrate_profile, render_profile
-from sim.config import DEFAULT_PROFILE, load_profile
-from sim.unmeasured import COST_SOURCES, LATENCY_SOURCES, PROFILE_LATENCIES, render, unmeasured
+from sim.load.config import DEFAULT_PROFILE, load_profile
+from sim.model.calibrate import (
+    MEASURED,
+    Calibration,
+    Environment,
+    calibrate_profile,
+    render_profile,
+)
+from sim.model.unmeasured import (
+    COST_SOURCES,
+    LATENCY_SOURCES,
+    PROFILE_LATENCIES,
+    render,
+    unmeasured,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("catalog", "controllers", "coordinator", "oracle", "persist", "sim")
@@ -66,7 +78,7 @@ def model_latency_names() -> set[str]:
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             where = str(path.relative_to(ROOT))
-            if where == "sim/runtime.py":
+            if where == "sim/runtime/":
                 continue  # defines delay/sample: its names are its callers'
             tree = ast.parse(path.read_text(), where)
             for fn in ast.walk(tree):
@@ -95,8 +107,8 @@ def test_every_latency_the_model_draws_is_measured_or_named_unmeasured() -> None
             "blob.list", "controller.catalog_feed", "replica.peek"} <= drawn  # fmt: skip
     undecided = drawn - set(MEASURED) - set(LATENCY_SOURCES)
     assert not undecided, (
-        f"latency names neither measured by coordsim calibrate (sim.calibrate.MEASURED) nor listed with a "
-        f"source in sim/unmeasured.py: {sorted(undecided)}"
+        f"latency names neither measured by coordsim calibrate (sim.model.calibrate.MEASURED) nor listed with a "
+        f"source in sim/model/unmeasured.py: {sorted(undecided)}"
     )
     assert not set(MEASURED) & set(LATENCY_SOURCES), "a name is either measured or unmeasured"
     assert set(MEASURED) <= drawn, f"calibrate measures names the model never draws: {sorted(set(MEASURED) - drawn)}"
@@ -178,11 +190,11 @@ def test_the_shipped_profile_is_a_calibrate_output_verbatim() -> None:
     text = DEFAULT_PROFILE.read_text()
     measured = _rebuilt(text)
     assert render_profile(measured) == text, (
-        "sim/profiles/default.toml must be `coordsim calibrate -o sim/profiles/default.toml` output, unedited"
+        "sim/model/profiles/default.toml must be `coordsim calibrate -o sim/model/profiles/default.toml` output, unedited"
     )
     assert set(measured) == set(MEASURED)
     env = measured.environment
-    # Real-mode runs start the embedded Postgres with fsync on (sim/compare_cli.py postgres_for).
+    # Real-mode runs start the embedded Postgres with fsync on (sim/cli/compare.py postgres_for).
     assert env.fsync == "on"
     assert env.synchronous_commit == "on"
     assert env.samples >= 100

@@ -14,12 +14,12 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from sim.cli import app, main
-from sim.config import Config
-from sim.loadgen import closed_loop, open_loop, ops_for_level
-from sim.report import COLUMNS
-from sim.runner import LevelRow, level_ops, run_pair
-from sim.runtime import Runtime, run
+from sim.cli.main import app, main
+from sim.compare.report import COLUMNS
+from sim.compare.runner import LevelRow, level_ops, run_pair
+from sim.load.config import Config
+from sim.load.loadgen import closed_loop, open_loop, ops_for_level
+from sim.runtime.core import Runtime, run
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -148,7 +148,7 @@ def test_ops_for_level_scales_with_sqrt() -> None:
 def _coordsim(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str
 ) -> tuple[int, str]:
-    """Runs the real entry point (`sim.cli.main`, which maps errors to exit 2) in process."""
+    """Runs the real entry point (`sim.cli.main.main`, which maps errors to exit 2) in process."""
     monkeypatch.setattr(sys, "argv", ["coordsim", *args])
     with pytest.raises(SystemExit) as exc:
         main()
@@ -233,7 +233,7 @@ def _base(c: int, samples: str) -> dict[str, str]:
 
 
 def test_baseline_flags_a_drop_beyond_threshold_and_noise() -> None:
-    from sim.report import compare_baseline
+    from sim.compare.report import compare_baseline
 
     base = [_base(1, "100;101;99"), _base(2, "100;101;99"), _base(4, "100;150;50")]
     rows = [_row(1, (81.0, 82.0, 80.0)), _row(2, (69.0, 70.0, 71.0)), _row(4, (60.0, 100.0, 20.0))]
@@ -253,8 +253,8 @@ def test_baseline_corrects_for_the_number_of_comparisons() -> None:
     run's only comparison, but not among 20 (Holm's first step needs p <=
     0.05 / 20 = 0.0025): the chance that one of 20 unchanged cells crosses
     0.01 is ~18 %."""
-    from sim.report import compare_baseline
-    from sim.stats import compare_samples
+    from sim.compare.report import compare_baseline
+    from sim.compare.stats import compare_samples
 
     base_tput, new_tput = "100;110;90", (70.0, 75.0, 65.0)
     alone = compare_samples([100, 110, 90], new_tput, threshold=0.2, higher_is_better=True)
@@ -273,7 +273,7 @@ def test_baseline_corrects_for_the_number_of_comparisons() -> None:
 
 
 def test_baseline_with_one_sample_uses_the_threshold_alone() -> None:
-    from sim.report import compare_baseline
+    from sim.compare.report import compare_baseline
 
     base = [{**_base(1, "100"), "p50_samples_ms": "1", "p99_samples_ms": "2"}]
     checked = compare_baseline([_row(1, (70.0,))], base)
@@ -287,7 +287,7 @@ def test_baseline_with_one_sample_uses_the_threshold_alone() -> None:
 def test_calibrate_writes_a_profile_virtual_mode_reads(
     tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sim.config import load_profile
+    from sim.load.config import load_profile
 
     monkeypatch.setenv("COORDSIM_POSTGRES_URL", pg_url)
     out = tmp_path / "p.toml"
@@ -300,8 +300,8 @@ def test_calibrate_writes_a_profile_virtual_mode_reads(
 
 
 def test_unknown_scenario_is_invalid_usage() -> None:
-    from persist.location import InvalidUsage
-    from sim.scenarios import load, shipped
+    from sim.load.scenarios import load, shipped
+    from sim.runtime.errors import InvalidUsage
 
     assert "seed001_ddl_then_dml" in shipped()
     with pytest.raises(InvalidUsage, match="unknown scenario"):
@@ -405,7 +405,7 @@ def test_a_since_that_overtakes_read_ts_is_read_at_not_an_error(
     system does: no such read is answered with an error."""
     import tomllib
 
-    from sim.config import DEFAULT_PROFILE
+    from sim.load.config import DEFAULT_PROFILE
 
     # Every oracle statement (the profile names each: oracle.pg.read_ts, …) takes 500 ms.
     latency = tomllib.loads(DEFAULT_PROFILE.read_text())["latency"]
@@ -452,7 +452,7 @@ def test_ablation_attributes_the_insert_difference_to_its_mechanisms(
 def test_scenario_files_are_compared_beside_workloads(tmp_path: Path) -> None:
     """`-w` takes the user's own scenarios: a TOML one (a workload with its own
     sweep) and a Python script (run --repeat times, one row per configuration)."""
-    from sim.scenarios import SCENARIO_DIR
+    from sim.load.scenarios import SCENARIO_DIR
 
     script = tmp_path / "my_script.py"
     script.write_text((SCENARIO_DIR / "seed001_ddl_then_dml.py").read_text())

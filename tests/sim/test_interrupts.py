@@ -1,5 +1,5 @@
 """Stopping: the exception-chain cycle that made Ctrl-C spin forever, and the
-level-triggered cancellation every signal goes through (sim/interrupts.py).
+level-triggered cancellation every signal goes through (sim/runtime/interrupts.py).
 The real-mode signal trials are in test_signals.py."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sim.runtime import AsyncExitStack
+from sim.runtime.tasks import AsyncExitStack
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -108,8 +108,8 @@ _PROGRAM = textwrap.dedent(
     """
     import asyncio, sys
     import anyio
-    from sim import interrupts
-    from sim.runtime import run
+    from sim.runtime import interrupts
+    from sim.runtime.core import run
 
     async def main(rt):
         try:

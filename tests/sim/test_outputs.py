@@ -1,4 +1,4 @@
-"""The output rule (sim/outputs.py): coordsim never deletes or overwrites a
+"""The output rule (sim/runtime/outputs.py): coordsim never deletes or overwrites a
 file it did not create, replaces its own outputs atomically, and keeps them
 private."""
 
@@ -10,8 +10,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from persist.location import InvalidUsage
-from sim.outputs import MARKER, atomic_write, claim_dir, claim_file, is_coordsim_output, staged_dir
+from sim.runtime.errors import InvalidUsage
+from sim.runtime.outputs import (
+    MARKER,
+    atomic_write,
+    claim_dir,
+    claim_file,
+    is_coordsim_output,
+    staged_dir,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path

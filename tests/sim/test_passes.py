@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from typer.testing import CliRunner
 
-import sim.runner
-from sim.cli import app
-from sim.config import Config
-from sim.runner import PassOutput, run_pair, run_workload
+import sim.compare.runner
+from sim.cli.main import app
+from sim.compare.runner import PassOutput, run_pair, run_workload
+from sim.load.config import Config
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -24,14 +24,14 @@ CFG = Config(mode="virtual", workloads=("insert",), concurrency=(1, 4), duration
 
 def test_compare_interleaves_passes_across_configurations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     order: list[tuple[str, str, int, int]] = []
-    real = sim.runner.run_pass
+    real = sim.compare.runner.run_pass
 
     def recording(cfg: Config, config_name: str, workload_name: str, trace_dir: Path, **kw: Any) -> PassOutput:
         out = real(cfg, config_name, workload_name, trace_dir, **kw)
         order.append((workload_name, config_name, out.index, out.seed))
         return out
 
-    monkeypatch.setattr(sim.runner, "run_pass", recording)
+    monkeypatch.setattr(sim.compare.runner, "run_pass", recording)
     out = tmp_path / "out"
     r = CliRunner().invoke(app, ["compare", "--mode", "virtual", "--workloads", "select-one,insert", "--configs",
                                  "event-loop,decoupled", "--concurrency", "1,4", "--duration", "0.01", "--warmup",

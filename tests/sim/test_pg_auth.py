@@ -15,14 +15,14 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
-from sim import backends
-from sim.backends import find_postgres_bindir
+from sim.services import postgres as backends
+from sim.services.postgres import find_postgres_bindir
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-    from sim.backends import EmbeddedPostgres
+    from sim.services.postgres import EmbeddedPostgres
 
 #: The reproduction from the report: as superuser, run `id` as the server's account.
 EXPLOIT = "create temp table t(x text); copy t from program 'id'; select * from t"

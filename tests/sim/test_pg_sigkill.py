@@ -22,17 +22,17 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
-from persist.location import InvalidUsage
-from sim import backends
-from sim.anomalies import default_spec, run_spec
-from sim.checker import CHECKERS, check_history
-from sim.faults import Fault, FaultKind, FaultPlan
-from sim.history import Kind, Status
+from sim.history.checker import CHECKERS, check_history
+from sim.history.model import Kind, Status
+from sim.nemesis.anomalies import default_spec, run_spec
+from sim.nemesis.plan import Fault, FaultKind, FaultPlan
+from sim.runtime.errors import InvalidUsage
+from sim.services import postgres as backends
 from tests.anomalies.helpers import EXCLUDED
 
 if TYPE_CHECKING:
-    from sim.backends import EmbeddedPostgres
-    from sim.history import History, Op
+    from sim.history.model import History, Op
+    from sim.services.postgres import EmbeddedPostgres
 
 SCENARIO: Final = "ddl-dml"
 CONFIG: Final = "decoupled"

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sim import backends
+from sim.services import postgres as backends
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from sim.backends import EmbeddedPostgres
+    from sim.services.postgres import EmbeddedPostgres
 
 #: Seconds the watchdog gets to take the cluster down after its owner died.
 GONE_WITHIN_S = 10.0
@@ -31,8 +31,8 @@ GONE_WITHIN_S = 10.0
 OWNER = textwrap.dedent(
     """
     import json, os, signal, sys
-    from sim import backends
-    from sim.backends import EmbeddedPostgres
+    from sim.services import postgres as backends
+    from sim.services.postgres import EmbeddedPostgres
 
     pg = EmbeddedPostgres(fsync=False).start()
     with (pg.datadir / "postmaster.pid").open() as f:

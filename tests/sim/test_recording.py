@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from coordinator.config import KnownBad
-from sim.checker import check_history
-from sim.checker.verdict import Outcome
-from sim.history import HistoryRecorder
-from sim.recording import RecordingSession, event_sink
-from sim.runtime import run
-from sim.traces import read_trace, write_trace
+from sim.history.checker import check_history
+from sim.history.checker.verdict import Outcome
+from sim.history.model import HistoryRecorder
+from sim.history.recording import RecordingSession, event_sink
+from sim.history.traces import read_trace, write_trace
+from sim.runtime.core import run
 from tests.coordinator.harness import (
     CONFIG_NAMES,
     build_coordinator,
@@ -26,7 +26,7 @@ from tests.coordinator.harness import (
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sim.runtime import Runtime
+    from sim.runtime.core import Runtime
 
 pytestmark = pytest.mark.virtual
 

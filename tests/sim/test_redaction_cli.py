@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 import pytest
 from typer.testing import CliRunner
 
-from sim.cli import app, main
-from sim.config import Config
+from sim.cli.main import app, main
+from sim.load.config import Config
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -18,22 +18,18 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from sim.runtime import (
-    VIRTUAL_EPOCH_MS,
+from sim.runtime.core import Runtime, run
+from sim.runtime.cpu import CorePoolStatistics
+from sim.runtime.latency import (
     Constant,
-    CorePoolStatistics,
     Distribution,
     Empirical,
     LatencyModel,
     LatencySpecError,
     LogNormal,
-    Runtime,
     Uniform,
-    VirtualDeadlock,
-    VirtualEventLoop,
-    VirtualIOError,
-    run,
 )
+from sim.runtime.loop import VIRTUAL_EPOCH_MS, VirtualDeadlock, VirtualEventLoop, VirtualIOError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 from controllers.replica import REPLICA_LATENCIES
 from coordinator.config import Costs
-from sim.config import Config, load_profile
-from sim.runner import LevelRow
-from sim.sensitivity import FAMILIES, conclusions, scaled_config, survival_lines
+from sim.compare.runner import LevelRow
+from sim.compare.sensitivity import FAMILIES, conclusions, scaled_config, survival_lines
+from sim.load.config import Config, load_profile
 
 if TYPE_CHECKING:
     from pathlib import Path

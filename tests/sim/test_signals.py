@@ -22,11 +22,11 @@ from typing import Final
 
 import pytest
 
-from sim.outputs import MARKER
+from sim.runtime.outputs import MARKER
 
 pytestmark = pytest.mark.postgres
 
-_COORDSIM: Final = [sys.executable, "-c", "from sim.entry import main; main()"]
+_COORDSIM: Final = [sys.executable, "-c", "from sim.cli.entry import main; main()"]
 _EXIT_WITHIN_S: Final = 10.0
 _SCENARIO: Final = 'workload = "mixed"\nconcurrency = [1, 4, 16, 64]\nops_per_level = 400\n'
 

@@ -1,4 +1,4 @@
-"""`sim.stats`: Student's t tail from the incomplete beta function (against
+"""`sim.compare.stats`: Student's t tail from the incomplete beta function (against
 the t975 table and closed forms), Holm-Bonferroni on exact small examples,
 and the regression verdicts built on them."""
 
@@ -8,7 +8,16 @@ import math
 
 import pytest
 
-from sim.stats import _T975, FAMILY_ALPHA, betainc, compare_samples, holm, holm_family, t975, t_sf
+from sim.compare.stats import (
+    _T975,
+    FAMILY_ALPHA,
+    betainc,
+    compare_samples,
+    holm,
+    holm_family,
+    t975,
+    t_sf,
+)
 
 
 @pytest.mark.parametrize("df", sorted(_T975))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.validate import EXPERIMENTS, FACTS, Fact, load_facts
+from sim.model.validate import EXPERIMENTS, FACTS, Fact, load_facts
 
 COORDSIM = [str(Path(sys.executable).with_name("coordsim"))]
 

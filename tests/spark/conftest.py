@@ -19,7 +19,7 @@ GOLDEN: Final = Path(__file__).resolve().parents[1] / "data" / "traces"
 GOLDEN_RUNS: Final = ("seed001-valid", "seed001-peeks-ignore-catalog-ts")
 #: A crash cut statements off before they got a catalog_ts (`make_golden.py`).
 CRASH_RUN: Final = "crash-restart-event-loop"
-#: Generated histories (`sim.checker.generate`) with many indeterminate ops,
+#: Generated histories (`sim.history.checker.generate`) with many indeterminate ops,
 #: UPDATE/DELETE and dropped tables, and two mutants of each: a read missing
 #: an element, completions swapped. (seed, ops, p_mutate, p_info)
 GENERATED: Final = ((0, 500, 0.3, 0.2), (1, 400, 0.15, 0.1), (2, 600, 0.0, 0.2), (140, 60, 0.0, 0.3))
@@ -48,8 +48,8 @@ def known_bad_name(variant: str, scenario: str, config: str, seed: int) -> str:
 def write_known_bad(root: Path) -> list[Path]:
     """Runs each `KNOWN_BAD` variant (virtual mode, a fraction of a second
     each) and writes its trace."""
-    from sim.anomalies import default_spec, parse_known_bad, run_spec
-    from sim.traces import write_trace
+    from sim.history.traces import write_trace
+    from sim.nemesis.anomalies import default_spec, parse_known_bad, run_spec
 
     out = []
     for variant, scenario, config, seed in KNOWN_BAD:
@@ -66,9 +66,14 @@ def write_generated(root: Path) -> list[Path]:
     the tricky cases, each with the verdict it must get), as traces."""
     import random
 
-    from sim.checker.generate import GenConfig, drop_read_element, generate, swap_completions
-    from sim.checker.interchange import read_edn
-    from sim.traces import write_trace
+    from sim.history.checker.generate import (
+        GenConfig,
+        drop_read_element,
+        generate,
+        swap_completions,
+    )
+    from sim.history.interchange import read_edn
+    from sim.history.traces import write_trace
 
     out = []
     for edn in sorted((GOLDEN.parent / "histories").glob("*.edn")):

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 
-from sim.checker.run import check_history
-from sim.checker.verdict import MAX_REPORTED
-from sim.traces import read_trace
+from sim.history.checker.run import check_history
+from sim.history.checker.verdict import MAX_REPORTED
+from sim.history.traces import read_trace
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from sim.cli import app
+from sim.cli.main import app
 from tests.spark.expected import in_process, spark_rows
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Parity by construction: on the regression corpus (tests/data/traces), the
 known-bad matrix and generated histories with their mutants, the Spark job
-runs every checker of `sim.checker.run.CHECKERS` and reports exactly the
+runs every checker of `sim.history.checker.run.CHECKERS` and reports exactly the
 anomalies, with the same op ids, that `check_history` reports in-process."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.parquet as pq
 import pytest
 
-from sim.checker.run import CHECKERS
+from sim.history.checker.run import CHECKERS
 from tests.spark.conftest import CRASH_RUN, GOLDEN, GOLDEN_RUNS
 from tests.spark.expected import in_process_report, spark_checkers, spark_rows
 

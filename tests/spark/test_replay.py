@@ -13,8 +13,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from sim.checker.run import check_history
-from sim.traces import read_trace
+from sim.history.checker.run import check_history
+from sim.history.traces import read_trace
 from tests.spark.conftest import CRASH_RUN, GOLDEN, GOLDEN_RUNS
 from tests.spark.expected import in_process, spark_rows
 

@@ -20,9 +20,8 @@ import shutil
 from pathlib import Path
 
 from coordinator.config import KnownBad
-from sim.anomalies import run_scenario
-from sim.checker import check_named, check_replay
-from sim.history import (
+from sim.history.checker import check_named, check_replay
+from sim.history.model import (
     ADD,
     CREATE_TABLE,
     DELETE,
@@ -32,7 +31,8 @@ from sim.history import (
     UPDATE,
     History,
 )
-from sim.traces import write_trace
+from sim.history.traces import write_trace
+from sim.nemesis.anomalies import run_scenario
 
 HERE = Path(__file__).resolve().parent
 SCENARIO = "ddl-dml"

@@ -1,0 +1,2 @@
+"""Every command of `coordsim`; nothing imports this package.
+"""

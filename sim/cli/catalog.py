@@ -1,0 +1,160 @@
+"""`coordsim catalog …`: the catalog debug tool (seed 004) on a catalog location.
+
+Bad input (an unknown kind, a malformed key or value, a key that does not exist,
+a bad URL) and unavailable backends print one line on stderr and exit 2 with
+nothing written; `upgrade-check` exits 0 if the upgrade would succeed and 1 if
+it would not.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path  # noqa: TC003 - typer reads the annotations at runtime
+from typing import TYPE_CHECKING, Annotated, Final, TypeVar
+
+import typer
+
+from catalog.debug import delete_object, dump_catalog, edit_object, upgrade_check
+from catalog.migrations import MigrationError
+from catalog.open import open_catalog
+from sim.runtime.core import Runtime, run
+from sim.runtime.errors import CoordsimError, InvalidUsage
+from sim.runtime.outputs import atomic_write, claim_file
+from sim.runtime.urls import redact_text
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from catalog.api import DurableCatalog
+
+__all__ = ["catalog_app"]
+
+T = TypeVar("T")
+
+catalog_app = typer.Typer(
+    help="The durable catalog's debug tool: dump, edit, delete, upgrade-check.",
+    no_args_is_help=True,
+)
+
+Location = Annotated[
+    str,
+    typer.Option(
+        "--location",
+        help="Catalog URL: persist+postgres://…?blob=file:///dir, stash+postgres://…?env=NAME, "
+        "shadow+postgres://…?blob=…",
+    ),
+]
+
+
+def _fail(exc: CoordsimError) -> typer.Exit:
+    tag = "invalid input" if isinstance(exc, InvalidUsage) else "error"
+    line = " ".join(redact_text(str(exc)).split())  # one line, whatever a driver's message spans
+    print(f"coordsim: {tag}: {line}", file=sys.stderr)  # noqa: T201 - the CLI's error channel
+    return typer.Exit(2)
+
+
+#: The start of every dump (`catalog.debug.dump_catalog`: sorted keys, indent 2):
+#: `--target` replaces only a file that begins so, i.e. an earlier dump.
+_DUMP_SIGNATURE: Final = '{\n  "objects": {'
+
+
+def _check_target(target: Path) -> None:
+    """Refuses, before the catalog is opened, a target that cannot be written
+    or that holds something other than an earlier dump."""
+    claim_file(target, _DUMP_SIGNATURE)
+    parent = target.absolute().parent
+    if not parent.is_dir():
+        raise InvalidUsage(f"cannot write {target}: no directory {parent}")
+    if not os.access(parent, os.W_OK):
+        raise InvalidUsage(f"cannot write {target}: directory {parent} is not writable")
+
+
+def _run(location: str, op: Callable[[DurableCatalog], Awaitable[T]]) -> T:
+    async def main(rt: Runtime) -> T:
+        async with open_catalog(location, rt) as catalog:
+            return await op(catalog)
+
+    # A fresh seed per run: persist derives writer ids and batch keys from the
+    # Runtime's rng, so two runs with one seed would write the same blob keys.
+    return run(main, virtual=False, seed=int.from_bytes(os.urandom(8), "big"))
+
+
+@catalog_app.command("dump")
+def dump(
+    location: Location,
+    target: Annotated[Path | None, typer.Option(help="Write the dump here instead of stdout.")] = None,
+) -> None:
+    """Dump the catalog as JSON (every key and value as edit/delete take them)."""
+    try:
+        if target is not None:
+            _check_target(target)
+        text = _run(location, dump_catalog)
+        if target is None:
+            typer.echo(text)
+            return
+        try:
+            atomic_write(target, lambda p: p.write_text(text + "\n", encoding="utf-8"))
+        except OSError as exc:
+            raise InvalidUsage(f"cannot write {target}: {exc.strerror or exc}") from exc
+    except CoordsimError as exc:
+        raise _fail(exc) from exc
+
+
+@catalog_app.command("edit")
+def edit(
+    location: Location,
+    kind: Annotated[str, typer.Argument(help="Object kind, e.g. table, cluster, config.")],
+    key: Annotated[str, typer.Argument(help='JSON key, e.g. \'{"id": 3}\'.')],
+    value: Annotated[str, typer.Argument(help="JSON value, as dump shows it.")],
+) -> None:
+    """Insert or replace one object (opens the catalog: fences its current opener)."""
+    try:
+        result = _run(location, lambda c: edit_object(c, kind, key, value))
+    except CoordsimError as exc:
+        raise _fail(exc) from exc
+    typer.echo(f"{kind} {result.key}: {result.old} -> {result.new} (epoch {result.epoch})")
+
+
+@catalog_app.command("delete")
+def delete(
+    location: Location,
+    kind: Annotated[str, typer.Argument(help="Object kind.")],
+    key: Annotated[str, typer.Argument(help="JSON key.")],
+) -> None:
+    """Delete one object (opens the catalog: fences its current opener)."""
+    try:
+        result = _run(location, lambda c: delete_object(c, kind, key))
+    except CoordsimError as exc:
+        raise _fail(exc) from exc
+    typer.echo(f"deleted {kind} {result.key} (was {result.old}; epoch {result.epoch})")
+
+
+@catalog_app.command("upgrade-check")
+def upgrade_check_cmd(
+    location: Location,
+    cluster_replica_sizes: Annotated[
+        str | None, typer.Option(help="Comma-separated valid replica sizes to check against.")
+    ] = None,
+) -> None:
+    """Check whether this binary could open (upgrade) the catalog; writes nothing.
+    Exit 0 if it could, 1 if not."""
+    sizes = None
+    if cluster_replica_sizes is not None:
+        sizes = frozenset(s.strip() for s in cluster_replica_sizes.split(",") if s.strip())
+    try:
+        check = _run(location, lambda c: upgrade_check(c, replica_sizes=sizes))
+    except MigrationError as exc:
+        typer.echo(f"upgrade would fail: {exc}")
+        raise typer.Exit(1) from exc
+    except CoordsimError as exc:
+        raise _fail(exc) from exc
+    if not check.initialized:
+        typer.echo("catalog is not initialized: opening would create it")
+    elif check.steps:
+        typer.echo(
+            f"upgrade would succeed: format version {check.version} -> {check.target_version} "
+            f"({'; '.join(check.steps)})"
+        )
+    else:
+        typer.echo(f"upgrade would succeed: format version {check.version} is current")

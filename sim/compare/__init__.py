@@ -1,0 +1,3 @@
+"""The architecture comparison: passes, statistics, the report, ablation and
+sensitivity.
+"""

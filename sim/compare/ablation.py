@@ -1,0 +1,174 @@
+"""`coordsim compare --ablate FROM..TO`: which mechanism causes a difference.
+
+Two named configurations differ in several mechanisms at once (the oracle's
+kind, confirm_leadership, read_ts batching, the group-commit trigger, the
+catalog, the architecture). The ablation runs the chain of configurations
+that changes one of them at a time, in a fixed order, and attributes to each
+step its part of the total difference (a waterfall). Interactions are real:
+a step's share depends on the steps before it, so the order is stated in
+every output rather than hidden.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, final
+
+from coordinator.config import APPLIES_TO, knobs, named
+from sim.runtime.errors import InvalidUsage
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from sim.compare.runner import LevelRow
+
+__all__ = ["ORDER", "Step", "chain", "parse_ablate", "plot_waterfall", "waterfall_lines"]
+
+#: The order mechanisms are switched in: the oracle and how reads are
+#: guarded first, then how many commits may overlap (before the oracle's
+#: calls leave the loop: off it, only one may), where the oracle's calls run,
+#: then how writes are batched, then the catalog, then the
+#: architecture itself with what only it has (cores).
+ORDER: Final = (
+    "oracle",
+    "confirm_leadership",
+    "batch_read_ts",
+    "commits_in_flight",
+    "oracle_calls",
+    "group_commit",
+    "group_commit_interval_s",
+    "max_batch",
+    "catalog",
+    "architecture",
+    "cores",
+    "costs",
+)
+
+
+@final
+@dataclass(frozen=True)
+class Step:
+    """One configuration of the chain: its name, the mechanism it changed and
+    the `variants` entry that defines it (None for the two named ends)."""
+
+    name: str
+    mechanism: str
+    variant: dict[str, object] | None
+
+
+def parse_ablate(text: str) -> tuple[str, str]:
+    """`FROM..TO` → the two names (each must be a named configuration)."""
+    src, sep, dst = text.partition("..")
+    if not sep or not src or not dst:
+        raise InvalidUsage(f"--ablate takes FROM..TO (e.g. event-loop..event-loop+pg-oracle), got {text!r}")
+    named(src)
+    named(dst)
+    if src == dst:
+        raise InvalidUsage(f"--ablate {text}: the two ends are the same configuration")
+    return src, dst
+
+
+def chain(src_name: str, dst_name: str) -> list[Step]:
+    """The configurations from `src_name` to `dst_name`, one mechanism at a
+    time (see `ORDER`). A knob that only one architecture has changes with the
+    architecture, except `confirm_leadership`: switching that check off is a
+    mechanism of its own, so it gets its own step before the architecture."""
+    src, dst = named(src_name), named(dst_name)
+    a, b = knobs(src), knobs(dst)
+    arch = src.architecture
+    steps = [Step(src_name, "start", None)]
+    changed: dict[str, object] = {}
+    for key in ORDER:
+        if a.get(key) == b.get(key) or (key in changed and changed[key] == b.get(key)):
+            continue
+        archs = APPLIES_TO.get(key)
+        if key == "confirm_leadership" and key not in b:
+            if not a.get(key):
+                continue
+            changed[key] = False  # the destination has no such check: switch it off
+        elif archs is not None and arch not in archs:
+            continue  # set together with the architecture below
+        elif archs is not None and dst.architecture not in archs:
+            continue  # goes away with the architecture
+        else:
+            changed[key] = b[key]
+        if key == "architecture":
+            arch = dst.architecture
+            changed.update({k: b[k] for k, on in APPLIES_TO.items() if arch in on and k in b and k != "architecture"})
+        steps.append(Step(f"{src_name} +{key}={_short(changed[key])}", key, {"base": src_name, **changed}))
+    if len(steps) == 1:
+        raise InvalidUsage(f"{src_name} and {dst_name} differ in no mechanism")
+    steps[-1] = Step(dst_name, steps[-1].mechanism, None)
+    return steps
+
+
+def _short(v: object) -> str:
+    return "…" if isinstance(v, dict) else str(v)
+
+
+def waterfall_lines(rows: Sequence[LevelRow], steps: Sequence[Step]) -> list[str]:
+    """Per workload and level: each step's change in mean throughput and in
+    p50 latency, and its share of the whole difference from the first
+    configuration to the last (Markdown table lines)."""
+    out: list[str] = []
+    by = {(r.workload, r.config, r.concurrency): r for r in rows}
+    for wl in dict.fromkeys(r.workload for r in rows):
+        levels = sorted({r.concurrency for r in rows if r.workload == wl})
+        out.append(f"\n### {wl}: {steps[0].name} → {steps[-1].name}\n")
+        out.append("| step (mechanism changed) | " + " | ".join(f"c={c}: ops/s Δ (share) · p50 ms Δ" for c in levels) + " |")
+        out.append("|---|" + "---:|" * len(levels))
+        first = {c: by.get((wl, steps[0].name, c)) for c in levels}
+        final = {c: by.get((wl, steps[-1].name, c)) for c in levels}
+        prev = dict(first)
+        for st in steps:
+            cells = []
+            for c in levels:
+                r, p, f0, f1 = by.get((wl, st.name, c)), prev[c], first[c], final[c]
+                if r is None or p is None or f0 is None or f1 is None:
+                    cells.append("—")
+                    continue
+                if st is steps[0]:
+                    p50 = "—" if r.p50_ms is None else f"{r.p50_ms:,.2f}"
+                    cells.append(f"{r.throughput_ops_s:,.0f} · {p50}")
+                    continue
+                d = r.throughput_ops_s - p.throughput_ops_s
+                total = f1.throughput_ops_s - f0.throughput_ops_s
+                share = f" ({d / total:.0%})" if total else ""
+                lat = ("—" if r.p50_ms is None or p.p50_ms is None else f"{r.p50_ms - p.p50_ms:+,.2f}")
+                cells.append(f"{d:+,.0f}{share} · {lat}")
+                prev[c] = r
+            out.append(f"| {st.name} ({st.mechanism}) | " + " | ".join(cells) + " |")
+    return out
+
+
+def plot_waterfall(directory: Path, rows: Sequence[LevelRow], steps: Sequence[Step]) -> list[Path]:
+    """One PNG per workload: at each level, the throughput of each step of the
+    chain (bars left to right in chain order), so a step's effect is the
+    change from the bar before it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sim.compare.report import save_figure
+
+    by = {(r.workload, r.config, r.concurrency): r for r in rows}
+    paths = []
+    for wl in dict.fromkeys(r.workload for r in rows):
+        levels = sorted({r.concurrency for r in rows if r.workload == wl})
+        fig, ax = plt.subplots(figsize=(8.0, 4.4), dpi=100)
+        width = 0.8 / len(steps)
+        for i, st in enumerate(steps):
+            ys = [by[(wl, st.name, c)].throughput_ops_s if (wl, st.name, c) in by else 0.0 for c in levels]
+            errs = [(by[(wl, st.name, c)].throughput_ci95 or 0.0) if (wl, st.name, c) in by else 0.0 for c in levels]
+            ax.bar([j + i * width for j in range(len(levels))], ys, width, yerr=errs, capsize=2,
+                   label=st.name if i == 0 else f"+ {st.mechanism}")  # fmt: skip
+        ax.set_xticks([j + width * (len(steps) - 1) / 2 for j in range(len(levels))], [str(c) for c in levels])
+        ax.set_xlabel("concurrent clients")
+        ax.set_ylabel("operations / s (mean, 95% CI)")
+        ax.set_title(f"{wl}: {steps[0].name} → {steps[-1].name}, one mechanism at a time")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize="small")
+        paths.append(save_figure(fig, directory / f"{wl}-ablation.png"))
+    return paths

@@ -1,0 +1,509 @@
+"""Runs one workload under one or more coordinator configurations, in real or
+virtual mode, and returns a row per measured concurrency level plus the run's
+traces (every client operation and internal event, DESIGN.md §7).
+
+A level is measured `repeat` times in *passes*: each pass is a fresh deployment
+(a fresh database in real mode, fresh in-memory stores in virtual mode) that
+sets up the schema, warms up, then measures every level in sweep order, one
+window each (after that level's warm-up). Pass k (1-based) of every
+configuration runs with seed `seed + k - 1`, so the configurations see the same
+statements, and the passes are interleaved across configurations (pass 1 of
+each, then pass 2 of each, …: ABCABC, not AAABBBCCC), so drift over the run
+(the machine, Postgres checkpoints) shows up as variance within each
+configuration instead of as a difference between them. A row's interval is
+over its passes: windows of one deployment share its state (its database's
+size, its WAL and checkpoint timing) and so understate run-to-run noise.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import statistics
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, final
+
+import anyio
+
+from coordinator.factory import build_coordinator
+from sim.compare.stats import estimate, percentile_shown
+from sim.history.model import NONE, STATUSES, HistoryRecorder, Status
+from sim.history.recording import RecordingSession, event_sink
+from sim.history.traces import write_trace
+from sim.load.harness import environment
+from sim.load.loadgen import (
+    LevelResult,
+    Window,
+    measure_closed,
+    measure_open,
+    new_histogram,
+    ops_for_level,
+)
+from sim.load.workloads import OpContext, workload
+from sim.runtime.core import Runtime, run
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from coordinator.session import Coordinator, CoordinatorStatistics
+    from sim.history.model import Event, History
+    from sim.load.config import Config
+    from sim.load.scenarios import PythonScenario
+
+__all__ = [
+    "LevelRow",
+    "PassLevel",
+    "PassOutput",
+    "RunOutput",
+    "ScriptRun",
+    "level_client",
+    "level_ops",
+    "pass_trace_dir",
+    "run_pair",
+    "run_pass",
+    "run_script",
+    "run_script_once",
+    "run_workload",
+]
+
+
+@final
+@dataclass(frozen=True)
+class LevelRow:
+    """One concurrency level of one (workload, configuration): `results.csv`'s
+    row (see `sim.compare.report`). Throughput is the mean over `repeats` windows with
+    its 95 % half-width (None with one window); latencies (ms) come from every
+    window's operations together, `latency_samples` of them, and are None when
+    too few to estimate (`sim.compare.stats.percentile_shown`). Errors are operations
+    that failed, by SQLSTATE-like code. `verdict` is the checkers' judgement
+    of the whole run this level belongs to ("" until checked)."""
+
+    workload: str
+    config: str
+    mode: str
+    concurrency: int
+    repeats: int
+    window_s: float
+    ops: int
+    errors: int
+    errors_by_code: tuple[tuple[str, int], ...]
+    throughput_ops_s: float
+    throughput_ci95: float | None
+    throughput_samples: tuple[float, ...]
+    latency_samples: int
+    p50_ms: float | None
+    p99_ms: float | None
+    p999_ms: float | None
+    p50_samples_ms: tuple[float, ...]
+    p99_samples_ms: tuple[float, ...]
+    oracle_queries_per_op: float | None  # None: not sampled (a scenario script's row)
+    loop_busy_fraction: float | None
+    loop_messages_per_op: float | None = None  # None: not sampled, or no event loop (decoupled)
+    verdict: str = ""
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.ops if self.ops else 0.0
+
+
+@final
+@dataclass(frozen=True)
+class RunOutput:
+    rows: list[LevelRow]
+    trace_dir: Path
+    history: History
+    events: list[Event]
+
+
+@final
+class SessionFactory:
+    """Recording sessions on one coordinator, each its own history process."""
+
+    def __init__(self, coord: Coordinator, recorder: HistoryRecorder) -> None:
+        self.coord = coord
+        self.recorder = recorder
+
+    def __call__(self, client: str) -> RecordingSession:
+        return RecordingSession(self.coord.connect(), self.recorder, client=client)
+
+
+def level_ops(cfg: Config, workload_name: str, concurrency: int) -> int:
+    """Operations measured at `concurrency`: `ops_per_level` times the workload's
+    `ops_scale`, scaled with sqrt(concurrency) (`sim.load.loadgen.ops_for_level`)."""
+    base = max(1, math.ceil((cfg.ops_per_level or 1) * workload(workload_name).ops_scale))
+    return ops_for_level(base, concurrency)
+
+
+def level_client(concurrency: int, client: int) -> str:
+    """The history `client` label of a measured operation: `L<level>/c<client>`
+    (setup is `setup`, warm-up `warmup/c<i>`, background load `bg/...`)."""
+    return f"L{concurrency}/c{client}"
+
+
+
+
+@final
+@dataclass(frozen=True)
+class PassLevel:
+    """One level of one pass: its window(s), and the coordinator's counters
+    before and after the level with the level's span (both None when not
+    sampled) — what `_row` needs to merge passes into one row."""
+
+    concurrency: int
+    results: list[LevelResult]
+    before: CoordinatorStatistics | None
+    after: CoordinatorStatistics | None
+    span: float
+
+
+@final
+@dataclass(frozen=True)
+class PassOutput:
+    """One pass of one (workload, configuration): its number `index` (1-based),
+    its seed, its own output (a row per level from its one window, the trace it
+    wrote, its history) and its levels, for merging with the other passes."""
+
+    index: int
+    seed: int
+    output: RunOutput
+    levels: list[PassLevel]
+
+
+async def measure(
+    cfg: Config,
+    config_name: str,
+    workload_name: str,
+    rt: Runtime,
+    recorder: HistoryRecorder,
+    on_level: Callable[[LevelRow], None],
+) -> list[PassLevel]:
+    """One pass on one fresh deployment: set-up, warm-up operations, then each
+    level in sweep order on the same coordinator, one window each (after the
+    level's own `warmup_s`). `on_level` gets this pass's row of each level."""
+    wl = workload(workload_name)
+    levels: list[PassLevel] = []
+    counter = [0]
+    window = replace(cfg.window(), repeat=1)
+    async with environment(cfg, rt) as env, build_coordinator(
+        cfg.coordinator(config_name), env, rt, events=event_sink(recorder)
+    ) as coord:
+        sessions = SessionFactory(coord, recorder)
+        await wl.setup(sessions("setup"), cfg.tables)
+        if cfg.warmup_ops:
+            warm = Window(ops=cfg.warmup_ops)
+            await _level(cfg, sessions, wl.name, rt, counter, 0, min(4, cfg.warmup_ops), warm)
+        for c in cfg.concurrency:
+            w = window if window.ops is None else replace(window, ops=level_ops(cfg, wl.name, c))
+            before, t0 = coord.statistics(), rt.now()
+            res = await _level(cfg, sessions, wl.name, rt, counter, c, c, w)
+            after, span = coord.statistics(), rt.now() - t0
+            levels.append(PassLevel(c, res, before, after, span))
+            on_level(_row(cfg, config_name, workload_name, res, before, after, c, span))
+    return levels
+
+
+async def _level(
+    cfg: Config,
+    factory: SessionFactory,
+    workload_name: str,
+    rt: Runtime,
+    counter: list[int],
+    level: int,
+    concurrency: int,
+    window: Window,
+) -> list[LevelResult]:
+    wl = workload(workload_name)
+
+    def label(i: int) -> str:
+        return level_client(level, i) if level else f"warmup/c{i}"
+
+    sessions = [factory(label(i)) for i in range(concurrency)]
+
+    async def op(client: int, k: int) -> str | None:
+        ctx = OpContext(client, k, cfg.tables, rt, counter, level=level)
+        r = await wl.op(sessions[client], ctx)
+        return None if r.error is None else r.error.code.value
+
+    bg_n = [0]
+
+    def bg_session() -> RecordingSession:
+        bg_n[0] += 1
+        return factory(f"bg/L{level}/{bg_n[0]}")
+
+    results: list[LevelResult] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(functools.partial(wl.background, bg_session, cfg.tables, rt, tag=str(level)))
+        if cfg.open_loop_rate is not None and level:
+            results = await measure_open(rt, op, rate=cfg.open_loop_rate, max_in_flight=concurrency, window=window)
+        else:
+            results = await measure_closed(rt, op, concurrency=concurrency, window=window)
+        tg.cancel_scope.cancel()
+    return results
+
+
+def _row(
+    cfg: Config, config_name: str, workload_name: str, res: list[LevelResult], before: Any, after: Any, c: int,
+    span: float,
+) -> LevelRow:
+    """`span`: the level's whole time (warm-up and drain included), over which
+    the coordinator's counters moved from `before` to `after` (both None when
+    they were not sampled)."""
+    ops = sum(r.ops for r in res)
+    merged = new_histogram()
+    codes: dict[str, int] = {}
+    for r in res:
+        merged.add(r.histogram)
+        for code, n in r.errors_by_code.items():
+            codes[code] = codes.get(code, 0) + n
+    samples = merged.get_total_count()
+    tput = estimate([r.throughput for r in res])
+
+    def pct(q: float) -> float | None:
+        return merged.get_value_at_percentile(q) / 1000.0 if percentile_shown(samples, q) else None
+
+    oracle_per_op: float | None = None
+    busy_fraction: float | None = None
+    messages_per_op: float | None = None
+    if before is not None and after is not None:
+        # Both over the level's whole span, warm-up included (the counters are
+        # read before and after it): a ratio, so the span cancels out.
+        statements = after.statements - before.statements or 1
+        oracle_per_op = (after.oracle_calls - before.oracle_calls) / statements
+        if after.loop_messages:
+            messages_per_op = (after.loop_messages - before.loop_messages) / statements
+        busy = after.loop_busy_s - before.loop_busy_s
+        busy_fraction = busy / span / max(1, after.loop_cores) if span > 0 else 0.0
+    return LevelRow(
+        workload=workload_name,
+        config=config_name,
+        mode=cfg.mode,
+        concurrency=c,
+        repeats=len(res),
+        window_s=statistics.fmean(r.elapsed_s for r in res) if res else 0.0,
+        ops=ops,
+        errors=sum(codes.values()),
+        errors_by_code=tuple(sorted(codes.items())),
+        throughput_ops_s=tput.mean,
+        throughput_ci95=tput.half,
+        throughput_samples=tuple(r.throughput for r in res),
+        latency_samples=samples,
+        p50_ms=pct(50),
+        p99_ms=pct(99),
+        p999_ms=pct(99.9),
+        p50_samples_ms=tuple(r.percentile_ms(50) for r in res),
+        p99_samples_ms=tuple(r.percentile_ms(99) for r in res),
+        oracle_queries_per_op=oracle_per_op,
+        loop_busy_fraction=busy_fraction,
+        loop_messages_per_op=messages_per_op,
+    )
+
+
+@final
+@dataclass(frozen=True)
+class ScriptRun:
+    """One run of a user's Python scenario: what it recorded, the expectations
+    it reported failed, and the exception it raised (its own bug), if any."""
+
+    history: History
+    events: list[Event]
+    failures: list[str]
+    error: Exception | None
+
+
+def run_script_once(cfg: Config, config_name: str, sc: PythonScenario, *, seed: int) -> ScriptRun:
+    """Runs `sc` once on a fresh deployment of `config_name`. The scenario's own
+    exception is captured, not raised: the caller reports it with what the
+    scenario recorded until then."""
+    from sim.load.scenarios import Sim
+
+    holder: dict[str, Any] = {}
+
+    async def main(rt: Runtime) -> None:
+        recorder = HistoryRecorder(rt.now)
+        async with environment(cfg, rt) as env:
+            sim = Sim(rt, env, cfg.coordinator(config_name), recorder)
+            holder["sim"] = sim
+            await sim.start()
+            try:
+                await sc.main(sim)
+            except Exception as exc:  # the scenario's own bug
+                holder["error"] = exc
+            finally:
+                await sim.stop()
+
+    run(main, seed=seed, virtual=cfg.mode == "virtual", latency=cfg.latency())
+    sim: Sim = holder["sim"]
+    return ScriptRun(sim.recorder.history(), sim.recorder.events(), list(sim.failures), holder.get("error"))
+
+
+def run_script(cfg: Config, config_name: str, sc: PythonScenario, trace_dir: Path) -> RunOutput:
+    """A user's Python scenario under `config_name`, `cfg.window().repeat`
+    times with seeds `cfg.seed`, `cfg.seed + 1`, …, as one row: its operations'
+    throughput (operations / the span from the first invocation to the last
+    completion) with its interval over the runs, their latencies and errors;
+    the coordinator's counters are not sampled (None).
+    The first run's trace is written to `trace_dir` and returned for checking."""
+    from sim.load.scenarios import scenario_error
+
+    results: list[LevelResult] = []
+    kept: ScriptRun | None = None
+    clients = 0
+    for i in range(cfg.window().repeat):
+        one = run_script_once(cfg, config_name, sc, seed=cfg.seed + i)
+        if one.error is not None:
+            raise scenario_error(sc.path or Path(sc.name), one.error) from one.error
+        results.append(_script_result(one.history))
+        clients = max(clients, len(set(one.history.client)))
+        if kept is None:
+            kept = one
+            write_trace(trace_dir, one.history, one.events, run=f"{sc.name}/{config_name}", config=config_name,
+                        seed=cfg.seed, extra_meta={"workload": sc.name, "mode": cfg.mode})  # fmt: skip
+    assert kept is not None
+    # A script may restart its coordinator, whose counters then start over:
+    # they are not reported rather than reported wrong.
+    row = _row(cfg, config_name, sc.name, results, None, None, clients, sum(r.elapsed_s for r in results))
+    return RunOutput([row], trace_dir, kept.history, kept.events)
+
+
+def _script_result(h: History) -> LevelResult:
+    """One script run as a measurement window: every completed operation."""
+    res = LevelResult(0)
+    done = [i for i in range(h.n) if h.complete[i] != NONE]
+    if not done:
+        return res
+    start = min(h.invoke[i] for i in done)
+    end = max(h.complete[i] for i in done)
+    res.elapsed_s = max(1e-9, (end - start) / 1e9)
+    for i in done:
+        code = None if STATUSES[h.status[i]] is Status.OK else (h.error_code[i] or "failed")
+        res.add((h.complete[i] - h.invoke[i]) / 1e9, code)
+    return res
+
+
+def pass_trace_dir(trace_dir: Path, index: int) -> Path:
+    """Where pass `index` (1-based) of a pair writes its trace: the first in
+    `trace_dir` itself (where every reader of a compare trace finds it), pass k
+    in `trace_dir/pass<k>` (a folder of traces, such as `coordsim replay`
+    takes, finds them all)."""
+    return trace_dir if index == 1 else trace_dir / f"pass{index}"
+
+
+def run_pass(
+    cfg: Config,
+    config_name: str,
+    workload_name: str,
+    trace_dir: Path,
+    *,
+    index: int,
+    on_level: Callable[[LevelRow], None] = lambda row: None,
+) -> PassOutput:
+    """Pass `index` (1-based) of `workload_name` under `config_name`: a fresh
+    deployment on its own loop (virtual or real) with seed `cfg.seed + index -
+    1`, measured by `measure`; writes its trace to `pass_trace_dir(trace_dir,
+    index)`."""
+    holder: dict[str, Any] = {}
+    seed = cfg.seed + index - 1
+
+    async def main(rt: Runtime) -> list[PassLevel]:
+        recorder = HistoryRecorder(rt.now)
+        holder["recorder"] = recorder
+        return await measure(cfg, config_name, workload_name, rt, recorder, on_level)
+
+    levels = run(main, seed=seed, virtual=cfg.mode == "virtual", latency=cfg.latency())
+    recorder: HistoryRecorder = holder["recorder"]
+    history, events = recorder.history(), recorder.events()
+    where = pass_trace_dir(trace_dir, index)
+    label = f"{workload_name}/{config_name}" + (f"/pass{index}" if index > 1 else "")
+    write_trace(
+        where,
+        history,
+        events,
+        run=label,
+        config=config_name,
+        seed=seed,
+        extra_meta={
+            "workload": workload_name,
+            "mode": cfg.mode,
+            "concurrency": list(cfg.concurrency),
+            "open_loop_rate": cfg.open_loop_rate,
+            "pass": index,
+            "passes": cfg.window().repeat,
+        },
+    )
+    rows = [_row(cfg, config_name, workload_name, lv.results, lv.before, lv.after, lv.concurrency, lv.span)
+            for lv in levels]  # fmt: skip
+    return PassOutput(index, seed, RunOutput(rows, where, history, events), levels)
+
+
+def run_workload(
+    cfg: Config,
+    config_names: Sequence[str],
+    workload_name: str,
+    trace_dirs: Mapping[str, Path],
+    *,
+    on_level: Callable[[str, int, LevelRow], None] = lambda name, index, row: None,
+    on_pass: Callable[[str, PassOutput], None] = lambda name, p: None,
+) -> dict[str, RunOutput]:
+    """`workload_name` under every configuration of `config_names`, in
+    `cfg.window().repeat` passes interleaved across them (pass 1 of each in
+    the given order, then pass 2 of each, …; see the module docstring).
+
+    Args:
+        trace_dirs: each configuration's trace directory (its passes go in
+            `pass_trace_dir`s of it).
+        on_level: called with a configuration, a pass number and that pass's
+            row after each level of each pass.
+        on_pass: called after each pass with its output (the compare command
+            checks each pass's history here).
+
+    Returns:
+        Per configuration: a row per level over all passes (`repeats` = the
+        number of passes, a sample per pass, latencies merged over them, the
+        coordinator's counters summed over them), with the first pass's trace
+        directory, history and events.
+    """
+    passes: dict[str, list[PassOutput]] = {name: [] for name in config_names}
+    for index in range(1, cfg.window().repeat + 1):
+        for name in config_names:
+            one = run_pass(cfg, name, workload_name, trace_dirs[name], index=index,
+                           on_level=functools.partial(on_level, name, index))  # fmt: skip
+            on_pass(name, one)
+            passes[name].append(one)
+    out: dict[str, RunOutput] = {}
+    for name, mine in passes.items():
+        rows = []
+        for levels in zip(*(p.levels for p in mine), strict=True):
+            res = [r for lv in levels for r in lv.results]
+            before, after = _summed([lv.before for lv in levels]), _summed([lv.after for lv in levels])
+            span = sum(lv.span for lv in levels)
+            rows.append(_row(cfg, name, workload_name, res, before, after, levels[0].concurrency, span))
+        first = mine[0].output
+        out[name] = RunOutput(rows, first.trace_dir, first.history, first.events)
+    return out
+
+
+def _summed(stats: Sequence[CoordinatorStatistics | None]) -> CoordinatorStatistics | None:
+    """Counters of several passes as one: every counter summed (so a delta of
+    sums is the sum of the passes' deltas), except the core count, which is the
+    configuration's."""
+    if not stats or any(s is None for s in stats):
+        return None
+    known = [s for s in stats if s is not None]
+    total = {f.name: sum(getattr(s, f.name) for s in known) for f in fields(known[0]) if f.name != "loop_cores"}
+    return replace(known[0], **total)
+
+
+def run_pair(
+    cfg: Config,
+    config_name: str,
+    workload_name: str,
+    trace_dir: Path,
+    *,
+    on_level: Callable[[LevelRow], None] = lambda row: None,
+) -> RunOutput:
+    """`workload_name` under `config_name` alone: `run_workload` with one
+    configuration (its `cfg.window().repeat` passes, seeds `cfg.seed`,
+    `cfg.seed + 1`, …), the first pass's trace in `trace_dir`."""
+    return run_workload(cfg, [config_name], workload_name, {config_name: trace_dir},
+                        on_level=lambda _name, _index, row: on_level(row))[config_name]  # fmt: skip

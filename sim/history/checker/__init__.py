@@ -1,0 +1,36 @@
+"""Anomaly checkers over histories (DESIGN.md §7): named anomalies, black-box
+strict serializability, white-box timestamp replay, oracle guarantees and a
+per-table linearizability search; verdicts explain anomalies in words."""
+
+from sim.history.checker.blackbox import check_blackbox
+from sim.history.checker.linear import check_linear
+from sim.history.checker.named import check_named
+from sim.history.checker.oracle_events import check_oracle_events
+from sim.history.checker.replay import check_replay
+from sim.history.checker.run import CHECKERS, Report, check_history
+from sim.history.checker.verdict import ANOMALY_NAMES, Anomaly, Outcome, Verdict
+from sim.history.interchange import (
+    history_from_edn,
+    history_to_edn,
+    history_to_porcupine,
+    read_edn,
+)
+
+__all__ = [
+    "ANOMALY_NAMES",
+    "CHECKERS",
+    "Anomaly",
+    "Outcome",
+    "Report",
+    "Verdict",
+    "check_blackbox",
+    "check_history",
+    "check_linear",
+    "check_named",
+    "check_oracle_events",
+    "check_replay",
+    "history_from_edn",
+    "history_to_edn",
+    "history_to_porcupine",
+    "read_edn",
+]

@@ -1,0 +1,575 @@
+"""Checker 2: black-box strict serializability of the set/table workload,
+trusting no system timestamp (in the style of Elle).
+
+Every operation becomes a node; edges say "must come before": real time (A
+completed before B began), write-read (a read returned an element, so its add
+came first), read-write (a read lacks an element, so the add came after), and
+existence (an op that succeeded on a table follows its create and precedes its
+drop; an op that found the table unknown precedes the create or follows the
+drop). The history is strictly serializable iff the graph is acyclic; a cycle
+is reported, shortest first, as the contradiction in words.
+
+Real-time edges go through a chain of "time" nodes (A → t_k → … → t_j → B), and
+the reads of one table through "version" nodes, so the graph stays linear in
+the history's size instead of quadratic. `info` operations may or may not have
+happened: an indeterminate add counts only if some read saw its element, and
+indeterminate ops never precede anything in real time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Final, final
+
+from sim.history.checker.tables import INF, TableIndex, ends, index_tables, pauses_gc
+from sim.history.checker.verdict import Collector, Verdict, describe, elements_text, fmt_t
+from sim.history.model import ADD, DDL_KINDS, DROP_TABLE, INFO, OK, READ, UNKNOWN_TABLE
+
+if TYPE_CHECKING:
+    from array import array
+
+    from sim.history.model import History
+
+__all__ = ["check_blackbox"]
+
+_OP: Final = 0
+_TIME: Final = 1
+_VERSION: Final = 2
+NAME: Final = "not-strict-serializable"
+
+
+@final
+class _Graph:
+    """Adjacency lists; nodes 0..n-1 are the history's rows."""
+
+    def __init__(self, n: int) -> None:
+        self.succ: list[list[int]] = [[] for _ in range(n)]
+        self.typ = bytearray(n)
+        self.label: dict[tuple[int, int], str] = {}  # op->op edges that need words
+
+    def node(self, typ: int) -> int:
+        self.succ.append([])
+        self.typ.append(typ)
+        return len(self.succ) - 1
+
+
+@pauses_gc
+def check_blackbox(h: History, *, max_ops: int | None = None, max_rounds: int = 8) -> Verdict:
+    """Checks `h` (validated) for strict serializability.
+
+    Args:
+        max_ops: above this many operations, return `unknown` without checking.
+        max_rounds: how often an ambiguous "table was unknown" observation may be
+            re-placed (before the create, else after the drop) to escape a cycle.
+    """
+    t0 = time.perf_counter()
+    col = Collector("blackbox", h.op_id)
+    if max_ops is not None and h.n > max_ops:
+        return col.verdict(unknown=f"{h.n} operations exceed the limit of {max_ops}")
+    e = ends(h)
+    g = _Graph(h.n)
+    stats = {"tables": 0, "tables-partial": 0, "tables-with-mutations": 0}
+    choices: dict[int, tuple[int, int]] = {}  # unknown-table op -> (create, drop or -1)
+    part = _participants(h)
+    tabs = index_tables(h)
+    for t in tabs.values():
+        stats["tables"] += 1
+        _table(h, t, e, g, part, col, choices, stats)
+    _realtime(h, e, g, part)
+    stats["nodes"] = len(g.succ)
+    stats["edges"] = sum(len(s) for s in g.succ)
+    unknown = None
+    for _ in range(max_rounds):
+        cycles = _cycles(g)
+        if not cycles:
+            break
+        flip = [f for c in cycles for f in _chosen_in(c, choices, g)]
+        if not flip:
+            for c in cycles:
+                _report(h, e, g, c, col)
+            break
+        for f in sorted(set(flip)):
+            c_node, d_node = choices.pop(f)
+            g.succ[f].remove(c_node)
+            del g.label[(f, c_node)]
+            g.succ[d_node].append(f)
+            g.label[(d_node, f)] = "after-drop"
+    else:
+        unknown = (f"could not place ambiguous unknown-table observations within {max_rounds} "
+                   "rounds")  # fmt: skip
+    return col.verdict(stats=stats, unknown=unknown, seconds=time.perf_counter() - t0)
+
+
+def _participants(h: History) -> bytearray:
+    """Rows that are nodes: ok ops, indeterminate DDL, and failed table ops that
+    observed an unknown table. Indeterminate adds join in `_table` if read."""
+    part = bytearray(h.n)
+    st, k, codes = h.status, h.kind, h.error_code
+    for i in range(h.n):
+        if st[i] == OK:
+            part[i] = 1
+        elif st[i] == INFO:
+            if k[i] in DDL_KINDS:
+                part[i] = 1  # may have happened; adds join in `_table` if read
+        elif codes[i] == UNKNOWN_TABLE and h.obj[i] >= 0:
+            part[i] = 1
+    return part
+
+
+def _table(
+    h: History,
+    t: TableIndex,
+    e: array[int],
+    g: _Graph,
+    part: bytearray,
+    col: Collector,
+    choices: dict[int, tuple[int, int]],
+    stats: dict[str, int],
+) -> None:
+    inv, status = h.invoke, h.status
+    succ, label = g.succ, g.label
+    rs, ro = h.res, h.res_off
+    single = len(t.creates) <= 1 and len(t.drops) <= 1
+    versions: list[tuple[list[int], list[int]]] | None = None
+    if single and not t.mutated:
+        versions, seen = _chain(h, t, col)
+    else:
+        seen = set().union(*(rs[ro[r] : ro[r + 1]] for r in t.reads))
+    for r in t.other_ok:
+        if h.kind[r] == READ:
+            seen.update(rs[ro[r] : ro[r + 1]])
+    # Which indeterminate adds happened: those whose element some read returned.
+    for a in t.adds:
+        if status[a] == INFO and any(x in seen for x in h.elements(a)):
+            part[a] = 1
+    if not t.mutated:
+        garbage = seen - t.writer.keys()
+        if garbage:
+            _garbage(h, t, col, garbage)
+    if not single:
+        # Several incarnations of one name: which one a read saw is ambiguous,
+        # so only write-read edges are sound.
+        stats["tables-partial"] += 1
+        for r in t.reads:
+            for x in rs[ro[r] : ro[r + 1]]:
+                w = t.writer.get(x)
+                if w is not None and part[w]:
+                    succ[w].append(r)
+                    label[(w, r)] = "wr"
+        return
+    c = t.creates[0] if t.creates else -1
+    d = t.drops[0] if t.drops else -1
+    okx = [a for a in t.adds if part[a]] + t.reads + t.other_ok
+    okx.sort()
+    # Existence edges, except where real time already implies them (the time
+    # chain orders an op after every op that completed before it began).
+    if c >= 0:
+        ec = e[c]
+        sc = succ[c]
+        for x in okx:
+            if ec >= inv[x]:
+                sc.append(x)
+                label[(c, x)] = "created"
+        if d >= 0 and ec >= inv[d]:
+            sc.append(d)
+            label[(c, d)] = "created"
+    if d >= 0:
+        idd = inv[d]
+        for x in okx:
+            if e[x] >= idd:
+                succ[x].append(d)
+                label[(x, d)] = "dropped"
+    _unknown(h, t, e, g, c, d, okx, choices, col)
+    if t.mutated:
+        stats["tables-with-mutations"] += 1
+        return
+    if versions is not None:
+        _version_edges(h, t, g, versions, seen)
+
+
+def _garbage(h: History, t: TableIndex, col: Collector, garbage: set[int]) -> None:
+    rs, ro = h.res, h.res_off
+    for r in t.reads:
+        bad = [x for x in rs[ro[r] : ro[r + 1]] if x in garbage]
+        if bad:
+            f = t.failed_writer.get(bad[0])
+            why = (f"its only add, {describe(h, f)}, failed" if f is not None
+                   else "no operation added it")  # fmt: skip
+            col.add(
+                NAME,
+                (r,) if f is None else (r, f),
+                f"{describe(h, r)} returned {elements_text(bad)}, which no serial order can "
+                f"produce: e.g. {bad[0]}: {why}.",
+            )
+
+
+def _unknown(
+    h: History,
+    t: TableIndex,
+    e: array[int],
+    g: _Graph,
+    c: int,
+    d: int,
+    okx: list[int],
+    choices: dict[int, tuple[int, int]],
+    col: Collector,
+) -> None:
+    """Places each op that found the table unknown before the create or after
+    the drop. It must follow the drop when something known to follow the create
+    completed before it began; otherwise it goes before the create, and a cycle
+    through that choice later flips it (see `check_blackbox`)."""
+    if not t.unknown:
+        return
+    inv = h.invoke
+    succ, label = g.succ, g.label
+    known_after = min((e[x] for x in okx), default=INF)
+    if c >= 0 and h.status[c] == OK:
+        known_after = min(known_after, e[c])
+    if d >= 0 and h.status[d] == OK:
+        known_after = min(known_after, e[d])
+    for f in sorted(t.unknown, key=lambda i: (inv[i], i)):
+        if c < 0:
+            if not okx and not (d >= 0 and h.status[d] == OK):
+                continue  # no evidence the table ever existed: nothing to contradict
+            if d >= 0:
+                succ[d].append(f)
+                label[(d, f)] = "after-drop"
+                continue
+            w = okx[0] if okx else d
+            col.add(
+                NAME,
+                (w, f),
+                f"{describe(h, f)} found {t.name!r} unknown, yet the table existed from the "
+                f"start ({describe(h, w)} succeeded on it) and no drop of it was attempted.",
+            )
+            continue
+        if known_after < inv[f]:
+            if d >= 0:
+                succ[d].append(f)
+                label[(d, f)] = "after-drop"
+                known_after = min(known_after, e[f])
+            else:
+                succ[f].append(c)
+                label[(f, c)] = "before-create"
+        else:
+            succ[f].append(c)
+            label[(f, c)] = "before-create"
+            if d >= 0:
+                choices[f] = (c, d)
+
+
+def _chain(
+    h: History, t: TableIndex, col: Collector
+) -> tuple[list[tuple[list[int], list[int]]] | None, set[int]]:
+    """Full reads of a grow-only set must form a chain under inclusion; each
+    distinct result is a version: (its new elements, its reads). Returns the
+    versions (None if two reads are incomparable, reported here) and the union
+    of everything read."""
+    rs, ro = h.res, h.res_off
+    order = sorted([(ro[r + 1] - ro[r], r) for r in t.reads])
+    versions: list[tuple[list[int], list[int]]] = []
+    prev: set[int] = set()
+    prev_read = -1
+    for _, r in order:
+        s = set(rs[ro[r] : ro[r + 1]])
+        if versions and s == prev:
+            versions[-1][1].append(r)
+            continue
+        if not s.issuperset(prev):
+            _incomparable(h, t, prev_read, r, prev, s, col)
+            union = set().union(*(rs[ro[x] : ro[x + 1]] for x in t.reads))
+            return None, union
+        versions.append((sorted(s - prev), [r]))
+        prev, prev_read = s, r
+    return versions, prev
+
+
+def _version_edges(
+    h: History, t: TableIndex, g: _Graph, versions: list[tuple[list[int], list[int]]], seen: set[int]
+) -> None:
+    """Adds of a version's new elements precede its reads; its reads precede
+    the next version's adds (they did not see them) and reads."""
+    succ = g.succ
+    writer = t.writer
+    prev_w = -1
+    for new, reads in versions:
+        # A version read by one op needs no virtual nodes: the read is both.
+        if len(reads) == 1:
+            v = w = reads[0]
+        else:
+            v = g.node(_VERSION)
+            w = g.node(_VERSION)
+            sv = succ[v]
+            for r in reads:
+                sv.append(r)
+                succ[r].append(w)
+        for x in new:
+            a = writer.get(x)
+            if a is None:
+                continue
+            succ[a].append(v)
+            if prev_w >= 0:
+                succ[prev_w].append(a)
+        if prev_w >= 0:
+            succ[prev_w].append(w)
+        prev_w = w
+    if prev_w >= 0:
+        status = h.status
+        last = succ[prev_w]
+        for x in sorted(writer.keys() - seen):
+            a = writer[x]
+            if status[a] == OK:
+                last.append(a)
+
+
+def _incomparable(
+    h: History, t: TableIndex, r1: int, r2: int, s1: set[int], s2: set[int], col: Collector
+) -> None:
+    x1 = min(s1 - s2)
+    x2 = min(s2 - s1)
+    a1, a2 = t.writer.get(x1), t.writer.get(x2)
+    ops = [r1, r2] + [a for a in (a1, a2) if a is not None]
+    col.add(
+        NAME,
+        ops,
+        f"{describe(h, r1)} and {describe(h, r2)} saw incomparable contents of {t.name!r}: "
+        f"the first has {x1} but not {x2}, the second {x2} but not {x1}. Elements are only "
+        f"ever added, so in any serial order one read must see everything the other saw; "
+        f"cycle: read 1 → add {x2} (read 1 lacks it) → read 2 (which has it) → add {x1} "
+        f"(read 2 lacks it) → read 1 (which has it).",
+    )
+
+
+def _realtime(h: History, e: array[int], g: _Graph, part: bytearray) -> None:
+    """A completed before B began ⇔ a path A → t_k → … → t_j → B, through one
+    time node per run of completions (an invoke at the same instant as a
+    completion is concurrent with it, not after it)."""
+    inv = h.invoke
+    rows = [i for i, p in enumerate(part) if p]
+    by_inv = sorted(rows, key=inv.__getitem__)  # stable: ties stay in row order
+    by_end = sorted([i for i in rows if e[i] < INF], key=e.__getitem__)
+    succ, typ = g.succ, g.typ
+    cur = -1
+    last_was_end = False
+    pc = 0
+    nend = len(by_end)
+    nxt_end = e[by_end[0]] if nend else INF
+    for i in by_inv:
+        ti = inv[i]
+        if nxt_end < ti:
+            if not last_was_end:
+                t = len(succ)
+                succ.append([])
+                typ.append(_TIME)
+                if cur >= 0:
+                    succ[cur].append(t)
+                cur = t
+                last_was_end = True
+            while nxt_end < ti:
+                succ[by_end[pc]].append(cur)
+                pc += 1
+                nxt_end = e[by_end[pc]] if pc < nend else INF
+        if cur >= 0:
+            succ[cur].append(i)
+        last_was_end = False
+
+
+def _cycles(g: _Graph) -> list[list[int]]:
+    """Kahn's algorithm; if some nodes remain, their strongly connected
+    components each yield one shortest cycle (fewest operations)."""
+    succ = g.succ
+    n = len(succ)
+    indeg = [0] * n
+    for s in succ:
+        for v in s:
+            indeg[v] += 1
+    stack = [u for u in range(n) if indeg[u] == 0]
+    done = 0
+    while stack:
+        u = stack.pop()
+        done += 1
+        for v in succ[u]:
+            d = indeg[v] - 1
+            indeg[v] = d
+            if d == 0:
+                stack.append(v)
+    if done == n:
+        return []
+    rest = [u for u in range(n) if indeg[u] > 0]
+    out = []
+    for comp in _sccs(succ, rest):
+        if len(comp) > 1:
+            out.append(_shortest_cycle(g, comp))
+        if len(out) >= 20:
+            break
+    return out
+
+
+def _sccs(succ: list[list[int]], nodes: list[int]) -> list[list[int]]:
+    """Tarjan's algorithm, iterative, over the subgraph induced by `nodes`."""
+    inside = set(nodes)
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on: set[int] = set()
+    stack: list[int] = []
+    comps: list[list[int]] = []
+    counter = 0
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, 0)]
+        while work:
+            u, pos = work[-1]
+            if pos == 0:
+                index[u] = low[u] = counter
+                counter += 1
+                stack.append(u)
+                on.add(u)
+            edges = succ[u]
+            while pos < len(edges):
+                v = edges[pos]
+                pos += 1
+                if v not in inside:
+                    continue
+                if v not in index:
+                    work[-1] = (u, pos)
+                    work.append((v, 0))
+                    break
+                if v in on:
+                    low[u] = min(low[u], index[v])
+            else:
+                work.pop()
+                if work:
+                    p = work[-1][0]
+                    low[p] = min(low[p], low[u])
+                if low[u] == index[u]:
+                    comp = []
+                    while True:
+                        x = stack.pop()
+                        on.discard(x)
+                        comp.append(x)
+                        if x == u:
+                            break
+                    comps.append(sorted(comp))
+                continue
+    comps.sort(key=lambda c: c[0])
+    return comps
+
+
+def _shortest_cycle(g: _Graph, comp: list[int], tries: int = 8) -> list[int]:
+    """A cycle within `comp` with the fewest operation nodes (0-1 BFS, virtual
+    nodes cost nothing), from a few deterministic start operations."""
+    inside = set(comp)
+    succ, typ = g.succ, g.typ
+    starts = [u for u in comp if typ[u] == _OP][:tries] or comp[:1]
+    best: list[int] | None = None
+    for s in starts:
+        dist = {s: 0}
+        parent: dict[int, int] = {}
+        dq: deque[int] = deque([s])
+        found = -1
+        while dq:
+            u = dq.popleft()
+            for v in succ[u]:
+                if v not in inside:
+                    continue
+                if v == s:
+                    found = u
+                    break
+                w = 0 if typ[v] != _OP else 1
+                nd = dist[u] + w
+                if v not in dist or nd < dist[v]:
+                    dist[v] = nd
+                    parent[v] = u
+                    if w == 0:
+                        dq.appendleft(v)
+                    else:
+                        dq.append(v)
+            if found >= 0:
+                break
+        if found < 0:
+            continue
+        cyc = [found]
+        while cyc[-1] != s:
+            cyc.append(parent[cyc[-1]])
+        cyc.reverse()
+        if best is None or _ops_in(g, cyc) < _ops_in(g, best):
+            best = cyc
+    return best or comp[:1]
+
+
+def _ops_in(g: _Graph, cyc: list[int]) -> int:
+    return sum(1 for u in cyc if g.typ[u] == _OP)
+
+
+def _chosen_in(cyc: list[int], choices: dict[int, tuple[int, int]], g: _Graph) -> list[int]:
+    out = []
+    for a, b in zip(cyc, cyc[1:] + cyc[:1], strict=True):
+        ch = choices.get(a)
+        if ch is not None and ch[0] == b:
+            out.append(a)
+    return out
+
+
+def _report(h: History, e: array[int], g: _Graph, cyc: list[int], col: Collector) -> None:
+    typ = g.typ
+    ops = [u for u in cyc if typ[u] == _OP]
+    if not ops:
+        return
+    # Rotate so the cycle starts at an operation, then walk op to op.
+    k = cyc.index(ops[0])
+    cyc = cyc[k:] + cyc[:k]
+    steps: list[str] = []
+    n = len(cyc)
+    i = 0
+    while i < n:
+        a = cyc[i]
+        j = i + 1
+        via: set[int] = set()
+        while typ[cyc[j % n]] != _OP:
+            via.add(typ[cyc[j % n]])
+            j += 1
+        b = cyc[j % n]
+        steps.append(_edge_words(h, e, g, a, b, via))
+        i = j
+    col.add(
+        NAME,
+        ops,
+        "No serial order agrees with real time and with what the operations observed: "
+        + "; ".join(steps)
+        + f" — a cycle of {len(ops)} operations, so each would have to precede itself.",
+    )
+
+
+def _edge_words(h: History, e: array[int], g: _Graph, a: int, b: int, via: set[int]) -> str:
+    inv = h.invoke
+    if via == {_TIME}:
+        return (f"{describe(h, a)} completed at {fmt_t(e[a])} before {describe(h, b)} began at "
+                f"{fmt_t(inv[b])}")  # fmt: skip
+    lab = g.label.get((a, b))
+    name = h.name(a) or h.name(b)
+    if lab is None or lab == "wr":
+        if h.kind[a] == ADD and h.kind[b] == READ:
+            res = set(h.result(b) or ())
+            x = next((x for x in h.elements(a) if x in res), None)
+            return f"{describe(h, b)} read {x}, so it follows {describe(h, a)}, which added it"
+        if h.kind[a] == READ and h.kind[b] == ADD:
+            res = set(h.result(a) or ())
+            x = next((x for x in h.elements(b) if x not in res), None)
+            return f"{describe(h, a)} did not see {x}, so it precedes {describe(h, b)}, which adds it"
+        if h.kind[a] == READ and h.kind[b] == READ:
+            return (f"{describe(h, a)} saw less of {name!r} than {describe(h, b)}, and elements are "
+                    "only ever added, so it comes first")  # fmt: skip
+    if lab == "created":
+        return f"{describe(h, b)} needs {name!r} to exist, so it follows its creation {describe(h, a)}"
+    if lab == "dropped":
+        what = "exist" if h.kind[a] != DROP_TABLE else "be dropped"
+        return f"{describe(h, a)} needs {name!r} to {what}, so it precedes its drop {describe(h, b)}"
+    if lab == "after-drop":
+        return (f"{describe(h, b)} found {name!r} unknown after it had been created, so it follows "
+                f"the drop {describe(h, a)}")  # fmt: skip
+    if lab == "before-create":
+        return f"{describe(h, a)} found {name!r} unknown, so it precedes its creation {describe(h, b)}"
+    return f"{describe(h, a)} precedes {describe(h, b)}"
+

@@ -1,0 +1,185 @@
+"""Verdicts: what a checker concludes about a history, in words a user can act on.
+
+Every checker returns a `Verdict`: `valid`, `invalid` with named anomalies (each
+with the operations involved and a paragraph of explanation), or `unknown` with
+the reason (a time or size limit, or evidence the checker cannot use). Anomaly
+names are DESIGN.md §7's, so regression tests can assert on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Final, final
+
+from sim.history.model import FAIL, INFO, KINDS, NONE, OK, READ, STATUSES
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from sim.history.model import History
+
+__all__ = [
+    "ANOMALY_NAMES",
+    "MAX_REPORTED",
+    "Anomaly",
+    "Outcome",
+    "Verdict",
+    "combine",
+    "describe",
+    "fmt_t",
+]
+
+ANOMALY_NAMES: Final = (
+    "insert-unknown-table",
+    "select-unknown-table",
+    "stale-read",
+    "dropped-object-visible",
+    "read-from-future",
+    "non-monotonic-read",
+    "lost-write",
+    "timestamp-regression",
+    "not-strict-serializable",
+    "not-linearizable",
+)
+
+#: Anomalies kept per name and checker; the rest are only counted (a broken
+#: history can have millions, and the first few explain the bug).
+MAX_REPORTED: Final = 20
+
+
+class Outcome(StrEnum):
+    VALID = "valid"
+    INVALID = "invalid"
+    UNKNOWN = "unknown"
+
+
+@final
+@dataclass(frozen=True)
+class Anomaly:
+    """One anomaly: its §7 name, the op ids involved (in the order the
+    explanation uses them), the explanation, and which checker found it."""
+
+    name: str
+    ops: tuple[int, ...]
+    explanation: str
+    checker: str
+    events: tuple[int, ...] = ()
+
+
+@final
+@dataclass(frozen=True)
+class Verdict:
+    """A checker's conclusion. `counts` has the number of anomalies per name
+    (including those not kept), `stats` what was checked or skipped."""
+
+    checker: str
+    outcome: Outcome
+    anomalies: tuple[Anomaly, ...] = ()
+    reason: str | None = None
+    counts: Mapping[str, int] = field(default_factory=dict)
+    stats: Mapping[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    #: The checker found nothing it could judge (no timestamps, no events, too
+    #: large): `combine` leaves it out instead of calling the history unknown.
+    skipped: bool = False
+
+    @property
+    def names(self) -> list[str]:
+        """The anomaly names found, sorted."""
+        return sorted(self.counts)
+
+
+@final
+class Collector:
+    """Accumulates anomalies for one checker, keeping `MAX_REPORTED` per name."""
+
+    def __init__(self, checker: str, op_ids: Sequence[int] | None = None) -> None:
+        self.checker = checker
+        self._ids = op_ids  # rows -> op ids, when callers pass rows
+        self.kept: list[Anomaly] = []
+        self.counts: dict[str, int] = {}
+
+    def add(
+        self, name: str, ops: Iterable[int], explanation: str, *, events: Iterable[int] = ()
+    ) -> None:
+        c = self.counts.get(name, 0)
+        self.counts[name] = c + 1
+        if c < MAX_REPORTED:
+            ids = self._ids
+            oids = tuple(ops) if ids is None else tuple(ids[i] for i in ops)
+            self.kept.append(Anomaly(name, oids, explanation, self.checker, tuple(events)))
+
+    def verdict(
+        self,
+        *,
+        stats: Mapping[str, int] | None = None,
+        unknown: str | None = None,
+        seconds: float = 0.0,
+        skipped: bool = False,
+    ) -> Verdict:
+        if self.counts:
+            outcome = Outcome.INVALID
+        elif unknown is not None:
+            outcome = Outcome.UNKNOWN
+        else:
+            outcome = Outcome.VALID
+        return Verdict(
+            self.checker,
+            outcome,
+            tuple(self.kept),
+            unknown,
+            dict(sorted(self.counts.items())),
+            dict(sorted((stats or {}).items())),
+            seconds,
+            skipped and not self.counts,
+        )
+
+
+def combine(verdicts: Sequence[Verdict]) -> Outcome:
+    """invalid if any is, else unknown if any is, else valid."""
+    outcomes = {v.outcome for v in verdicts if not v.skipped}
+    if Outcome.INVALID in outcomes:
+        return Outcome.INVALID
+    if Outcome.UNKNOWN in outcomes:
+        return Outcome.UNKNOWN
+    return Outcome.VALID
+
+
+def fmt_t(ns: int) -> str:
+    """A history time for explanations: milliseconds with µs precision."""
+    if ns == NONE or ns >= 2**62:
+        return "never"
+    if ns < 1_000_000:
+        return f"{ns}ns"
+    # Exact to the nanosecond: two events 1 ns apart must not print alike.
+    ms, rest = divmod(ns, 1_000_000)
+    return f"{ms}.{rest:06d}".rstrip("0").rstrip(".") + "ms"
+
+
+def _elems(xs: Sequence[int], limit: int = 8) -> str:
+    shown = ", ".join(str(x) for x in xs[:limit])
+    return "{" + shown + (f", … ({len(xs)} in all)" if len(xs) > limit else "") + "}"
+
+
+def describe(h: History, i: int) -> str:
+    """`op 12 (process 3: read t → {1, 2})`, the way explanations name ops."""
+    k = KINDS[h.kind[i]]
+    name = h.name(i)
+    what = f"{k} {name}" if name is not None else str(k)
+    if h.kind[i] == READ and h.status[i] == OK:
+        res = h.result(i)
+        what += f" → {_elems(list(res or ()))}"
+    elif h.el_off[i] != h.el_off[i + 1]:
+        els = list(h.elements(i))
+        what = f"{k} {els[0] if len(els) == 1 else _elems(els)} to {name}"
+    st = h.status[i]
+    if st == FAIL:
+        what += f" failed {h.error_code[i]}"
+    elif st == INFO:
+        what += " indeterminate"
+    return f"op {h.op_id[i]} ({STATUSES[st]}, process {h.process[i]}: {what})"
+
+
+def elements_text(xs: Sequence[int]) -> str:
+    return _elems(xs)

@@ -1,0 +1,717 @@
+"""Histories: the client-operation table and the internal-event table of a trace.
+
+A history is the evidence the checkers (`sim.history.checker`) judge, so it is recorded
+exactly as clients saw it — invoke and complete times, `ok` / `fail` + code /
+`info` (indeterminate) — with the system's own timestamps only as annotations.
+Operations are stored column-wise (`array` columns, one row per operation) so a
+million-operation history fits in memory and checks fast; `Op` is the row view.
+The on-disk trace format (Arrow/Parquet) is `sim.history.traces`. DESIGN.md §7 is the
+contract.
+"""
+
+from __future__ import annotations
+
+import json
+from array import array
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
+
+from sim.runtime.errors import InvalidUsage
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+
+    from coordinator.statements import Statement
+
+__all__ = [
+    "MAX_TIME",
+    "NONE",
+    "Clock",
+    "Event",
+    "EventKind",
+    "History",
+    "HistoryBuilder",
+    "HistoryError",
+    "HistoryRecorder",
+    "Kind",
+    "Op",
+    "StatementOp",
+    "Status",
+    "statement_op",
+    "validate",
+]
+
+#: The "absent" value of an integer column (a null in Arrow). Timestamps and
+#: times are never negative, so the sentinel cannot collide with data.
+NONE: Final = -(2**63)
+
+#: The largest time (ns) or timestamp a history may hold. The checkers use
+#: 2**62 as "never" (`sim.history.checker.tables.INF`), so a value there or beyond would
+#: be read as an operation that never completed; 2**62 ns is 146 years.
+MAX_TIME: Final = 2**62 - 1
+
+#: The recorder's time source (`Runtime.now`, seconds); stored as integer ns.
+Clock: TypeAlias = "Callable[[], float]"
+
+
+@final
+class HistoryError(InvalidUsage):
+    """A history is malformed (bad input, not an anomaly): the message names the
+    offending operation so the producer can be fixed."""
+
+
+class Kind(StrEnum):
+    """What a client operation does. `add`/`read` on a table of unique integer
+    elements is the set workload the black-box checker reasons about; `update`
+    and `delete` are checked by the white-box replay; the rest is DDL."""
+
+    CREATE_TABLE = "create-table"
+    DROP_TABLE = "drop-table"
+    CREATE_INDEX = "create-index"
+    DROP_INDEX = "drop-index"
+    CREATE_VIEW = "create-view"
+    DROP_VIEW = "drop-view"
+    CREATE_CLUSTER = "create-cluster"
+    DROP_CLUSTER = "drop-cluster"
+    ADD = "add"
+    READ = "read"
+    UPDATE = "update"
+    DELETE = "delete"
+
+
+class Status(StrEnum):
+    """`info` = indeterminate: the operation may or may not have taken effect,
+    at any time after its invoke; its process does nothing afterwards."""
+
+    OK = "ok"
+    FAIL = "fail"
+    INFO = "info"
+
+
+class EventKind(StrEnum):
+    """Internal events: what the oracle, group commit, catalog, controllers and
+    nemesis did, so explanations and checker 4 can refer to them."""
+
+    ORACLE_WRITE_TS = "oracle.write_ts"
+    ORACLE_READ_TS = "oracle.read_ts"
+    ORACLE_PEEK_WRITE_TS = "oracle.peek_write_ts"
+    ORACLE_APPLY_WRITE = "oracle.apply_write"
+    CONFIRM_LEADERSHIP = "confirm-leadership"
+    GROUP_COMMIT = "group-commit"
+    TABLE_APPEND = "table-append"
+    PEEK_BATCH = "peek-batch"
+    CATALOG_APPEND = "catalog-append"
+    CONTROLLER_COMMAND = "controller-command"
+    FAULT = "fault"
+
+
+KINDS: Final[tuple[Kind, ...]] = tuple(Kind)
+STATUSES: Final[tuple[Status, ...]] = tuple(Status)
+KIND_CODE: Final[dict[Kind, int]] = {k: i for i, k in enumerate(KINDS)}
+ADD: Final = KIND_CODE[Kind.ADD]
+READ: Final = KIND_CODE[Kind.READ]
+UPDATE: Final = KIND_CODE[Kind.UPDATE]
+DELETE: Final = KIND_CODE[Kind.DELETE]
+CREATE_TABLE: Final = KIND_CODE[Kind.CREATE_TABLE]
+DROP_TABLE: Final = KIND_CODE[Kind.DROP_TABLE]
+OK: Final = 0
+FAIL: Final = 1
+INFO: Final = 2
+#: The SQLSTATE of "relation does not exist": the error the named anomalies of
+#: seed 001 are about.
+UNKNOWN_TABLE: Final = "42P01"
+DDL_KINDS: Final = frozenset(
+    KIND_CODE[k] for k in KINDS if k not in (Kind.ADD, Kind.READ, Kind.UPDATE, Kind.DELETE)
+)
+
+
+def _opt(v: int) -> int | None:
+    return None if v == NONE else v
+
+
+def _raw(v: int | None) -> int:
+    return NONE if v is None else v
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One client operation (invoke and completion merged), the row view of
+    `History`. `complete_ns` is None for an `info` that never completed.
+
+    `elements` are the values an `add` inserts; `result` the set a `read`
+    returned (None unless an ok read); `count` the rows an update/delete
+    touched; `args` the statement's other arguments (JSON-able: `where`,
+    `set`, `add`, `on`, …)."""
+
+    op_id: int
+    process: int
+    kind: Kind
+    obj: str | None
+    invoke_ns: int
+    complete_ns: int | None
+    status: Status
+    elements: tuple[int, ...] = ()
+    result: tuple[int, ...] | None = None
+    count: int | None = None
+    args: Mapping[str, Any] | None = None
+    error_code: str | None = None
+    error: str | None = None
+    read_ts: int | None = None
+    write_ts: int | None = None
+    catalog_ts: int | None = None
+    client: str | None = None
+
+
+@final
+class History:
+    """Operations column-wise, indexed 0..n-1 in op-id order.
+
+    Integer columns use `NONE` for null; `elements`/`result` are flattened with
+    offsets, as Arrow list arrays are, so a million operations cost tens of MB."""
+
+    __slots__ = (
+        "args",
+        "catalog_ts",
+        "client",
+        "complete",
+        "count",
+        "el",
+        "el_off",
+        "error",
+        "error_code",
+        "invoke",
+        "kind",
+        "n",
+        "names",
+        "obj",
+        "op_id",
+        "process",
+        "read_ts",
+        "res",
+        "res_off",
+        "status",
+        "write_ts",
+    )
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.op_id = array("q")
+        self.process = array("q")
+        self.kind = array("b")
+        self.obj = array("q")  # index into names, -1 = none
+        self.names: list[str] = []
+        self.invoke = array("q")
+        self.complete = array("q")
+        self.status = array("b")
+        self.el_off = array("q", [0])
+        self.el = array("q")
+        self.res_off = array("q", [0])
+        self.res = array("q")
+        self.count = array("q")
+        self.read_ts = array("q")
+        self.write_ts = array("q")
+        self.catalog_ts = array("q")
+        self.error_code: list[str | None] = []
+        self.error: list[str | None] = []
+        self.args: list[str | None] = []  # JSON text
+        self.client: list[str | None] = []
+
+    def __len__(self) -> int:
+        return self.n
+
+    def elements(self, i: int) -> array[int]:
+        return self.el[self.el_off[i] : self.el_off[i + 1]]
+
+    def result(self, i: int) -> array[int] | None:
+        if self.kind[i] != READ or self.status[i] != OK:
+            return None
+        return self.res[self.res_off[i] : self.res_off[i + 1]]
+
+    def name(self, i: int) -> str | None:
+        o = self.obj[i]
+        return None if o < 0 else self.names[o]
+
+    def op(self, i: int) -> Op:
+        res = self.result(i)
+        a = self.args[i]
+        return Op(
+            op_id=self.op_id[i],
+            process=self.process[i],
+            kind=KINDS[self.kind[i]],
+            obj=self.name(i),
+            invoke_ns=self.invoke[i],
+            complete_ns=_opt(self.complete[i]),
+            status=STATUSES[self.status[i]],
+            elements=tuple(self.elements(i)),
+            result=None if res is None else tuple(res),
+            count=_opt(self.count[i]),
+            args=None if a is None else json.loads(a),
+            error_code=self.error_code[i],
+            error=self.error[i],
+            read_ts=_opt(self.read_ts[i]),
+            write_ts=_opt(self.write_ts[i]),
+            catalog_ts=_opt(self.catalog_ts[i]),
+            client=self.client[i],
+        )
+
+    def ops(self) -> Iterator[Op]:
+        return (self.op(i) for i in range(self.n))
+
+    def index_of(self) -> dict[int, int]:
+        """op id -> row."""
+        return {oid: i for i, oid in enumerate(self.op_id)}
+
+    @staticmethod
+    def from_ops(ops: Iterable[Op]) -> History:
+        b = HistoryBuilder()
+        for op in ops:
+            b.append(op)
+        return b.build()
+
+
+@final
+class HistoryBuilder:
+    """Appends rows to a `History`; `build()` sorts by op id if needed."""
+
+    def __init__(self) -> None:
+        self._h = History()
+        self._name_ix: dict[str, int] = {}
+
+    def _name(self, name: str | None) -> int:
+        if name is None:
+            return -1
+        ix = self._name_ix.get(name)
+        if ix is None:
+            ix = self._name_ix[name] = len(self._h.names)
+            self._h.names.append(name)
+        return ix
+
+    def add_row(
+        self,
+        op_id: int,
+        process: int,
+        kind: int,
+        obj: str | None,
+        invoke: int,
+        complete: int,
+        status: int,
+        elements: Sequence[int] = (),
+        result: Sequence[int] | None = None,
+        count: int = NONE,
+        args: str | None = None,
+        error_code: str | None = None,
+        error: str | None = None,
+        read_ts: int = NONE,
+        write_ts: int = NONE,
+        catalog_ts: int = NONE,
+        client: str | None = None,
+    ) -> None:
+        """The fast path (codes and raw integers); `append` is the typed one."""
+        h = self._h
+        h.op_id.append(op_id)
+        h.process.append(process)
+        h.kind.append(kind)
+        h.obj.append(self._name(obj))
+        h.invoke.append(invoke)
+        h.complete.append(complete)
+        h.status.append(status)
+        h.el.extend(elements)
+        h.el_off.append(len(h.el))
+        if result is not None:
+            h.res.extend(result)
+        h.res_off.append(len(h.res))
+        h.count.append(count)
+        h.args.append(args)
+        h.error_code.append(error_code)
+        h.error.append(error)
+        h.read_ts.append(read_ts)
+        h.write_ts.append(write_ts)
+        h.catalog_ts.append(catalog_ts)
+        h.client.append(client)
+        h.n += 1
+
+    def append(self, op: Op) -> None:
+        self.add_row(
+            op.op_id,
+            op.process,
+            KIND_CODE[Kind(op.kind)],
+            op.obj,
+            op.invoke_ns,
+            _raw(op.complete_ns),
+            STATUSES.index(Status(op.status)),
+            op.elements,
+            op.result,
+            _raw(op.count),
+            None if op.args is None else json.dumps(op.args, sort_keys=True),
+            op.error_code,
+            op.error,
+            _raw(op.read_ts),
+            _raw(op.write_ts),
+            _raw(op.catalog_ts),
+            op.client,
+        )
+
+    def build(self) -> History:
+        h = self._h
+        if any(h.op_id[i] >= h.op_id[i + 1] for i in range(h.n - 1)):
+            order = sorted(range(h.n), key=h.op_id.__getitem__)
+            b = HistoryBuilder()
+            for i in order:
+                b.add_row(
+                    h.op_id[i], h.process[i], h.kind[i], h.name(i), h.invoke[i],
+                    h.complete[i], h.status[i], h.elements(i),
+                    h.res[h.res_off[i] : h.res_off[i + 1]] if h.kind[i] == READ and h.status[i] == OK else None,
+                    h.count[i], h.args[i], h.error_code[i], h.error[i],
+                    h.read_ts[i], h.write_ts[i], h.catalog_ts[i], h.client[i],
+                )  # fmt: skip
+            return b._h
+        return h
+
+
+# --- statements -----------------------------------------------------------------------------
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class StatementOp:
+    """What `HistoryRecorder.invoke` needs to record a statement."""
+
+    kind: Kind
+    obj: str | None
+    elements: tuple[int, ...] = ()
+    args: Mapping[str, Any] | None = None
+
+
+def statement_op(stmt: Statement) -> StatementOp | None:
+    """How a coordinator statement appears in a history. An INSERT's elements
+    are the first column of its rows (the set workload's tables have one
+    integer column); a WHERE becomes `args.where` as `[[op, value], …]` over
+    that column; `SELECT count(*)` or of some columns is recorded as a `read`
+    with those args, which checkers 1 and 2 leave to checker 3. A constant
+    query (`SELECT 1`) reads no object and is not recorded (None).
+
+    Raises:
+        HistoryError: an INSERT of a non-integer first column (not the set
+            workload: record it with explicit `Kind`/`args` instead).
+    """
+    from coordinator import statements as st
+
+    def where(p: st.Predicate) -> dict[str, Any]:
+        return {"where": [[c.op, c.value] for c in p.terms]} if p.terms else {}
+
+    if isinstance(stmt, st.SelectConstant):
+        return None  # reads no object: nothing for a checker
+    if isinstance(stmt, st.Insert):
+        els = []
+        for row in stmt.rows:
+            v = row[0] if row else None
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise HistoryError(f"INSERT INTO {stmt.table}: first column {v!r} is not an integer element")
+            els.append(v)
+        return StatementOp(Kind.ADD, stmt.table, tuple(els))
+    if isinstance(stmt, st.Select):
+        args: dict[str, Any] = where(stmt.where)
+        if stmt.count:
+            args["count"] = True
+        if stmt.columns is not None:
+            args["columns"] = list(stmt.columns)
+        return StatementOp(Kind.READ, stmt.source, (), args or None)
+    if isinstance(stmt, st.Update):
+        args = where(stmt.where)
+        for a in stmt.assignments[:1]:
+            if a.add is not None:
+                args["add"] = a.add
+            else:
+                args["set"] = a.value
+        return StatementOp(Kind.UPDATE, stmt.table, (), args)
+    if isinstance(stmt, st.Delete):
+        return StatementOp(Kind.DELETE, stmt.table, (), where(stmt.where) or None)
+    if isinstance(stmt, st.CreateTable):
+        return StatementOp(Kind.CREATE_TABLE, stmt.name)
+    if isinstance(stmt, st.DropTable):
+        return StatementOp(Kind.DROP_TABLE, stmt.name)
+    if isinstance(stmt, st.CreateIndex):
+        return StatementOp(Kind.CREATE_INDEX, stmt.name, (), {"on": stmt.on, "cluster": stmt.cluster})
+    if isinstance(stmt, st.DropIndex):
+        return StatementOp(Kind.DROP_INDEX, stmt.name)
+    if isinstance(stmt, st.CreateMaterializedView):
+        return StatementOp(Kind.CREATE_VIEW, stmt.name, (), {"on": stmt.query.source, "cluster": stmt.cluster})
+    if isinstance(stmt, st.DropMaterializedView):
+        return StatementOp(Kind.DROP_VIEW, stmt.name)
+    if isinstance(stmt, st.CreateCluster):
+        return StatementOp(Kind.CREATE_CLUSTER, stmt.name, (), {"replicas": stmt.replicas})
+    return StatementOp(Kind.DROP_CLUSTER, stmt.name)
+
+
+# --- validation ---------------------------------------------------------------------------
+
+
+def validate(h: History) -> None:
+    """Checks that `h` is a well-formed history, raising `HistoryError` naming the
+    first offending operation: ids unique; times, timestamps and counts within
+    0..`MAX_TIME`; ok/fail completions not before their invoke; a process never overlaps its own operations nor acts after an `info`;
+    `add`s carry elements and ok `read`s a result; values an `add` may have
+    inserted are unique per table (the set workload's premise: one write per
+    value, so a read reveals which write it saw)."""
+    ids = h.op_id
+    if len(set(ids)) != h.n:
+        seen: set[int] = set()
+        for oid in ids:
+            if oid in seen:
+                raise HistoryError(f"op {oid}: duplicate op id")
+            seen.add(oid)
+    no_obj_ok = (KIND_CODE[Kind.CREATE_CLUSTER], KIND_CODE[Kind.DROP_CLUSTER])
+    inv_col, end_col, status, kind, obj = h.invoke, h.complete, h.status, h.kind, h.obj
+    el_off, process = h.el_off, h.process
+    last: dict[int, int] = {}  # process -> its latest row
+    # Rows are in op-id order; a stable sort by invoke keeps that order for ties.
+    for i in sorted(range(h.n), key=inv_col.__getitem__):
+        st, c, inv = status[i], end_col[i], inv_col[i]
+        if inv < 0:
+            raise HistoryError(f"op {ids[i]}: negative invoke time {inv}")
+        if max(inv, c) > MAX_TIME:
+            raise HistoryError(
+                f"op {ids[i]}: time {max(inv, c)} ns is beyond the largest a history holds ({MAX_TIME})"
+            )
+        if c == NONE:
+            if st != INFO:
+                raise HistoryError(f"op {ids[i]}: {STATUSES[st]} without a completion time")
+        elif c < inv:
+            raise HistoryError(f"op {ids[i]}: completes at {c} ns before its invoke at {inv} ns")
+        k = kind[i]
+        if obj[i] < 0 and k not in no_obj_ok:
+            raise HistoryError(f"op {ids[i]}: {KINDS[k]} names no object")
+        if k == ADD and el_off[i] == el_off[i + 1]:
+            raise HistoryError(f"op {ids[i]}: add without elements")
+        p = process[i]
+        pi = last.get(p)
+        if pi is not None:
+            if status[pi] == INFO:
+                raise HistoryError(
+                    f"op {ids[i]}: process {p} acts after its op {ids[pi]} ended `info` "
+                    "(an indeterminate op's process must not be reused)"
+                )
+            if inv < end_col[pi]:
+                raise HistoryError(
+                    f"op {ids[i]}: process {p} invokes it at {inv} ns while its op "
+                    f"{ids[pi]} is still running (until {end_col[pi]} ns)"
+                )
+        last[p] = i
+    for name, col in (
+        ("read_ts", h.read_ts), ("write_ts", h.write_ts), ("catalog_ts", h.catalog_ts), ("count", h.count)
+    ):  # fmt: skip
+        # C-speed scans first (a million-row history); the row only on failure.
+        if min(filter(NONE.__ne__, col), default=0) < 0 or max(col, default=0) > MAX_TIME:
+            i = next(i for i, v in enumerate(col) if v != NONE and not 0 <= v <= MAX_TIME)
+            raise HistoryError(f"op {ids[i]}: {name} {col[i]} is outside 0..{MAX_TIME}")
+    values: dict[int, dict[int, int]] = {}  # table -> value -> row
+    el = h.el
+    for i, k in enumerate(kind):
+        if k != ADD or status[i] == FAIL:
+            continue
+        vs = values.get(obj[i])
+        if vs is None:
+            vs = values[obj[i]] = {}
+        for e in el[el_off[i] : el_off[i + 1]]:
+            other = vs.setdefault(e, i)
+            if other != i:
+                raise HistoryError(
+                    f"op {ids[i]}: adds {e} to {h.names[obj[i]]!r}, which op "
+                    f"{ids[other]} already added (values must be unique per table)"
+                )
+
+
+# --- internal events -----------------------------------------------------------------------
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One internal event. `ts` is the timestamp returned (write_ts, read_ts,
+    peek) or passed (apply_write, catalog append's new upper, AdvanceCatalogFrontier);
+    `ops` the client operations it served (a group commit's inserts, a peek batch)."""
+
+    seq: int
+    kind: str
+    component: str
+    start_ns: int
+    end_ns: int | None = None
+    status: Status = Status.OK
+    timeline: str | None = None
+    ts: int | None = None
+    batch_size: int | None = None
+    actor: str | None = None
+    ops: tuple[int, ...] = ()
+    detail: str | None = None
+
+
+# --- recording --------------------------------------------------------------------------------
+
+
+@final
+class HistoryRecorder:
+    """Records a run as it goes: `invoke` returns an op id, one of `ok`/`fail`/
+    `info` completes it; `event` records an internal event. Misuse (completing
+    an unknown or finished op, reusing a process after `info`) raises
+    `HistoryError` at once, so a broken producer is caught where it breaks.
+
+    Args:
+        clock: seconds, normally `Runtime.now`; recorded as integer ns."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._ops: list[list[Any]] = []
+        self._pending: dict[int, int] = {}  # op id -> process
+        self._busy: dict[int, int] = {}  # process -> op id
+        self._dead: set[int] = set()
+        self._next_process = 0
+        self._events: list[Event] = []
+
+    def _now(self) -> int:
+        return round(self._clock() * 1e9)
+
+    def now_ns(self) -> int:
+        """The clock in ns, e.g. to pass as an event's `start_ns` later."""
+        return self._now()
+
+    def fresh_process(self) -> int:
+        """Reserves a process id never used or handed out before: each client
+        takes one, and a client whose op ended `info` continues under a new
+        one (Jepsen's convention)."""
+        process = self._next_process
+        self._next_process += 1
+        return process
+
+    def invoke(
+        self,
+        process: int,
+        kind: Kind,
+        obj: str | None,
+        *,
+        elements: Sequence[int] = (),
+        args: Mapping[str, Any] | None = None,
+        client: str | None = None,
+    ) -> int:
+        if process in self._dead:
+            raise HistoryError(f"process {process} acts after an `info`; use a fresh process id")
+        if process in self._busy:
+            raise HistoryError(f"process {process} is still running op {self._busy[process]}")
+        self._next_process = max(self._next_process, process + 1)
+        oid = len(self._ops)
+        self._ops.append(
+            [oid, process, KIND_CODE[Kind(kind)], obj, self._now(), NONE, INFO, tuple(elements),
+             None, NONE, None if args is None else json.dumps(args, sort_keys=True),
+             None, None, NONE, NONE, NONE, client]
+        )  # fmt: skip
+        self._pending[oid] = process
+        self._busy[process] = oid
+        return oid
+
+    def _complete(
+        self,
+        oid: int,
+        status: int,
+        *,
+        read_ts: int | None,
+        write_ts: int | None,
+        catalog_ts: int | None,
+    ) -> list[Any]:
+        process = self._pending.pop(oid, None)
+        if process is None:
+            raise HistoryError(f"op {oid} completes but was not invoked or already completed")
+        del self._busy[process]
+        if status == INFO:
+            self._dead.add(process)
+        row = self._ops[oid]
+        row[5], row[6] = self._now(), status
+        row[13], row[14], row[15] = _raw(read_ts), _raw(write_ts), _raw(catalog_ts)
+        return row
+
+    def ok(
+        self,
+        oid: int,
+        *,
+        result: Iterable[int] | None = None,
+        count: int | None = None,
+        read_ts: int | None = None,
+        write_ts: int | None = None,
+        catalog_ts: int | None = None,
+    ) -> None:
+        row = self._complete(oid, OK, read_ts=read_ts, write_ts=write_ts, catalog_ts=catalog_ts)
+        if row[2] == READ:
+            if result is None:
+                raise HistoryError(f"op {oid}: an ok read needs its result")
+            row[8] = tuple(sorted(result))
+        row[9] = _raw(count)
+
+    def fail(
+        self,
+        oid: int,
+        code: str,
+        message: str = "",
+        *,
+        read_ts: int | None = None,
+        write_ts: int | None = None,
+        catalog_ts: int | None = None,
+    ) -> None:
+        row = self._complete(oid, FAIL, read_ts=read_ts, write_ts=write_ts, catalog_ts=catalog_ts)
+        row[11], row[12] = code, message
+
+    def info(
+        self,
+        oid: int,
+        message: str = "",
+        *,
+        read_ts: int | None = None,
+        write_ts: int | None = None,
+        catalog_ts: int | None = None,
+    ) -> None:
+        row = self._complete(oid, INFO, read_ts=read_ts, write_ts=write_ts, catalog_ts=catalog_ts)
+        row[12] = message or None
+
+    def event(
+        self,
+        kind: EventKind | str,
+        component: str,
+        *,
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+        status: Status = Status.OK,
+        timeline: str | None = None,
+        ts: int | None = None,
+        batch_size: int | None = None,
+        actor: str | None = None,
+        ops: Sequence[int] = (),
+        detail: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Records an internal event; times default to now (an instant)."""
+        now = self._now()
+        self._events.append(
+            Event(
+                seq=len(self._events),
+                kind=str(kind),
+                component=component,
+                start_ns=now if start_ns is None else start_ns,
+                end_ns=now if end_ns is None and start_ns is None else end_ns,
+                status=status,
+                timeline=timeline,
+                ts=ts,
+                batch_size=batch_size,
+                actor=actor,
+                ops=tuple(ops),
+                detail=None if detail is None else json.dumps(detail, sort_keys=True),
+            )
+        )
+
+    def history(self) -> History:
+        """The operations so far; still-pending ones appear as `info` without a
+        completion (they may or may not take effect)."""
+        b = HistoryBuilder()
+        for row in self._ops:
+            b.add_row(*row)
+        return b.build()
+
+    def events(self) -> list[Event]:
+        return list(self._events)

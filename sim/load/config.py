@@ -1,0 +1,507 @@
+"""The run configuration of `coordsim compare` / `run` as one value: mode,
+configurations, workloads, sweep, locations, latency profile, cost overrides,
+seed and output directory. Loadable from TOML, overridable by flags; every
+field is validated when the value is built, so bad input fails before anything
+starts or is written.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Final, final
+
+from coordinator.config import (
+    CONFIGURATIONS,
+    Architecture,
+    CatalogKind,
+    CoordinatorConfig,
+    Costs,
+    GroupCommitPolicy,
+    KnownBad,
+    OracleCalls,
+    OracleKind,
+    check_applies,
+    knobs,
+    named,
+)
+from sim.load.loadgen import Window
+from sim.load.workloads import workload
+from sim.runtime.errors import InvalidUsage
+from sim.runtime.latency import LatencyModel, LatencySpecError
+from sim.runtime.urls import redact_mapping
+
+__all__ = ["DEFAULT_PROFILE", "Config", "Mode", "coerce_override", "is_scenario_file", "knobs_toml", "load_profile"]
+
+Mode = str  # "real" | "virtual"
+MODES: Final = ("real", "virtual")
+
+#: The shipped latency profile virtual mode uses unless told otherwise.
+DEFAULT_PROFILE: Final = Path(__file__).parents[1] / "model" / "profiles" / "default.toml"
+
+# --- measurement defaults ------------------------------------------------------------
+# Chosen so that a default run (3 passes x 3 workloads x 3 configurations x
+# 5 levels x (warm-up + 1 window), each pass on a fresh deployment) takes under
+# 5 minutes in real mode and under 2 in virtual mode on the 2-core machine
+# (measured: see the README), while each window still holds hundreds to
+# thousands of operations at the busier levels.
+
+#: Seconds of one measurement window, by mode (virtual: simulated seconds).
+DEFAULT_DURATION_S: Final = {"real": 1.0, "virtual": 0.2}
+#: Seconds discarded before each level's window, in every pass.
+DEFAULT_WARMUP_S: Final = {"real": 0.5, "virtual": 0.05}
+#: Passes (one window per level each, on a fresh deployment, interleaved
+#: across configurations): the throughput interval is over these (n - 1 = 2
+#: degrees of freedom: wide, and honest about it).
+DEFAULT_REPEAT: Final = 3
+
+# --- limits ---------------------------------------------------------------------------
+# Bad input is refused before anything starts (DESIGN.md §9), and that includes
+# numbers too large to mean anything but a typo: without a bound, `--concurrency
+# 50000000` dies in a MemoryError and `--rate 1e300` never finishes. Each bound is
+# generous for real use on a 24 GiB machine; docs/guide.md ("Limits") lists them.
+
+#: Clients per concurrency level: each is a task and a session (a few KiB), so
+#: 10^5 is ~1 GiB of state — beyond any level the seeds' questions need (256).
+MAX_CONCURRENCY: Final = 100_000
+#: Concurrency levels in one sweep.
+MAX_LEVELS: Final = 1_000
+#: Operations per level (and warm-up operations): a history row is ~100 bytes,
+#: so 10^8 is ~10 GiB of history at the largest level's sqrt(clients) scaling.
+MAX_OPS: Final = 10**8
+#: Tables in the schema: each is a persist shard with its own writer.
+MAX_TABLES: Final = 10_000
+#: Open-loop arrivals per second: 10^7/s is beyond the fastest configuration's
+#: peak by three orders of magnitude (virtual time makes it cost wall time only).
+MAX_RATE: Final = 1e7
+#: Any duration a user gives (a modeled CPU cost, a latency, an interval): one day.
+MAX_DURATION_S: Final = 86_400.0
+#: A log-normal latency's sigma: 4 already puts the 99.99th percentile ~3x10^6
+#: times the median; calibrated round trips measure 0.05-1.5.
+MAX_SIGMA: Final = 4.0
+#: Seeds and other stored integers are signed 64-bit in a trace (Parquet int64).
+MAX_SEED: Final = 2**63 - 1
+#: Repetitions of a level.
+MAX_REPEAT: Final = 1_000
+#: Coordinator CPU cores (the decoupled adapter's pool) and loop batch size.
+MAX_CORES: Final = 1_024
+MAX_BATCH: Final = 1_000_000
+#: A config file or latency profile: an empirical profile of 10^6 samples is
+#: ~20 MB; reading stops here, so `/dev/zero` is refused instead of eating RAM.
+MAX_FILE_BYTES: Final = 64 * 2**20
+
+
+def read_text_file(path: Path, what: str) -> str:
+    """`path`'s UTF-8 text, or `InvalidUsage` naming `what` and the reason
+    (unreadable, not UTF-8, larger than `MAX_FILE_BYTES`). Pipes (`<(…)`) work."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise InvalidUsage(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    if len(data) > MAX_FILE_BYTES:
+        raise InvalidUsage(f"{what} {path} is larger than the maximum {MAX_FILE_BYTES // 2**20} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidUsage(f"{what} {path} is not UTF-8 text (byte {exc.start})") from exc
+
+
+def check_int(name: str, value: int, *, low: int, high: int, unit: str = "") -> None:
+    """`InvalidUsage` unless `low <= value <= high`, naming the limit (`name` is
+    how the user spelled it, e.g. `--concurrency`)."""
+    if value < low:
+        raise InvalidUsage(f"{name} must be >= {low}, got {value}")
+    if value > high:
+        raise InvalidUsage(f"{name} {value} exceeds the maximum {high}{' ' + unit if unit else ''}")
+
+
+def check_float(
+    name: str, value: float, *, low: float, high: float, unit: str = "", strict_low: bool = False
+) -> None:
+    """As `check_int`, and NaN and infinities are refused."""
+    if not math.isfinite(value):
+        raise InvalidUsage(f"{name} must be a finite number, got {value}")
+    if value < low or (strict_low and value == low):
+        raise InvalidUsage(f"{name} must be {'>' if strict_low else '>='} {low:g}, got {value:g}")
+    if value > high:
+        raise InvalidUsage(f"{name} {value:g} exceeds the maximum {high:g}{' ' + unit if unit else ''}")
+
+
+@final
+@dataclass(frozen=True)
+class Config:
+    """One `coordsim compare` run (see the module docstring).
+
+    `ops_per_level` is the number of operations at concurrency 1; level c
+    measures `ops_per_level * sqrt(c)` (`sim.load.loadgen.ops_for_level`).
+    `open_loop_rate` switches from the closed-loop sweep to Poisson arrivals at
+    that rate, with `concurrency` as the connection pool sizes.
+    """
+
+    mode: Mode = "real"
+    configurations: tuple[str, ...] = tuple(CONFIGURATIONS)
+    workloads: tuple[str, ...] = ("select-one", "insert", "update")
+    concurrency: tuple[int, ...] = (1, 4, 16, 64, 256)
+    #: Steady state: seconds of each measurement window (None: the mode's
+    #: default, `DEFAULT_DURATION_S`), after `warmup_s` discarded, `repeat`
+    #: windows per level. Setting `ops_per_level` measures a fixed number of
+    #: operations per window instead.
+    duration_s: float | None = None
+    warmup_s: float | None = None
+    repeat: int | None = None
+    ops_per_level: int | None = None
+    warmup_ops: int = 10
+    tables: int = 1
+    open_loop_rate: float | None = None
+    seed: int = 1
+    output: str = "coordsim-out"
+    latency_profile: str | None = None  # None: the shipped default profile
+    postgres_url: str | None = None  # real mode; None: $COORDSIM_POSTGRES_URL or embedded
+    blob_url: str | None = None  # real mode; None: files under the output directory
+    costs: Mapping[str, float] = field(default_factory=dict)
+    overrides: Mapping[str, Any] = field(default_factory=dict)  # CoordinatorConfig fields
+    #: Configurations of the user's own, by name: `{"base": "<a named one>",
+    #: field = value, …}` (`[variants."my-decoupled"]` in TOML); `--ablate`
+    #: builds its chain of one-mechanism steps this way.
+    variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise InvalidUsage(f"unknown mode {self.mode!r}; known: {', '.join(MODES)}")
+        if not self.configurations:
+            raise InvalidUsage("no configurations chosen")
+        if not self.workloads:
+            raise InvalidUsage("no workloads chosen")
+        for vname, spec in self.variants.items():
+            if vname in CONFIGURATIONS:
+                raise InvalidUsage(f"variant {vname!r} would shadow the named configuration of that name")
+            if not isinstance(spec, Mapping) or not isinstance(spec.get("base"), str):
+                raise InvalidUsage(f"variant {vname!r} needs base = \"<configuration>\" and fields to change")
+            named(spec["base"])
+        for name in self.configurations:
+            if name not in self.variants:
+                named(name)
+        for name in self.workloads:
+            if not is_scenario_file(name):
+                workload(name)
+        if not self.concurrency or any(c < 1 for c in self.concurrency):
+            raise InvalidUsage(f"concurrency levels must be >= 1, got {list(self.concurrency)}")
+        if len(self.concurrency) > MAX_LEVELS:
+            raise InvalidUsage(f"{len(self.concurrency)} concurrency levels exceed the maximum {MAX_LEVELS}")
+        for c in self.concurrency:
+            check_int("--concurrency", c, low=1, high=MAX_CONCURRENCY, unit="clients")
+        if self.ops_per_level is not None:
+            check_int("ops_per_level (--ops)", self.ops_per_level, low=1, high=MAX_OPS, unit="operations")
+        if self.duration_s is not None:
+            check_float("duration_s (--duration)", self.duration_s, low=0, high=MAX_DURATION_S,
+                        unit="seconds", strict_low=True)  # fmt: skip
+        if self.warmup_s is not None:
+            check_float("warmup_s (--warmup)", self.warmup_s, low=0, high=MAX_DURATION_S, unit="seconds")
+        if self.repeat is not None:
+            check_int("repeat (--repeat)", self.repeat, low=1, high=MAX_REPEAT, unit="repetitions")
+        check_int("tables (--tables)", self.tables, low=1, high=MAX_TABLES, unit="tables")
+        check_int("warmup_ops (--warmup)", self.warmup_ops, low=0, high=MAX_OPS, unit="operations")
+        check_int("--seed", self.seed, low=-MAX_SEED, high=MAX_SEED)
+        if self.open_loop_rate is not None:
+            check_float("open_loop_rate (--rate)", self.open_loop_rate, low=0, high=MAX_RATE,
+                        unit="operations per second", strict_low=True)  # fmt: skip
+        known_costs = {f.name for f in fields(Costs)}
+        bad = sorted(set(self.costs) - known_costs)
+        if bad:
+            raise InvalidUsage(f"unknown cost(s) {', '.join(bad)}; known: {', '.join(sorted(known_costs))}")
+        for name, cost in self.costs.items():
+            if isinstance(cost, bool) or not isinstance(cost, int | float):
+                raise InvalidUsage(f"cost {name} must be a number of seconds, got {cost!r}")
+            check_float(f"cost {name}", cost, low=0, high=MAX_DURATION_S, unit="seconds")
+        for name in self.configurations:
+            self.coordinator(name)  # validates overrides
+
+    # --- building ---------------------------------------------------------------------
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> Config:
+        """Reads a TOML file whose keys are this class's fields (a `[costs]` and
+        an `[overrides]` table); unknown keys and bad values are `InvalidUsage`."""
+        p = Path(path)
+        try:
+            data = tomllib.loads(read_text_file(p, "config"))
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:
+            raise InvalidUsage(f"bad TOML in {p}: {' '.join(str(exc).split())}") from exc
+        # `[configuration.*]` tables are what `config show` and an output's
+        # config.toml print for reading; they are not settings.
+        data.pop("configuration", None)
+        return cls().with_overrides(**data)
+
+    def with_overrides(self, **changes: Any) -> Config:
+        """A copy with the given fields replaced (None values are ignored, so
+        unset flags keep the file's or the default's value)."""
+        known = {f.name for f in fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            raise InvalidUsage(f"unknown config key(s): {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        clean: dict[str, Any] = {}
+        for k, v in changes.items():
+            if v is None:
+                continue
+            if k in ("configurations", "workloads"):
+                v = tuple(_names(k, v))
+            elif k == "concurrency":
+                v = tuple(_ints(k, v))
+            elif k in ("costs", "overrides", "variants"):
+                if not isinstance(v, dict):
+                    raise InvalidUsage(f"{k} must be a table, got {v!r}")
+                v = dict(v)
+            elif k in ("duration_s", "warmup_s"):
+                if isinstance(v, bool) or not isinstance(v, int | float):
+                    raise InvalidUsage(f"{k} must be a number of seconds, got {v!r}")
+                v = float(v)
+            elif k in ("ops_per_level", "warmup_ops", "tables", "seed", "repeat"):
+                if isinstance(v, bool) or not isinstance(v, int):
+                    raise InvalidUsage(f"{k} must be an integer, got {v!r}")
+            elif k == "open_loop_rate":
+                if isinstance(v, bool) or not isinstance(v, int | float):
+                    raise InvalidUsage(f"{k} must be a number, got {v!r}")
+                v = float(v)
+            elif not isinstance(v, str):
+                raise InvalidUsage(f"{k} must be a string, got {v!r}")
+            elif "\x00" in v:
+                # A path or URL with a NUL byte: no system call takes it.
+                raise InvalidUsage(f"{k} must not contain a NUL character, got {v!r}")
+            clean[k] = v
+        try:
+            return replace(self, **clean)
+        except TypeError as exc:
+            raise InvalidUsage(f"bad config: {exc}") from exc
+
+    # --- derived ----------------------------------------------------------------------
+
+    def coordinator(self, name: str) -> CoordinatorConfig:
+        """The named coordinator configuration with this run's cost and field overrides."""
+        variant = self.variants.get(name)
+        if variant is not None:
+            base = named(variant["base"])
+            own = {k: _coerce(k, v) for k, v in variant.items() if k != "base"}
+            try:
+                base = base.with_overrides(name=name, **own)
+            except TypeError as exc:
+                raise InvalidUsage(f"bad variant {name!r}: {exc}") from exc
+        else:
+            base = named(name)
+        for k in self.overrides:
+            check_applies(base, k)
+        changes: dict[str, Any] = {k: _coerce(k, v) for k, v in self.overrides.items()}
+        if self.costs:
+            try:
+                changes["costs"] = replace(base.costs, **{k: float(v) for k, v in self.costs.items()})
+            except (TypeError, ValueError) as exc:
+                raise InvalidUsage(f"bad cost override: {exc}") from exc
+        try:
+            return base.with_overrides(**changes) if changes else base
+        except TypeError as exc:
+            raise InvalidUsage(f"bad configuration override: {exc}") from exc
+
+    def window(self) -> Window:
+        """How each concurrency level is measured (see `DEFAULT_DURATION_S`)."""
+        repeat = self.repeat if self.repeat is not None else DEFAULT_REPEAT
+        if self.ops_per_level is not None and self.duration_s is None:
+            return Window(warmup_s=0.0, ops=self.ops_per_level, repeat=repeat)
+        duration = self.duration_s if self.duration_s is not None else DEFAULT_DURATION_S[self.mode]
+        warmup = self.warmup_s if self.warmup_s is not None else DEFAULT_WARMUP_S[self.mode]
+        return Window(warmup_s=warmup, duration_s=duration, repeat=repeat)
+
+    def effective(self) -> Config:
+        """This value with every mode-dependent default filled in, as a run uses
+        it (what `config show` prints and an output's `config.toml` records)."""
+        w = self.window()
+        if w.duration_s is None:
+            return replace(self, repeat=w.repeat)
+        return replace(self, duration_s=w.duration_s, warmup_s=w.warmup_s, repeat=w.repeat)
+
+    def effective_postgres_url(self) -> str | None:
+        return self.postgres_url or os.environ.get("COORDSIM_POSTGRES_URL") or None
+
+    def latency(self) -> LatencyModel:
+        """The latency model of virtual mode (and of the modeled parts of real mode)."""
+        return load_profile(self.latency_profile or DEFAULT_PROFILE)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in ("configurations", "workloads", "concurrency"):
+            d[k] = list(d[k])
+        d["costs"] = dict(self.costs)
+        d["overrides"] = dict(self.overrides)
+        d["variants"] = {k: dict(v) for k, v in self.variants.items()}
+        return d
+
+    def redacted(self) -> Config:
+        """A copy safe to print or store: passwords in its URLs (and any
+        secret-named override) replaced by `***` (`sim.runtime.urls.redact_mapping`)."""
+        return self.with_overrides(**redact_mapping(self.to_dict()))
+
+    def to_toml(self, *, redact: bool = True) -> str:
+        """The value as TOML that `from_toml` reads back (None fields omitted).
+
+        Secrets are redacted (see `redacted`) unless `redact=False`: the text is
+        for printing and for the `config.toml` of an output directory, and a
+        password read back is `***`.
+        """
+        lines: list[str] = []
+        tables: list[str] = []
+        d = redact_mapping(self.to_dict()) if redact else self.to_dict()
+        for k, v in d.items():
+            if v is None:
+                continue
+            if isinstance(v, dict):
+                tables.append(f"\n[{k}]")
+                tables.extend(f"{kk} = {_toml_value(vv)}" for kk, vv in sorted(v.items()))
+            else:
+                lines.append(f"{k} = {_toml_value(v)}")
+        return "\n".join(lines + tables) + "\n"
+
+
+def is_scenario_file(name: str) -> bool:
+    """A `--workloads` entry that names a scenario file (.py or .toml) of the
+    user's rather than a built-in workload (`sim.load.scenarios.load` reads it)."""
+    return name.endswith((".py", ".toml")) and Path(name).is_file()
+
+
+def knobs_toml(cfg: Config) -> str:
+    """Every effective value of the run (`Config.effective`) and of every
+    configuration it compares — architecture, oracle, catalog, group-commit
+    policy and interval, confirm_leadership, read_ts batching, cores, batch
+    size, CPU costs, known-bad toggles — plus the latency profile's source:
+    nothing a comparison depends on is left implicit (DESIGN.md §2, §10)."""
+    head = cfg.effective().to_toml()
+    out = [head.rstrip(), ""]
+    out.append(f"# latency profile: {cfg.latency_profile or DEFAULT_PROFILE}")
+    out.append("# costs no measurement backs (CPU costs, replica, catalog feed) and their sources:"
+               " sim/model/unmeasured.py (`python -m sim.model.unmeasured`)")  # fmt: skip
+    for name in cfg.configurations:
+        k = knobs(cfg.coordinator(name))
+        out.append(f"\n[configuration.{json.dumps(name)}]")
+        out.extend(f"{key} = {_toml_value(v)}" for key, v in k.items() if not isinstance(v, dict))
+        for key, v in k.items():
+            if isinstance(v, dict):
+                out.append(f"\n[configuration.{json.dumps(name)}.{key}]")
+                out.extend(f"{kk} = {_toml_value(vv)}" for kk, vv in v.items())
+    return "\n".join(out) + "\n"
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in sorted(v.items())) + " }"
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return json.dumps(v)
+
+
+_ENUMS: Final = {
+    "architecture": Architecture,
+    "oracle": OracleKind,
+    "catalog": CatalogKind,
+    "group_commit": GroupCommitPolicy,
+    "oracle_calls": OracleCalls,
+}
+
+
+#: Bounds of the numeric `CoordinatorConfig` fields an `[overrides]` table may set.
+_INT_OVERRIDES: Final = {"cores": MAX_CORES, "max_batch": MAX_BATCH}
+_BOOL_OVERRIDES: Final = ("confirm_leadership", "batch_read_ts")
+
+
+def _coerce(key: str, v: Any) -> Any:
+    """TOML values of `CoordinatorConfig` fields: enum names and the `known_bad`
+    table, with numbers and switches checked (a NaN interval or a string for a
+    switch would only fail deep inside a run)."""
+    if key in _INT_OVERRIDES:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise InvalidUsage(f"override {key} must be an integer, got {v!r}")
+        check_int(f"override {key}", v, low=1, high=_INT_OVERRIDES[key])
+    elif key == "commits_in_flight":
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise InvalidUsage(f"override {key} must be an integer (0: no bound), got {v!r}")
+        check_int(f"override {key}", v, low=0, high=MAX_BATCH)
+    elif key == "group_commit_interval_s":
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise InvalidUsage(f"override {key} must be a number of seconds, got {v!r}")
+        check_float(f"override {key}", v, low=0, high=MAX_DURATION_S, unit="seconds", strict_low=True)
+    elif key in _BOOL_OVERRIDES and not isinstance(v, bool):
+        raise InvalidUsage(f"override {key} must be true or false, got {v!r}")
+    elif key in ("name", "costs"):
+        raise InvalidUsage(f"override {key} cannot be set here (costs go in the [costs] table)")
+    try:
+        if key in _ENUMS and isinstance(v, str):
+            return _ENUMS[key](v)
+        if key == "known_bad" and isinstance(v, dict):
+            return KnownBad(**v)
+    except (ValueError, TypeError) as exc:
+        raise InvalidUsage(f"bad override {key} = {v!r}: {exc}") from exc
+    return v
+
+
+def coerce_override(key: str, v: Any) -> Any:
+    """A `CoordinatorConfig` field's value as a TOML file or a facts file gives
+    it (enum names as strings), checked; `InvalidUsage` if it cannot be one."""
+    return _coerce(key, v)
+
+
+def _names(key: str, v: Any) -> list[str]:
+    if isinstance(v, str):
+        v = [x.strip() for x in v.split(",") if x.strip()]
+    if not isinstance(v, list | tuple) or not all(isinstance(x, str) for x in v):
+        raise InvalidUsage(f"{key} must be a list of names, got {v!r}")
+    return list(v)
+
+
+def _ints(key: str, v: Any) -> list[int]:
+    if isinstance(v, str):
+        try:
+            v = [int(x) for x in v.split(",") if x.strip()]
+        except ValueError as exc:
+            raise InvalidUsage(f"{key} must be integers, got {v!r}") from exc
+    if not isinstance(v, list | tuple) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
+        raise InvalidUsage(f"{key} must be a list of integers, got {v!r}")
+    return list(v)
+
+
+def load_profile(path: str | Path) -> LatencyModel:
+    """Reads a latency profile (TOML or JSON): a `[latency]` table of
+    distributions as `LatencyModel.from_dict` reads them, plus an optional
+    `[meta]` saying where the numbers came from."""
+    p = Path(path)
+    text = read_text_file(p, "latency profile")
+    try:
+        data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise InvalidUsage(f"bad latency profile {p}: {' '.join(str(exc).split())}") from exc
+    spec = data.get("latency") if isinstance(data, dict) else None
+    if not isinstance(spec, dict):
+        raise InvalidUsage(f"latency profile {p} has no [latency] table")
+    try:
+        model = LatencyModel.from_dict(spec)
+    except LatencySpecError as exc:
+        raise InvalidUsage(f"bad latency profile {p}: {exc}") from exc
+    for name, dist in model.to_dict().items():
+        _check_distribution(p, name, dist)
+    return model
+
+
+def _check_distribution(path: Path, name: str, dist: Mapping[str, Any]) -> None:
+    """Latencies beyond `MAX_DURATION_S` (or a sigma beyond `MAX_SIGMA`) are typos:
+    the virtual clock would jump past anything a trace can store."""
+    where = f"bad latency profile {path}: latency {name!r}"
+    limit_ms = MAX_DURATION_S * 1000
+    for key, value in dist.items():
+        values = value if key == "samples_ms" else [value] if key.endswith("_ms") else []
+        for ms in values:
+            if ms > limit_ms:
+                raise InvalidUsage(f"{where}: {key} {ms:g} exceeds the maximum {limit_ms:g} ms (one day)")
+    sigma = dist.get("sigma")
+    if isinstance(sigma, float) and sigma > MAX_SIGMA:
+        raise InvalidUsage(f"{where}: sigma {sigma:g} exceeds the maximum {MAX_SIGMA:g}")

@@ -1,0 +1,284 @@
+"""A deployment: one environment's stores (in memory, or a fresh database and
+files) and the coordinator processes running on it, with the switches a
+nemesis turns (store failures, latency factors)."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import string
+import tempfile
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, final
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+
+from controllers.replica import REPLICA_LATENCIES
+from coordinator.environment import Environment
+from coordinator.factory import build_coordinator
+from persist.faults import UnreliableBlob, UnreliableConsensus
+from persist.mem import MemBlob, MemConsensus
+from sim.history.recording import event_sink
+from sim.runtime.latency import Distribution, LatencyModel
+
+if TYPE_CHECKING:
+    import random
+    from collections.abc import AsyncIterator, Mapping
+
+    from anyio.abc import TaskGroup, TaskStatus
+
+    from coordinator.config import CoordinatorConfig
+    from coordinator.session import Coordinator
+    from persist.location import Blob, Consensus
+    from sim.history.model import HistoryRecorder
+    from sim.runtime.core import Runtime
+
+__all__ = ['Deployment', 'LatencySwitch', 'Stores', 'open_stores', 'switchable_latency']
+
+# --- latency spikes ------------------------------------------------------------------------
+
+
+@final
+class LatencySwitch:
+    """Shared by every `_Switchable` distribution of a run: which groups are
+    slowed now, and by what factor. Derived Runtimes copy the latency model by
+    reference, so flipping the switch reaches every component at once."""
+
+    def __init__(self) -> None:
+        self.factors: dict[str, float] = {}
+
+
+@final
+class _Switchable(Distribution):
+    def __init__(self, base: Distribution, switch: LatencySwitch, group: str) -> None:
+        self.base, self.switch, self.group = base, switch, group
+
+    def sample(self, rng: random.Random) -> float:
+        return self.base.sample(rng) * self.switch.factors.get(self.group, 1.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.base.to_dict()
+
+    def mean(self) -> float:
+        return self.base.mean()
+
+
+#: Which latency names each spike group slows.
+_GROUPS: Final[Mapping[str, tuple[str, ...]]] = {
+    # Every oracle operation by name: a calibrated profile gives each its own
+    # distribution, which would shadow a spike of `oracle.pg` alone.
+    "oracle": ("oracle.pg", *(f"oracle.pg.{op}" for op in ("read_ts", "write_ts", "peek_write_ts", "apply_write")),
+               "stash.txn", "catalog.stash.txn"),
+    "replica": ("replica.command", "replica.response"),
+}
+
+
+def switchable_latency(base: LatencyModel) -> tuple[LatencyModel, LatencySwitch]:
+    """`base` with the oracle's and the replicas' round trips behind a switch."""
+    switch = LatencySwitch()
+    overrides: dict[str, Distribution] = {}
+    for group, names in _GROUPS.items():
+        for name in names:
+            dist = base.distribution(name) if base.configures(name) else REPLICA_LATENCIES.get(name)
+            if dist is None:
+                dist = base.distribution(name)
+            overrides[name] = _Switchable(dist, switch, group)
+    return base.with_overrides(overrides), switch
+
+
+# --- the deployment ------------------------------------------------------------------------
+
+
+@final
+@dataclass
+class _Host:
+    name: str
+    coord: Coordinator
+    #: The process is gone: its clients' connections drop (set before `stop`).
+    killed: anyio.Event = field(default_factory=anyio.Event)
+    stop: anyio.Event = field(default_factory=anyio.Event)
+    exited: anyio.Event = field(default_factory=anyio.Event)
+
+
+@final
+@dataclass(frozen=True)
+class Stores:
+    """The base stores of a deployment (before the fault wrappers)."""
+
+    blob: Blob
+    consensus: Consensus
+    #: Real mode: the run's database (oracle, stashes, Consensus); None: virtual.
+    database_url: str | None = None
+
+
+@contextlib.asynccontextmanager
+async def open_stores(postgres_url: str | None) -> AsyncIterator[Stores]:
+    """In-memory stores (`postgres_url` None), or real ones: a fresh database on
+    `postgres_url`'s server for Consensus, the oracle and the stashes, and files
+    in a temporary directory for Blob; all removed afterwards, because shard ids
+    and stash tables are not namespaced per run."""
+    if postgres_url is None:
+        yield Stores(MemBlob(), MemConsensus())
+        return
+    from persist.open import open_blob, open_consensus
+    from sim.load.harness import drop_database, fresh_database
+
+    db = await fresh_database(postgres_url)
+    tmp = tempfile.mkdtemp(prefix="coordsim-anomalies-")
+    try:
+        blob = await open_blob(f"file://{tmp}?fsync=false")
+        try:
+            # Named, so a pg-kill's event says whose backends it killed.
+            consensus = await open_consensus(
+                _with_param(db, "application_name", "coordsim-consensus")
+            )
+            try:
+                yield Stores(blob, consensus, db)
+            finally:
+                await consensus.close()
+        finally:
+            await blob.close()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        await drop_database(postgres_url, db)
+
+
+def _with_param(url: str, name: str, value: str) -> str:
+    parts = urlsplit(url)
+    query = [*parse_qsl(parts.query, keep_blank_values=True), (name, value)]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+@final
+class Deployment:
+    """One environment and the coordinator processes running on it.
+
+    Coordinators are named `a`, `b`, … in start order; `live` lists those
+    running. Clients pick one with `pick` and wait with `wait_changed` when the
+    one they used went away.
+    """
+
+    def __init__(
+        self,
+        rt: Runtime,
+        config: CoordinatorConfig,
+        recorder: HistoryRecorder,
+        tg: TaskGroup,
+        switch: LatencySwitch,
+        stores: Stores,
+    ) -> None:
+        self.rt = rt
+        self.config = config
+        self.recorder = recorder
+        self.switch = switch
+        frt = rt.derive("faults")
+        self.blob = UnreliableBlob(stores.blob, frt.derive("blob").rng, p_fail=0.0, p_timeout=0.0)
+        self.consensus = UnreliableConsensus(
+            stores.consensus, frt.derive("consensus").rng, p_fail=0.0, p_timeout=0.0
+        )
+        self.blob.enabled = self.consensus.enabled = False
+        #: Real mode: the run's own database (pg-kill terminates its backends).
+        self.database_url = stores.database_url
+        self.env = Environment(
+            rt, blob=self.blob, consensus=self.consensus, postgres_url=stores.database_url
+        )
+        self.live: list[_Host] = []
+        self._tg = tg
+        self._started = 0
+        self._changed = anyio.Event()
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def running(
+        cls,
+        rt: Runtime,
+        config: CoordinatorConfig,
+        recorder: HistoryRecorder,
+        switch: LatencySwitch,
+        *,
+        postgres_url: str | None = None,
+    ) -> AsyncIterator[Deployment]:
+        """A deployment with its first coordinator started; on exit every
+        coordinator stops.
+
+        Args:
+            postgres_url: real mode: the server on which the run gets a fresh
+                database (dropped afterwards); None: virtual mode, in memory.
+        """
+        async with open_stores(postgres_url) as st, anyio.create_task_group() as tg:
+            dep = cls(rt, config, recorder, tg, switch, st)
+            await dep.start_coordinator()
+            try:
+                yield dep
+            finally:
+                for h in list(dep.live):
+                    h.stop.set()
+
+    @property
+    def newest(self) -> Coordinator | None:
+        return self.live[-1].coord if self.live else None
+
+    def pick(self, index: int) -> Coordinator | None:
+        """The coordinator client `index` should use: clients spread over the
+        live coordinators (a load balancer in front of a split brain)."""
+        if not self.live:
+            return None
+        return self.live[index % len(self.live)].coord
+
+    def is_live(self, coord: Coordinator) -> bool:
+        return any(h.coord is coord for h in self.live)
+
+    def host_of(self, coord: Coordinator) -> _Host | None:
+        return next((h for h in self.live if h.coord is coord), None)
+
+    async def wait_changed(self) -> None:
+        """Waits until a coordinator starts or stops."""
+        await self._changed.wait()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def start_coordinator(self) -> str:
+        """Starts a new coordinator on the same stores (fencing older ones)."""
+        name = _name(self._started)
+        self._started += 1
+        await self._tg.start(self._host, name)
+        self._notify()
+        return name
+
+    async def stop_coordinator(self, host: _Host) -> None:
+        """Stops `host` as a crash does: its clients' connections drop first
+        (their statements end `info`), then the process shuts down."""
+        host.killed.set()
+        for _ in range(3):  # let the dropped connections' cancellations land
+            await anyio.lowlevel.checkpoint()
+        host.stop.set()
+        await host.exited.wait()
+
+    async def _host(self, name: str, *, task_status: TaskStatus[None]) -> None:
+        rt = self.rt if name == "a" else self.rt.derive(f"coordinator-{name}")
+        host: _Host | None = None
+        try:
+            async with build_coordinator(
+                self.config, self.env, rt, events=event_sink(self.recorder), actor=name
+            ) as coord:
+                host = _Host(name, coord)
+                self.live.append(host)
+                task_status.started()
+                await host.stop.wait()
+                self.live.remove(host)
+                self._notify()
+        finally:
+            if host is not None:
+                host.exited.set()
+
+
+def _name(i: int) -> str:
+    letters = string.ascii_lowercase
+    return letters[i] if i < len(letters) else f"c{i}"
+
+

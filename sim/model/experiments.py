@@ -1,0 +1,378 @@
+"""Small, fixed experiments that reproduce what the seeds' system is known to
+do, each a function returning its measurements: `coordsim validate` holds
+them to published facts, and the fidelity tests to the issue's numbers.
+
+All run in virtual mode on the shipped latency profile (optionally with some
+names overridden, e.g. a 500 ms oracle), on in-memory stores behind modeled
+latencies, with a fixed seed: the same call gives the same numbers.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, final
+
+import anyio
+
+from coordinator.environment import Environment
+from coordinator.factory import build_coordinator
+from persist.mem import MemBlob, MemConsensus
+from sim.load.config import DEFAULT_PROFILE, load_profile
+from sim.load.latent import LatentBlob, LatentConsensus
+from sim.runtime.core import run
+from sim.runtime.latency import Constant, LatencyModel
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Mapping
+
+    from coordinator.config import CoordinatorConfig
+    from coordinator.session import Coordinator, CoordinatorStatistics
+    from sim.runtime.core import Runtime
+
+__all__ = [
+    "BatchingResult",
+    "Latencies",
+    "ThroughputResult",
+    "VictimResult",
+    "WriteResult",
+    "batched_read_ts",
+    "latency_model",
+    "percentile",
+    "throughput",
+    "victim_select_one",
+    "writes_per_commit",
+]
+
+
+def latency_model(overrides_ms: Mapping[str, float] | None = None) -> LatencyModel:
+    """The shipped profile with `overrides_ms` (name → constant ms) on top. A
+    name overrides its more specific names too (`oracle.pg` replaces
+    `oracle.pg.read_ts`, …), as a user who sets it means."""
+    spec = load_profile(DEFAULT_PROFILE).to_dict()
+    for name, ms in (overrides_ms or {}).items():
+        for key in [k for k in spec if k.startswith(name + ".")]:
+            del spec[key]
+        spec[name] = Constant(ms / 1000).to_dict()
+    return LatencyModel.from_dict(spec)
+
+
+def percentile(samples: list[float], q: float) -> float:
+    """The `q`-th percentile (0-100, nearest rank) of `samples`."""
+    ordered = sorted(samples)
+    k = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[k]
+
+
+@final
+@dataclass(frozen=True)
+class Latencies:
+    """Latency summary in ms over `n` operations."""
+
+    n: int
+    p50_ms: float
+    p95_ms: float
+    mean_ms: float
+
+    @classmethod
+    def of(cls, seconds: list[float]) -> Latencies:
+        if not seconds:
+            return cls(0, float("nan"), float("nan"), float("nan"))
+        ms = [s * 1000 for s in seconds]
+        return cls(len(ms), percentile(ms, 50), percentile(ms, 95), statistics.fmean(ms))
+
+
+def _run(
+    config: CoordinatorConfig,
+    body: Callable[[Runtime, Coordinator], Awaitable[object]],
+    *,
+    seed: int,
+    overrides_ms: Mapping[str, float] | None,
+) -> object:
+    async def main(rt: Runtime) -> object:
+        env = Environment(rt, blob=LatentBlob(MemBlob(), rt), consensus=LatentConsensus(MemConsensus(), rt))
+        async with build_coordinator(config, env, rt) as coord:
+            return await body(rt, coord)
+
+    return run(main, seed=seed, virtual=True, latency=latency_model(overrides_ms))
+
+
+@final
+@dataclass(frozen=True)
+class VictimResult:
+    """The victim's `SELECT 1` latencies beside the inserters, and what the
+    inserters achieved."""
+
+    victim: Latencies
+    inserts: int
+    writes_per_commit: float
+
+
+#: The victim's pause between queries: it probes the loop, it does not load it.
+VICTIM_THINK_S: Final = 0.01
+
+
+def victim_select_one(
+    config: CoordinatorConfig,
+    *,
+    inserters: int = 8,
+    duration_s: float = 30.0,
+    warmup_s: float = 2.0,
+    seed: int = 1,
+    overrides_ms: Mapping[str, float] | None = None,
+) -> VictimResult:
+    """Seed 000's victim experiment: one session loops `SELECT 1` (pausing
+    `VICTIM_THINK_S` between queries) beside `inserters` closed-loop INSERT
+    sessions; the victim's latencies after `warmup_s`, for `duration_s`
+    simulated seconds. A constant query needs nothing but the coordinator, so
+    its latency is the time it waits for the loop."""
+
+    async def body(rt: Runtime, coord: Coordinator) -> VictimResult:
+        assert (await coord.connect().execute("CREATE TABLE t (a int)")).ok
+        stop = anyio.Event()
+        latencies: list[float] = []
+        inserts = [0]
+        start = rt.now()
+
+        async def inserter(i: int) -> None:
+            s = coord.connect()
+            k = 0
+            while not stop.is_set():
+                k += 1
+                if (await s.execute(f"INSERT INTO t VALUES ({i * 1_000_000 + k})")).ok:
+                    inserts[0] += 1
+
+        async def victim() -> None:
+            s = coord.connect()
+            while not stop.is_set():
+                t0 = rt.now()
+                r = await s.execute("SELECT 1")
+                if r.ok and t0 - start >= warmup_s:
+                    latencies.append(rt.now() - t0)
+                await rt.sleep(VICTIM_THINK_S)
+
+        before: list[CoordinatorStatistics] = []
+        async with anyio.create_task_group() as tg:
+            for i in range(inserters):
+                tg.start_soon(inserter, i)
+            tg.start_soon(victim)
+            await rt.sleep(warmup_s)
+            before.append(coord.statistics())
+            await rt.sleep(duration_s)
+            after = coord.statistics()
+            stop.set()
+        commits = after.group_commits - before[0].group_commits
+        writes = after.writes_group_committed - before[0].writes_group_committed
+        return VictimResult(Latencies.of(latencies), inserts[0], writes / commits if commits else 0.0)
+
+    result = _run(config, body, seed=seed, overrides_ms=overrides_ms)
+    assert isinstance(result, VictimResult)
+    return result
+
+
+@final
+@dataclass(frozen=True)
+class WriteResult:
+    """Closed-loop writers: writes per group commit (of those that carried
+    writes: the periodic empty ones do not count), throughput (simulated
+    ops/s), backend oracle queries and loop messages per statement."""
+
+    writes_per_commit: float
+    ops_per_s: float
+    oracle_calls_per_op: float
+    loop_messages_per_op: float
+    latency: Latencies
+
+
+def writes_per_commit(
+    config: CoordinatorConfig,
+    *,
+    clients: int,
+    statement: str = "insert",
+    ops_per_client: int = 10,
+    seed: int = 1,
+    overrides_ms: Mapping[str, float] | None = None,
+) -> WriteResult:
+    """`clients` sessions each run `ops_per_client` INSERTs (or UPDATEs of one
+    row per client, `statement="update"`), all at once, on a fresh table."""
+
+    async def body(rt: Runtime, coord: Coordinator) -> WriteResult:
+        setup = coord.connect()
+        assert (await setup.execute("CREATE TABLE t (a int, b int)")).ok
+        if statement == "update":
+            rows = ", ".join(f"({i}, 0)" for i in range(clients))
+            assert (await setup.execute(f"INSERT INTO t VALUES {rows}")).ok
+        before = coord.statistics()
+        latencies: list[float] = []
+        t0 = rt.now()
+
+        async def client(i: int) -> None:
+            s = coord.connect()
+            for k in range(ops_per_client):
+                sql = (f"UPDATE t SET b = b + 1 WHERE a = {i}" if statement == "update"
+                       else f"INSERT INTO t VALUES ({i * 1_000_000 + k}, 0)")  # fmt: skip
+                start = rt.now()
+                r = await s.execute(sql)
+                assert r.ok, r.error
+                latencies.append(rt.now() - start)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(clients):
+                tg.start_soon(client, i)
+        span = rt.now() - t0
+        after = coord.statistics()
+        commits = (after.group_commits - after.empty_group_commits) - (before.group_commits - before.empty_group_commits)
+        writes = after.writes_group_committed - before.writes_group_committed
+        statements = after.statements - before.statements or 1
+        return WriteResult(
+            writes_per_commit=writes / commits if commits else 0.0,
+            ops_per_s=clients * ops_per_client / span if span > 0 else 0.0,
+            oracle_calls_per_op=(after.oracle_calls - before.oracle_calls) / statements,
+            loop_messages_per_op=(after.loop_messages - before.loop_messages) / statements,
+            latency=Latencies.of(latencies),
+        )
+
+    result = _run(config, body, seed=seed, overrides_ms=overrides_ms)
+    assert isinstance(result, WriteResult)
+    return result
+
+
+@final
+@dataclass(frozen=True)
+class ThroughputResult:
+    """A built-in workload's closed loop: simulated ops/s over the window,
+    latencies, failed operations, writes per group commit, and the
+    coordinator's counters per statement."""
+
+    ops_per_s: float
+    latency: Latencies
+    errors: int
+    writes_per_commit: float
+    oracle_calls_per_op: float
+    loop_messages_per_op: float
+
+
+def throughput(
+    config: CoordinatorConfig,
+    workload_name: str,
+    *,
+    clients: int,
+    duration_s: float = 2.0,
+    warmup_s: float = 0.5,
+    tables: int = 4,
+    seed: int = 1,
+    overrides_ms: Mapping[str, float] | None = None,
+) -> ThroughputResult:
+    """`clients` closed-loop sessions run `workload_name` (see `sim.load.workloads`)
+    for `warmup_s`, then are measured for `duration_s` simulated seconds."""
+    from sim.load.workloads import OpContext, workload
+
+    wl = workload(workload_name)
+
+    async def body(rt: Runtime, coord: Coordinator) -> ThroughputResult:
+        await wl.setup(coord.connect(), tables)
+        stop = anyio.Event()
+        measuring = [False]
+        latencies: list[float] = []
+        errors = [0]
+        counter = [0]
+
+        async def client(i: int) -> None:
+            s = coord.connect()
+            k = 0
+            while not stop.is_set():
+                t0 = rt.now()
+                r = await wl.op(s, OpContext(i, k, tables, rt, counter, level=clients))
+                k += 1
+                if measuring[0]:
+                    if r.ok:
+                        latencies.append(rt.now() - t0)
+                    else:
+                        errors[0] += 1
+
+        async with anyio.create_task_group() as tg:
+            for i in range(clients):
+                tg.start_soon(client, i)
+            await rt.sleep(warmup_s)
+            before = coord.statistics()
+            measuring[0] = True
+            await rt.sleep(duration_s)
+            measuring[0] = False
+            after = coord.statistics()
+            stop.set()
+        commits = after.group_commits - before.group_commits
+        writes = after.writes_group_committed - before.writes_group_committed
+        statements = after.statements - before.statements or 1
+        return ThroughputResult(
+            ops_per_s=len(latencies) / duration_s,
+            latency=Latencies.of(latencies),
+            errors=errors[0],
+            writes_per_commit=writes / commits if commits else 0.0,
+            oracle_calls_per_op=(after.oracle_calls - before.oracle_calls) / statements,
+            loop_messages_per_op=(after.loop_messages - before.loop_messages) / statements,
+        )
+
+    result = _run(config, body, seed=seed, overrides_ms=overrides_ms)
+    assert isinstance(result, ThroughputResult)
+    return result
+
+
+@final
+@dataclass(frozen=True)
+class BatchingResult:
+    """`read_ts` through `BatchingOracle`: backing queries per round trip of
+    the window, and the callers' waits in round trips."""
+
+    calls: int
+    backing_queries: int
+    queries_per_round_trip: float
+    max_wait_round_trips: float
+    p50_wait_round_trips: float
+
+
+def batched_read_ts(
+    *, callers: int, round_trip_ms: float = 1.0, duration_s: float = 1.0, seed: int = 1
+) -> BatchingResult:
+    """`callers` tasks call `read_ts()` through a `BatchingOracle` over the
+    modeled Postgres oracle whose every statement takes `round_trip_ms`, each
+    pausing a random fraction of a round trip between calls (so requests
+    arrive at every phase of a backing call, not in lockstep with it)."""
+    from oracle.batching import BatchingOracle
+    from oracle.modeled import ModeledOracle, ModeledOracleRows
+
+    rtt = round_trip_ms / 1000
+
+    async def main(rt: Runtime) -> BatchingResult:
+        inner = ModeledOracle(ModeledOracleRows(), "realtime", rt)
+        waits: list[float] = []
+        async with BatchingOracle(inner, rt) as oracle:
+            stop = anyio.Event()
+
+            async def caller(i: int) -> None:
+                pause = random.Random(seed * 1_000_003 + i)
+                while not stop.is_set():
+                    await rt.sleep(pause.random() * rtt)
+                    t0 = rt.now()
+                    await oracle.read_ts()
+                    waits.append(rt.now() - t0)
+
+            async with anyio.create_task_group() as tg:
+                for i in range(callers):
+                    tg.start_soon(caller, i)
+                await rt.sleep(duration_s)
+                stop.set()
+            stats = inner.statistics()
+        backing = stats.ops["read_ts"].start_count if "read_ts" in stats.ops else 0
+        in_rtt = [w / rtt for w in waits]
+        return BatchingResult(
+            calls=len(waits),
+            backing_queries=backing,
+            queries_per_round_trip=backing / (duration_s / rtt),
+            max_wait_round_trips=max(in_rtt),
+            p50_wait_round_trips=percentile(in_rtt, 50),
+        )
+
+    result = run(main, seed=seed, virtual=True, latency=LatencyModel({"oracle.pg": Constant(rtt)}, default=Constant(0.0)))
+    assert isinstance(result, BatchingResult)
+    return result

@@ -1,0 +1,153 @@
+"""The one list of modeled costs that no measurement backs (DESIGN.md §10):
+coordinator CPU (`coordinator.config.Costs`), the simulated replica
+(`controllers.replica.REPLICA_LATENCIES`) and the catalog feed, each with its
+value and where that value comes from.
+
+Everything else virtual mode draws, `coordsim calibrate` measures (see
+`sim.model.calibrate.MEASURED`); `tests/sim/test_calibrate.py` fails when the model
+draws a latency that is in neither list, or when a cost here has no source.
+Values are read from where the model takes them, so this list cannot drift
+from them; only the sources are written here. `python -m sim.model.unmeasured`
+prints the list.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Final, final
+
+from controllers.replica import REPLICA_LATENCIES
+from coordinator.config import Costs
+from sim.runtime.latency import Constant, Distribution, LogNormal
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = [
+    "CATALOG_FEED",
+    "COST_SOURCES",
+    "LATENCY_SOURCES",
+    "PROFILE_LATENCIES",
+    "Unmeasured",
+    "describe",
+    "render",
+    "unmeasured",
+]
+
+#: How long a committed catalog change takes to reach a controller's command
+#: task (`coordinator/decoupled.py`). The profile carries it (it has no other
+#: default): `coordsim calibrate` copies it from here into every profile it writes.
+CATALOG_FEED: Final[Distribution] = LogNormal(0.002, 0.5)
+
+#: Unmeasured latencies whose only value is the one a profile gives them.
+PROFILE_LATENCIES: Final[Mapping[str, Distribution]] = {"controller.catalog_feed": CATALOG_FEED}
+
+#: Where each unmeasured latency's value comes from.
+LATENCY_SOURCES: Final[Mapping[str, str]] = {
+    "controller.catalog_feed": (
+        "assumed: order of magnitude between a persist PubSub push to the controller (sub-millisecond) "
+        "and a listen that polls Consensus (a few ms); real mode models it too, so no backend can time it"
+    ),
+    # The replica's own comment block (controllers/replica.py) gives the reasoning.
+    "replica.command": "assumed: one environmentd->clusterd hop in one availability zone, ~0.5 ms round trip",
+    "replica.response": "assumed: as replica.command, the hop back",
+    "replica.peek": (
+        "assumed: replica-side CPU of a peek (plan lookup, cursor, encoding) ~50 us, small next to "
+        "the few ms Materialize takes end to end for an indexed point lookup"
+    ),
+    "replica.peek_row": "assumed: ~1M rows/s/core read from an arrangement",
+    "replica.hydrate_row": "assumed: differential builds arrangements at roughly 0.5M rows/s/worker",
+    "replica.maintain_row": "assumed: ~200k updates/s/worker for small batches (per-batch and frontier overhead)",
+}
+
+#: Where each `Costs` field's default comes from. None is measured: the
+#: simulator has no planner or sequencer whose CPU could be timed. The common
+#: basis is the `Costs` docstring: per-message coordinator CPU of tens to
+#: hundreds of microseconds for simple statements, more for DDL.
+COST_SOURCES: Final[Mapping[str, str]] = {
+    "parse_plan": "assumed: parse, name resolution and planning of a one-table statement, order 100 us",
+    "peek_sequence": "assumed: choosing timestamps, read holds and building the peek: about half of planning",
+    "peek_finish": "assumed: buffering and routing one peek response, order 10 us",
+    "per_row": "assumed: copying and encoding one small row, ~2M rows/s/core",
+    "write_sequence": "assumed: validating a write and queueing it for group commit, like peek sequencing",
+    "group_commit": "assumed: building one group commit's appends (its rows add per_row each)",
+    "ddl_sequence": (
+        "assumed: a catalog transaction builds catalog state and derives controller commands, "
+        "several times planning"
+    ),
+    "controller_response": "assumed: handling one controller message (frontier or peek response) on the loop",
+    "loop_dispatch": (
+        "assumed: one receive from the loop's channels plus the dispatch match "
+        "(a tokio channel receive and select!, order 1-10 us)"
+    ),
+}
+
+
+@final
+@dataclass(frozen=True)
+class Unmeasured:
+    """One modeled cost no measurement backs."""
+
+    name: str  # a latency name (`replica.peek`) or `costs.<field>`
+    value: str  # as the model uses it, e.g. "100 us CPU" or "lognormal, median 0.25 ms, sigma 0.5"
+    defined_in: str  # where the value lives (and where to change it)
+    source: str
+
+
+def describe(dist: Distribution) -> str:
+    """A distribution as a person reads it."""
+    if isinstance(dist, Constant):
+        return f"{_us(dist.seconds)} each"
+    if isinstance(dist, LogNormal):
+        return f"lognormal, median {_us(dist.median)}, sigma {dist.sigma:g}"
+    return str(dist.to_dict())
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1000:g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:g} us"
+
+
+def unmeasured() -> list[Unmeasured]:
+    """Every modeled cost no measurement backs, with its current value."""
+    out = [
+        Unmeasured(
+            name, describe(dist), "sim/model/unmeasured.py CATALOG_FEED (written into every calibrated profile)",
+            LATENCY_SOURCES[name],
+        )
+        for name, dist in PROFILE_LATENCIES.items()
+    ]
+    out.extend(
+        Unmeasured(
+            name, describe(dist),
+            "controllers/replica.py REPLICA_LATENCIES (a profile entry of the same name overrides it)",
+            LATENCY_SOURCES[name],
+        )
+        for name, dist in REPLICA_LATENCIES.items()
+    )
+    defaults = Costs()
+    out.extend(
+        Unmeasured(
+            f"costs.{f.name}", f"{_us(getattr(defaults, f.name))} CPU",
+            "coordinator/config.py Costs (a config file's [costs] table overrides it)",
+            COST_SOURCES[f.name],
+        )
+        for f in fields(Costs)
+    )
+    return out
+
+
+def render() -> str:
+    """The list as text, one cost per paragraph."""
+    lines = [
+        "Modeled costs no measurement backs (`coordsim calibrate` measures the rest).",
+        "A conclusion that flips when one of them is halved or doubled is fragile.",
+        "",
+    ]
+    for u in unmeasured():
+        lines += [f"{u.name}: {u.value}", f"    defined in: {u.defined_in}", f"    source: {u.source}"]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())

@@ -1,0 +1,2 @@
+"""Faults: plans, the nemesis that injects them, anomaly runs and shrinking.
+"""

@@ -1,0 +1,187 @@
+"""The nemesis: injects a `FaultPlan`'s faults into a running `Deployment`,
+records each as an internal event, and heals each before it returns."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final, final
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+
+from sim.history.model import EventKind, Status
+from sim.nemesis.plan import Fault, FaultKind, FaultPlan, check_plan
+from sim.runtime.errors import InvalidUsage
+
+if TYPE_CHECKING:
+
+
+    from coordinator.session import Coordinator
+    from sim.load.deployment import Deployment
+    from sim.runtime.core import Runtime
+    from sim.services.postgres import EmbeddedPostgres
+
+__all__ = ['DEFAULT_CLUSTER', 'Nemesis']
+
+DEFAULT_CLUSTER: Final = (1, 1)
+#: Store failure rates while a `store-errors` fault is active.
+STORE_P_FAIL: Final = 0.05
+STORE_P_TIMEOUT: Final = 0.05
+#: Seconds between the kill rounds of a `pg-kill` fault longer than this.
+PG_KILL_EVERY_S: Final = 0.01
+
+#: "virtual" (in-memory stores, virtual time) or "real" (Postgres, wall time).
+# --- the nemesis ----------------------------------------------------------------------------
+
+
+@final
+class Nemesis:
+    """Runs a `FaultPlan` against a `Deployment`; `run` returns once every
+    fault has been injected and healed."""
+
+    def __init__(self, dep: Deployment, plan: FaultPlan) -> None:
+        """Raises `InvalidUsage` if a fault cannot act on `dep` (`check_plan`)."""
+        check_plan(plan, "virtual" if dep.database_url is None else "real")
+        if any(f.kind is FaultKind.PG_SIGKILL for f in plan.faults):
+            _embedded(dep.database_url)
+        self.dep = dep
+        self.plan = plan
+        self.injected: list[Fault] = []
+
+    async def run(self) -> None:
+        rt, t0 = self.dep.rt, self.dep.rt.now()
+        async with anyio.create_task_group() as tg:
+            for fault in self.plan.faults:
+                await rt.sleep(t0 + fault.at_s - rt.now())
+                tg.start_soon(self._inject, fault)
+
+    def _record(self, fault: Fault, start_ns: int, **detail: Any) -> None:
+        self.dep.recorder.event(
+            EventKind.FAULT,
+            "nemesis",
+            start_ns=start_ns,
+            end_ns=self.dep.recorder.now_ns(),
+            status=Status.OK,
+            actor="nemesis",
+            detail={"fault": str(fault.kind), "spec": str(fault), **detail},
+        )
+
+    async def _inject(self, fault: Fault) -> None:
+        dep, rt = self.dep, self.dep.rt
+        start = dep.recorder.now_ns()
+        self.injected.append(fault)
+        if fault.kind is FaultKind.CRASH_RESTART:
+            if not dep.live:
+                return
+            victim = dep.live[0]
+            await dep.stop_coordinator(victim)
+            await rt.sleep(fault.duration_s)
+            new = await dep.start_coordinator()
+            self._record(fault, start, stopped=victim.name, started=new)
+        elif fault.kind is FaultKind.SPLIT_BRAIN:
+            if len(dep.live) >= 2:
+                return  # one split at a time keeps the scenario readable
+            new = await dep.start_coordinator()
+            self._record(fault, start, started=new, beside=[h.name for h in dep.live[:-1]])
+        elif fault.kind is FaultKind.STORE_ERRORS:
+            for store in (dep.blob, dep.consensus):
+                store.set_rates(p_fail=STORE_P_FAIL, p_timeout=STORE_P_TIMEOUT)
+                store.enabled = True
+            try:
+                await rt.sleep(fault.duration_s)
+            finally:
+                dep.blob.enabled = dep.consensus.enabled = False
+            self._record(fault, start, p_fail=STORE_P_FAIL, p_timeout=STORE_P_TIMEOUT)
+        elif fault.kind is FaultKind.REPLICA_CRASH:
+            coord = dep.newest
+            if coord is None:
+                return
+            compute = _incarnation(coord).compute
+            cluster, replica = DEFAULT_CLUSTER
+            compute.crash_replica(cluster, replica)
+            await rt.sleep(fault.duration_s)
+            # The coordinator may have been replaced meanwhile: its controller
+            # (and replica) went with it.
+            if dep.is_live(coord) and compute.replica(cluster, replica).crashed:
+                compute.restart_replica(cluster, replica)
+            self._record(fault, start, replica=f"{cluster}.{replica}")
+        elif fault.kind is FaultKind.PG_KILL:
+            assert dep.database_url is not None  # check_plan: real mode only
+            rounds, killed, apps = await _kill_backends(rt, dep.database_url, fault.duration_s)
+            self._record(fault, start, rounds=rounds, killed=killed, applications=apps)
+        elif fault.kind is FaultKind.PG_SIGKILL:
+            pg = _embedded(dep.database_url)
+            # Blocking process management (the restart waits for the server):
+            # off the event loop, which keeps serving the clients meanwhile.
+            pid = await anyio.to_thread.run_sync(pg.sigkill_postmaster)
+            if pid is None:
+                return  # an overlapping pg-sigkill has it down; that one restarts it
+            await rt.sleep(fault.duration_s)
+            await anyio.to_thread.run_sync(pg.restart)
+            self._record(fault, start, postmaster=pid)
+        else:
+            group = "oracle" if fault.kind is FaultKind.ORACLE_SLOW else "replica"
+            dep.switch.factors[group] = fault.factor
+            try:
+                await rt.sleep(fault.duration_s)
+            finally:
+                dep.switch.factors.pop(group, None)
+            self._record(fault, start, factor=fault.factor)
+
+
+#: Every other backend of the run's database (the nemesis's own survives).
+_TERMINATE: Final = """
+SELECT application_name, pg_terminate_backend(pid) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()"""
+
+
+async def _kill_backends(
+    rt: Runtime, database_url: str, duration_s: float
+) -> tuple[int, int, list[str]]:
+    """Terminates every other backend of `database_url`'s database now and then
+    every `PG_KILL_EVERY_S` while `duration_s` lasts, so reconnecting clients
+    are hit again mid-retry. Returns (rounds, backends killed, their
+    application names, sorted and deduplicated)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(database_url, timeout=10)
+    rounds = killed = 0
+    apps: set[str] = set()
+    try:
+        t0 = rt.now()
+        while True:
+            for row in await conn.fetch(_TERMINATE):
+                if row[1]:
+                    killed += 1
+                    apps.add(row[0] or "?")
+            rounds += 1
+            if rt.now() - t0 + PG_KILL_EVERY_S > duration_s:
+                break
+            await rt.sleep(PG_KILL_EVERY_S)
+    finally:
+        await conn.close()
+    return rounds, killed, sorted(apps)
+
+
+def _embedded(database_url: str | None) -> EmbeddedPostgres:
+    """The embedded server holding `database_url`, which a pg-sigkill kills.
+
+    Raises:
+        InvalidUsage: the run's server is not one this process started (e.g.
+            `$COORDSIM_POSTGRES_URL`'s), so there is no postmaster to kill.
+    """
+    from sim.services.postgres import embedded_serving
+
+    pg = None if database_url is None else embedded_serving(database_url)
+    if pg is None:
+        raise InvalidUsage(
+            f"{FaultKind.PG_SIGKILL} needs the embedded Postgres coordsim starts itself "
+            "(unset COORDSIM_POSTGRES_URL)"
+        )
+    return pg
+
+
+def _incarnation(coord: Coordinator) -> Any:
+    """The coordinator's running components (both architectures expose
+    `incarnation`; the `Coordinator` ABC does not declare it)."""
+    return coord.incarnation  # type: ignore[attr-defined]

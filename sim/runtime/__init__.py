@@ -1,0 +1,7 @@
+"""The simulation boundary and the shared foundation (DESIGN.md §3, §4, §9).
+
+Every layer may import it; it imports nothing else of coordsim. `core` (the
+`Runtime`), `loop` (the virtual event loop), `latency`, `cpu`, `tasks`,
+`errors`, `retry`, `urls` (parsing and the one redaction), `pg` (Postgres
+failure classification), `logs`, `outputs` (files coordsim may write), `interrupts`.
+"""

@@ -1,0 +1,174 @@
+"""The `Runtime`: time, randomness, modeled latency and modeled CPU, passed
+down explicitly; `run` runs a program on the virtual or the stock loop."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import random
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any, Final, TypeVar, final
+
+from sim.runtime.cpu import CorePool
+from sim.runtime.interrupts import guard
+from sim.runtime.latency import Constant, LatencyModel
+from sim.runtime.loop import VirtualEventLoop
+
+__all__ = ["Runtime", "WallClock", "run"]
+
+T = TypeVar("T")
+
+#: A wall clock in milliseconds since the Unix epoch (a one-method seam).
+WallClock = Callable[[], int]
+
+
+
+# --- Runtime ----------------------------------------------------------------------------
+
+
+@final
+class Runtime:
+    """Clock, seeded randomness, latency and CPU models, passed down explicitly.
+
+    Works on either loop: on `VirtualEventLoop` the clock is virtual and the wall
+    clock starts at the loop's epoch; on any other loop both are real. A wall
+    clock may be injected (tests of the oracle's wall-clock tracking).
+
+    Args:
+        seed: seeds `rng`; `derive` gives sub-components their own streams.
+        latency: the latency model `delay` samples from (default: all zero).
+        wall_clock: overrides `wall_ms`.
+    """
+
+    def __init__(
+        self,
+        *,
+        seed: int = 0,
+        latency: LatencyModel | None = None,
+        wall_clock: WallClock | None = None,
+        _name: str = "",
+    ) -> None:
+        self.seed = seed
+        self.name = _name
+        self.rng = random.Random(_stream_seed(seed, _name))
+        self.latency = latency if latency is not None else LatencyModel(default=Constant(0.0))
+        self._wall_clock = wall_clock
+
+    def derive(self, name: str) -> Runtime:
+        """A Runtime sharing clock and models, with an independent RNG stream named
+        `name`, so one component's draws never shift another's."""
+        full = f"{self.name}/{name}" if self.name else name
+        return Runtime(seed=self.seed, latency=self.latency, wall_clock=self._wall_clock, _name=full)
+
+    # Clock.
+
+    @staticmethod
+    def _loop() -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
+
+    @property
+    def virtual(self) -> bool:
+        """True on the virtual-time loop. Needs a running loop."""
+        return isinstance(self._loop(), VirtualEventLoop)
+
+    def now(self) -> float:
+        """Monotonic seconds (the loop's clock)."""
+        return self._loop().time()
+
+    def now_ms(self) -> float:
+        return self._loop().time() * 1000
+
+    def now_ns(self) -> int:
+        return round(self._loop().time() * 1e9)
+
+    def wall_ms(self) -> int:
+        """Milliseconds since the Unix epoch, the clock the timestamp oracle tracks."""
+        if self._wall_clock is not None:
+            return self._wall_clock()
+        loop = self._loop()
+        if isinstance(loop, VirtualEventLoop):
+            return loop.epoch_ms + math.floor(loop.time() * 1000)
+        return time.time_ns() // 1_000_000
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleeps `seconds` of (real or virtual) time; 0 just yields."""
+        await asyncio.sleep(max(0.0, seconds))
+
+    async def delay(self, name: str) -> float:
+        """Sleeps for one sample of the latency named `name`; returns it (seconds)."""
+        seconds = self.latency.distribution(name).sample(self.rng)
+        await self.sleep(seconds)
+        return seconds
+
+    def sample(self, name: str) -> float:
+        """One sample of the latency named `name`, without sleeping."""
+        return self.latency.distribution(name).sample(self.rng)
+
+    def unique_hex(self, bits: int = 128) -> str:
+        """A random id that no other process draws: from `rng` on the virtual
+        loop (so traces stay identical), from the OS otherwise — two real-mode
+        processes started with the same seed must never pick the same writer
+        id or blob key on shared stores."""
+        if bits < 1:
+            raise ValueError(f"bits must be >= 1, got {bits}")
+        on_virtual = isinstance(asyncio.events._get_running_loop(), VirtualEventLoop)
+        value = self.rng.getrandbits(bits) if on_virtual else _SYSTEM_RANDOM.getrandbits(bits)
+        return f"{value:0{(bits + 3) // 4}x}"
+
+    # CPU.
+
+    def core_pool(self, cores: int, name: str) -> CorePool:
+        return CorePool(self, cores, name)
+
+    async def cpu(self, seconds: float, pool: CorePool) -> None:
+        """Spends `seconds` of modeled CPU on one core of `pool` (waiting for a free
+        core first).
+
+        In real time the stock loop's timers are about a millisecond coarse (a
+        50 µs sleep takes over 1 ms here), so small costs are owed to the pool
+        and slept off together once `REAL_CPU_QUANTUM_S` is owed: the total
+        stays right, each cost is not inflated twentyfold.
+        """
+        async with pool.core():
+            if self.virtual:
+                await self.sleep(seconds)
+                return
+            pool.owed_s += seconds
+            if pool.owed_s >= REAL_CPU_QUANTUM_S:
+                owed, pool.owed_s = pool.owed_s, 0.0
+                await self.sleep(owed)
+            else:
+                await asyncio.sleep(0)
+
+
+#: Real time: the least modeled CPU slept at once (see `Runtime.cpu`).
+REAL_CPU_QUANTUM_S: Final = 0.001
+
+#: The OS's randomness, for ids that must be unique across processes (real mode).
+_SYSTEM_RANDOM: Final = random.SystemRandom()
+
+
+def _stream_seed(seed: int, name: str) -> int:
+    # hashlib, not hash(): str hashes change with PYTHONHASHSEED.
+    digest = hashlib.blake2b(f"{seed}:{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def run(
+    main: Callable[[Runtime], Coroutine[Any, Any, T]],
+    *,
+    seed: int = 0,
+    virtual: bool = True,
+    latency: LatencyModel | None = None,
+    wall_clock: WallClock | None = None,
+) -> T:
+    """Runs `main(runtime)` to completion on a fresh virtual or stock loop."""
+    rt = Runtime(seed=seed, latency=latency, wall_clock=wall_clock)
+    factory: Callable[[], asyncio.AbstractEventLoop] = (
+        VirtualEventLoop if virtual else asyncio.new_event_loop
+    )
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(guard(main(rt)))
+

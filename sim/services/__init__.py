@@ -1,0 +1,2 @@
+"""The services tests and the CLI start themselves: embedded PostgreSQL, local S3.
+"""
