@@ -60,10 +60,10 @@ def edges(name: str, source: str, known: set[str]) -> list[Edge]:
 
     def visit(node: ast.AST, type_only: bool) -> None:
         if isinstance(node, ast.If) and _type_checking(node.test):
-            for child in node.body:
-                visit(child, True)
-            for child in node.orelse:
-                visit(child, type_only)
+            for stmt in node.body:
+                visit(stmt, True)
+            for stmt in node.orelse:
+                visit(stmt, type_only)
             return
         if isinstance(node, ast.Import):
             for alias in node.names:
