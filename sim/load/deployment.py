@@ -5,12 +5,9 @@ nemesis turns (store failures, latency factors)."""
 from __future__ import annotations
 
 import contextlib
-import shutil
 import string
-import tempfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 import anyio.lowlevel
@@ -20,8 +17,8 @@ from controllers.replica import REPLICA_LATENCIES
 from coordinator.environment import Environment
 from coordinator.factory import build_coordinator
 from persist.faults import UnreliableBlob, UnreliableConsensus
-from persist.mem import MemBlob, MemConsensus
 from sim.history.recording import event_sink
+from sim.load.harness import Stores, open_stores
 from sim.runtime.latency import Distribution, LatencyModel
 
 if TYPE_CHECKING:
@@ -32,11 +29,10 @@ if TYPE_CHECKING:
 
     from coordinator.config import CoordinatorConfig
     from coordinator.session import Coordinator
-    from persist.location import Blob, Consensus
     from sim.history.model import HistoryRecorder
     from sim.runtime.core import Runtime
 
-__all__ = ['Deployment', 'LatencySwitch', 'Stores', 'open_stores', 'switchable_latency']
+__all__ = ["Deployment", "LatencySwitch", "switchable_latency"]
 
 # --- latency spikes ------------------------------------------------------------------------
 
@@ -101,55 +97,6 @@ class _Host:
     killed: anyio.Event = field(default_factory=anyio.Event)
     stop: anyio.Event = field(default_factory=anyio.Event)
     exited: anyio.Event = field(default_factory=anyio.Event)
-
-
-@final
-@dataclass(frozen=True)
-class Stores:
-    """The base stores of a deployment (before the fault wrappers)."""
-
-    blob: Blob
-    consensus: Consensus
-    #: Real mode: the run's database (oracle, stashes, Consensus); None: virtual.
-    database_url: str | None = None
-
-
-@contextlib.asynccontextmanager
-async def open_stores(postgres_url: str | None) -> AsyncIterator[Stores]:
-    """In-memory stores (`postgres_url` None), or real ones: a fresh database on
-    `postgres_url`'s server for Consensus, the oracle and the stashes, and files
-    in a temporary directory for Blob; all removed afterwards, because shard ids
-    and stash tables are not namespaced per run."""
-    if postgres_url is None:
-        yield Stores(MemBlob(), MemConsensus())
-        return
-    from persist.open import open_blob, open_consensus
-    from sim.load.harness import drop_database, fresh_database
-
-    db = await fresh_database(postgres_url)
-    tmp = tempfile.mkdtemp(prefix="coordsim-anomalies-")
-    try:
-        blob = await open_blob(f"file://{tmp}?fsync=false")
-        try:
-            # Named, so a pg-kill's event says whose backends it killed.
-            consensus = await open_consensus(
-                _with_param(db, "application_name", "coordsim-consensus")
-            )
-            try:
-                yield Stores(blob, consensus, db)
-            finally:
-                await consensus.close()
-        finally:
-            await blob.close()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        await drop_database(postgres_url, db)
-
-
-def _with_param(url: str, name: str, value: str) -> str:
-    parts = urlsplit(url)
-    query = [*parse_qsl(parts.query, keep_blank_values=True), (name, value)]
-    return urlunsplit(parts._replace(query=urlencode(query)))
 
 
 @final

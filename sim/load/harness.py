@@ -1,5 +1,9 @@
-"""Fresh environments: modeled in-memory stores (virtual mode), or a fresh
-database on the server plus files (real mode), removed afterwards."""
+"""The one place a run's stores are opened: in memory (virtual mode, with or
+without modeled latency), or a fresh database on the user's server plus files
+(real mode), removed afterwards because shard ids and stash tables are not
+namespaced per run. `environment` (compare, scenario scripts), `modeled_environment`
+(validate's experiments) and `Deployment` (anomaly runs) all open stores here;
+every coordinator is then built by `coordinator.factory.build_coordinator`."""
 
 from __future__ import annotations
 
@@ -7,7 +11,9 @@ import contextlib
 import shutil
 import tempfile
 import uuid
-from typing import TYPE_CHECKING, Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, final
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 
@@ -20,10 +26,20 @@ from sim.runtime.urls import driver_url
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from persist.location import Blob, Consensus
     from sim.load.config import Config
     from sim.runtime.core import Runtime
 
-__all__ = ['fresh_database']
+__all__ = [
+    "DROP_WITHIN_S",
+    "Stores",
+    "drop_database",
+    "environment",
+    "fresh_database",
+    "modeled_environment",
+    "open_stores",
+]
+
 
 async def fresh_database(pg_url: str) -> str:
     """Creates a database with a random name on `pg_url`'s server; returns its URL.
@@ -74,30 +90,71 @@ async def drop_database(pg_url: str, db_url: str) -> None:
             await conn.close()
 
 
+@final
+@dataclass(frozen=True)
+class Stores:
+    """A run's base stores (before any fault or latency wrapper a caller adds)."""
+
+    blob: Blob
+    consensus: Consensus
+    #: Real mode: the run's database (oracle, stashes, Consensus); None: virtual.
+    database_url: str | None = None
+
+
 @contextlib.asynccontextmanager
-async def environment(cfg: Config, rt: Runtime) -> AsyncIterator[Environment]:
-    """A fresh deployment: modeled in-memory stores (virtual) or a fresh database
-    plus files or `blob_url` (real)."""
-    if cfg.mode == "virtual":
-        yield Environment(
-            rt, blob=LatentBlob(MemBlob(), rt), consensus=LatentConsensus(MemConsensus(), rt)
-        )
+async def open_stores(
+    postgres_url: str | None, *, modeled: Runtime | None = None, blob_url: str | None = None
+) -> AsyncIterator[Stores]:
+    """In-memory stores (`postgres_url` None; with `modeled`, behind the latency
+    model of that runtime), or real ones: a fresh database on `postgres_url`'s
+    server for Consensus, the oracle and the stashes, and `blob_url` or files in
+    a temporary directory for Blob; all removed afterwards."""
+    if postgres_url is None:
+        if modeled is None:
+            yield Stores(MemBlob(), MemConsensus())
+        else:
+            yield Stores(LatentBlob(MemBlob(), modeled), LatentConsensus(MemConsensus(), modeled))
         return
     from persist.open import open_blob, open_consensus
 
-    pg = cfg.effective_postgres_url()
-    if pg is None:
-        raise CoordsimError("real mode needs a Postgres (start one or set COORDSIM_POSTGRES_URL)")
-    db = await fresh_database(pg)
+    db = await fresh_database(postgres_url)
     tmp = tempfile.mkdtemp(prefix="coordsim-blob-")
     try:
-        blob = await open_blob(cfg.blob_url or f"file://{tmp}?fsync=false")
-        consensus = await open_consensus(db)
+        blob = await open_blob(blob_url or f"file://{tmp}?fsync=false")
         try:
-            yield Environment(rt, blob=blob, consensus=consensus, postgres_url=db)
+            # Named, so a pg-kill's event says whose backends it killed.
+            consensus = await open_consensus(_with_param(db, "application_name", "coordsim-consensus"))
+            try:
+                yield Stores(blob, consensus, db)
+            finally:
+                await consensus.close()
         finally:
-            await consensus.close()
             await blob.close()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        await drop_database(pg, db)
+        await drop_database(postgres_url, db)
+
+
+def _with_param(url: str, name: str, value: str) -> str:
+    parts = urlsplit(url)
+    query = [*parse_qsl(parts.query, keep_blank_values=True), (name, value)]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def modeled_environment(rt: Runtime) -> Environment:
+    """In-memory stores behind `rt`'s latency model: virtual mode's environment."""
+    return Environment(rt, blob=LatentBlob(MemBlob(), rt), consensus=LatentConsensus(MemConsensus(), rt))
+
+
+@contextlib.asynccontextmanager
+async def environment(cfg: Config, rt: Runtime) -> AsyncIterator[Environment]:
+    """A fresh deployment for `cfg`: modeled in-memory stores (virtual) or a
+    fresh database plus files or `blob_url` (real)."""
+    if cfg.mode == "virtual":
+        yield modeled_environment(rt)
+        return
+    pg = cfg.effective_postgres_url()
+    if pg is None:
+        raise CoordsimError("real mode needs a Postgres (start one or set COORDSIM_POSTGRES_URL)")
+    async with open_stores(pg, blob_url=cfg.blob_url) as st:
+        yield Environment(rt, blob=st.blob, consensus=st.consensus, postgres_url=st.database_url)

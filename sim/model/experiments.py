@@ -16,11 +16,9 @@ from typing import TYPE_CHECKING, Final, final
 
 import anyio
 
-from coordinator.environment import Environment
 from coordinator.factory import build_coordinator
-from persist.mem import MemBlob, MemConsensus
 from sim.load.config import DEFAULT_PROFILE, load_profile
-from sim.load.latent import LatentBlob, LatentConsensus
+from sim.load.harness import modeled_environment
 from sim.runtime.core import run
 from sim.runtime.latency import Constant, LatencyModel
 
@@ -91,7 +89,7 @@ def _run(
     overrides_ms: Mapping[str, float] | None,
 ) -> object:
     async def main(rt: Runtime) -> object:
-        env = Environment(rt, blob=LatentBlob(MemBlob(), rt), consensus=LatentConsensus(MemConsensus(), rt))
+        env = modeled_environment(rt)
         async with build_coordinator(config, env, rt) as coord:
             return await body(rt, coord)
 
