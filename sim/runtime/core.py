@@ -113,7 +113,10 @@ class Runtime:
         id or blob key on shared stores."""
         if bits < 1:
             raise ValueError(f"bits must be >= 1, got {bits}")
-        on_virtual = isinstance(asyncio.events._get_running_loop(), VirtualEventLoop)
+        try:
+            on_virtual = isinstance(asyncio.get_running_loop(), VirtualEventLoop)
+        except RuntimeError:  # no running loop: real time
+            on_virtual = False
         value = self.rng.getrandbits(bits) if on_virtual else _SYSTEM_RANDOM.getrandbits(bits)
         return f"{value:0{(bits + 3) // 4}x}"
 

@@ -1,21 +1,25 @@
 """The virtual-time event loop: asyncio whose clock jumps to the next timer
-whenever nothing is ready, so a seeded program replays the same events."""
+whenever nothing is ready, so a seeded program replays the same events.
+
+Every private internal of asyncio or anyio it needs is in `sim.runtime.patches`."""
 
 from __future__ import annotations
 
 import asyncio
 import math
 import selectors
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, TypeVarTuple
+
+from sim.runtime import patches
 
 if TYPE_CHECKING:
-
     from collections.abc import Callable, Coroutine, Mapping
-    pass
+    from contextvars import Context
 
-__all__ = ['VirtualDeadlock', 'VirtualEventLoop', 'VirtualIOError']
+__all__ = ["VIRTUAL_EPOCH_MS", "VirtualDeadlock", "VirtualEventLoop", "VirtualIOError"]
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 #: Where virtual time starts on the wall clock: 2026-01-01T00:00:00Z. A fixed
 #: value, so virtual runs (and their traces) are identical whenever they run.
@@ -64,6 +68,50 @@ class _VirtualFuture(asyncio.Future[Any]):
         return self._coordsim_seq
 
 
+class _SequencedTimer(asyncio.TimerHandle):
+    """A timer ordered by (deadline, sequence number).
+
+    asyncio's `TimerHandle` compares by deadline alone, so timers due at the
+    same instant would fire in whatever order the heap's shape gives. Here the
+    one scheduled first fires first, as SimPy breaks ties. Equal only to
+    itself; hashes by its key, not by its address.
+    """
+
+    __slots__ = ("_coordsim_key",)
+
+    # Set by `VirtualEventLoop.call_at` (a constructor of its own would cost a
+    # frame per timer): (deadline, sequence number).
+    _coordsim_key: tuple[float, int]
+
+    def __hash__(self) -> int:
+        return hash(self._coordsim_key)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _SequencedTimer):
+            return self._coordsim_key == other._coordsim_key
+        return NotImplemented
+
+    def __lt__(self, other: asyncio.TimerHandle) -> bool:
+        if isinstance(other, _SequencedTimer):
+            return self._coordsim_key < other._coordsim_key
+        return NotImplemented
+
+    def __le__(self, other: asyncio.TimerHandle) -> bool:
+        if isinstance(other, _SequencedTimer):
+            return self._coordsim_key <= other._coordsim_key
+        return NotImplemented
+
+    def __gt__(self, other: asyncio.TimerHandle) -> bool:
+        if isinstance(other, _SequencedTimer):
+            return self._coordsim_key > other._coordsim_key
+        return NotImplemented
+
+    def __ge__(self, other: asyncio.TimerHandle) -> bool:
+        if isinstance(other, _SequencedTimer):
+            return self._coordsim_key >= other._coordsim_key
+        return NotImplemented
+
+
 class _VirtualSelector(selectors.BaseSelector):
     """A selector that never waits: it advances the loop's clock to the next timer."""
 
@@ -82,18 +130,18 @@ class _VirtualSelector(selectors.BaseSelector):
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         loop = self._loop
         assert loop is not None
-        # An infinite timer (`anyio.sleep_forever()` is `asyncio.sleep(math.inf)`) can
-        # never fire: waiting on it is a deadlock, not an endless run of capped jumps.
-        if timeout is None or (timeout > 0 and math.isinf(loop._scheduled[0]._when)):  # type: ignore[attr-defined]
-            raise VirtualDeadlock(
-                "virtual-time deadlock: every task is waiting and no timer is scheduled "
-                f"that could wake one ({len(asyncio.all_tasks(loop))} tasks alive)"
-            )
+        if timeout is None:  # nothing ready, no timer
+            raise loop._deadlock()
         if timeout > 0:
-            # _run_once already removed cancelled timers from the head of the heap,
-            # so the head is the next event. Jump exactly onto it (float-safe), even
-            # past asyncio's select cap: capped steps never reach a far-off timer.
-            when: float = loop._scheduled[0]._when  # type: ignore[attr-defined]
+            # Jump exactly onto the next deadline (float-safe), even past asyncio's
+            # one-day select cap: capped steps never reach a far-off timer.
+            head = patches.next_timer(loop)
+            assert head is not None
+            when = head.when()
+            # An infinite timer (`anyio.sleep_forever()` is `asyncio.sleep(math.inf)`)
+            # can never fire: waiting on it is a deadlock, not endless capped jumps.
+            if math.isinf(when):
+                raise loop._deadlock()
             loop._virtual_now = max(loop._virtual_now, when)
         return []
 
@@ -115,76 +163,14 @@ def _forbidden(name: str) -> Callable[..., NoReturn]:
     return method
 
 
-class _InsertionOrderedSet(dict[Any, None]):
-    """The set operations anyio's cancel scope uses on its child scopes, iterating in
-    insertion order."""
-
-    def add(self, item: Any) -> None:
-        self[item] = None
-
-    def remove(self, item: Any) -> None:
-        del self[item]
-
-    def discard(self, item: Any) -> None:
-        self.pop(item, None)
+def _thread_refused() -> VirtualIOError:
+    return VirtualIOError(
+        "anyio.to_thread.run_sync() runs a real thread, which is not allowed on "
+        "the virtual-time loop; virtual mode must use the in-memory backends"
+    )
 
 
-_anyio_patched = False
-
-
-def _patch_anyio() -> None:
-    """Makes anyio's asyncio backend deterministic on the virtual loop (only there).
-
-    1. anyio delivers a cancellation by iterating a `set` of child `CancelScope`s,
-       which hash by memory address, so the order in which cancelled tasks wake
-       would change from run to run. Child scopes are kept in entry order instead;
-       `_InsertionOrderedSet` has the operations anyio uses.
-    2. `anyio.to_thread.run_sync` runs a real thread whose result lands at whatever
-       virtual time the loop has reached by then; it raises `VirtualIOError` instead,
-       like `loop.run_in_executor`.
-
-    If anyio's internals change, this does nothing, and tests/sim/test_runtime.py and
-    test_runtime_determinism.py fail.
-    """
-    global _anyio_patched
-    if _anyio_patched:
-        return
-    _anyio_patched = True
-    try:
-        from anyio._backends import _asyncio as anyio_asyncio
-    except ImportError:
-        return
-
-    def on_virtual_loop() -> bool:
-        return isinstance(asyncio.events._get_running_loop(), VirtualEventLoop)
-
-    scope_cls: Any = getattr(anyio_asyncio, "CancelScope", None)
-    if scope_cls is not None and hasattr(scope_cls, "_child_scopes"):
-        original_init = scope_cls.__init__
-
-        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-            original_init(self, *args, **kwargs)
-            if on_virtual_loop():
-                self._child_scopes = _InsertionOrderedSet()
-
-        scope_cls.__init__ = __init__
-
-    backend_cls: Any = getattr(anyio_asyncio, "AsyncIOBackend", None)
-    original_run_sync = getattr(backend_cls, "run_sync_in_worker_thread", None)
-    if original_run_sync is not None:
-
-        async def run_sync_in_worker_thread(cls: Any, *args: Any, **kwargs: Any) -> Any:
-            if on_virtual_loop():
-                raise VirtualIOError(
-                    "anyio.to_thread.run_sync() runs a real thread, which is not allowed on "
-                    "the virtual-time loop; virtual mode must use the in-memory backends"
-                )
-            return await original_run_sync(*args, **kwargs)
-
-        backend_cls.run_sync_in_worker_thread = classmethod(run_sync_in_worker_thread)
-
-
-class VirtualEventLoop(asyncio.SelectorEventLoop):
+class VirtualEventLoop(patches.PatchedSelectorEventLoop):
     """A deterministic asyncio loop whose `time()` is virtual.
 
     When no callback is ready, time jumps to the next scheduled timer instead of
@@ -192,34 +178,32 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
     cancel scopes, `asyncio.timeout` all work unchanged. Real I/O raises
     `VirtualIOError`; waiting forever raises `VirtualDeadlock`.
 
-    Determinism: callbacks run in asyncio's FIFO order and timers in heap order,
-    both of which depend only on the program; tasks and futures hash by creation
-    number so set iteration cannot depend on memory addresses.
+    Determinism: callbacks run in asyncio's FIFO order; timers in (deadline,
+    scheduling order); tasks and futures hash by creation number so set
+    iteration cannot depend on memory addresses; anyio's cancel scopes deliver
+    cancellation in entry order (`patches`).
     """
 
     def __init__(self, *, epoch_ms: int = VIRTUAL_EPOCH_MS) -> None:
-        _patch_anyio()
+        patches.check_asyncio()
+        patches.patch_anyio(VirtualEventLoop, _thread_refused)
         self._virtual_now = 0.0
-        self._seq = 0
+        self._seq = 0  # tasks and futures
+        self._timer_seq = 0  # timers: a stream of its own, so task hashes stay put
         self.epoch_ms = epoch_ms
         selector = _VirtualSelector()
         super().__init__(selector)
         selector._loop = self
 
-    # asyncio runs the timers due before time() + _clock_resolution. A fixed 1e-9 s
-    # vanishes in float rounding once virtual time passes 2**24 s (~194 days): a due
-    # timer would never run and the loop would spin. One ulp always counts.
-    @property
-    def _clock_resolution(self) -> float:
-        return max(1e-9, math.ulp(self._virtual_now))
-
-    @_clock_resolution.setter
-    def _clock_resolution(self, value: float) -> None:
-        pass  # BaseEventLoop.__init__ stores the real clock's resolution; not ours.
-
     def _next_seq(self) -> int:
         self._seq += 1
         return self._seq
+
+    def _deadlock(self) -> VirtualDeadlock:
+        return VirtualDeadlock(
+            "virtual-time deadlock: every task is waiting and no timer is scheduled "
+            f"that could wake one ({len(asyncio.all_tasks(self))} tasks alive)"
+        )
 
     def time(self) -> float:
         return self._virtual_now
@@ -227,25 +211,29 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
     def create_task(  # type: ignore[override]
         self, coro: Coroutine[Any, Any, T], *, name: str | None = None, **kwargs: Any
     ) -> asyncio.Task[T]:
-        self._check_closed()  # type: ignore[attr-defined]
-        task = _VirtualTask(coro, loop=self, name=name, **kwargs)
-        return task
+        if self.is_closed():
+            raise RuntimeError("Event loop is closed")
+        return _VirtualTask(coro, loop=self, name=name, **kwargs)
 
     def create_future(self) -> asyncio.Future[Any]:
         return _VirtualFuture(loop=self)
 
-    # No self-pipe: nothing outside the loop's own thread may wake it.
-    def _make_self_pipe(self) -> None:
-        pass
-
-    def _close_self_pipe(self) -> None:
-        pass
-
-    def _write_to_self(self) -> None:
-        pass
-
-    def _process_events(self, event_list: list[Any]) -> None:
-        pass
+    def call_at(
+        self,
+        when: float,
+        callback: Callable[[*Ts], object],
+        *args: *Ts,
+        context: Context | None = None,
+    ) -> asyncio.TimerHandle:
+        """`BaseEventLoop.call_at` (which `call_later`, `asyncio.sleep`, timeouts and
+        anyio's deadlines all go through), with ties broken by scheduling order."""
+        if self.is_closed():
+            raise RuntimeError("Event loop is closed")
+        self._timer_seq += 1
+        timer = _SequencedTimer(when, callback, args, self, context)
+        timer._coordsim_key = (when, self._timer_seq)
+        patches.schedule_timer(self, timer)
+        return timer
 
     run_in_executor = _forbidden("run_in_executor")  # type: ignore[assignment]
     getaddrinfo = _forbidden("getaddrinfo")
@@ -272,5 +260,3 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
     sock_accept = _forbidden("sock_accept")
     sock_sendfile = _forbidden("sock_sendfile")
     add_signal_handler = _forbidden("add_signal_handler")  # type: ignore[assignment]
-
-

@@ -83,6 +83,31 @@ async def test_timers_fire_in_deadline_order() -> None:
     assert woke == [(0.001, "a"), (0.5, "b"), (2.5, "d"), (3.0, "c")]
 
 
+@pytest.mark.virtual
+@pytest.mark.asyncio
+async def test_timers_due_at_the_same_instant_fire_in_scheduling_order() -> None:
+    # Ties are broken by (deadline, sequence number), not by the heap's shape:
+    # sleeps and anyio deadlines alike, interleaved with other deadlines.
+    rt = Runtime()
+    woke: list[int] = []
+
+    async def sleeper(i: int, seconds: float) -> None:
+        await rt.sleep(seconds)
+        woke.append(i)
+
+    async def deadline(i: int, seconds: float) -> None:
+        with anyio.move_on_after(seconds):
+            await anyio.sleep_forever()
+        woke.append(i)
+
+    seconds = [2.0 if i % 3 == 0 else 1.0 for i in range(40)]
+    async with anyio.create_task_group() as tg:
+        for i, s in enumerate(seconds):
+            tg.start_soon(deadline if i % 2 else sleeper, i, s)
+    assert woke == sorted(range(40), key=lambda i: seconds[i])
+    assert rt.now() == 2.0
+
+
 def test_far_future_timers_still_fire() -> None:
     # Past 2**24 s, 1e-9 s is below float resolution; a due timer must still run.
     async def main(rt: Runtime) -> list[float]:

@@ -1,0 +1,320 @@
+"""One test per patch of asyncio's and anyio's internals (sim/runtime/patches.py).
+
+Each checks that the internal is still there and still behaves as the patch
+assumes, and, where it can be shown in one process, that the behaviour the patch
+fixes is still what the library does without it. A library upgrade that moves
+the ground under a patch fails here, by name, instead of in a flaky trace.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import importlib.metadata
+import inspect
+import os
+import sys
+import threading
+import tomllib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+import pytest
+from anyio._backends import _asyncio as anyio_asyncio
+
+from sim.runtime import patches
+from sim.runtime.core import Runtime, run
+from sim.runtime.loop import VirtualEventLoop, VirtualIOError
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _minor(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def test_versions_are_the_verified_ones() -> None:
+    # A new Python or anyio minor may change any internal below: verify the
+    # patches on it, then add it to VERIFIED_* and widen the pin.
+    assert sys.implementation.name == "cpython"
+    assert sys.version_info[:2] in patches.VERIFIED_PYTHON
+    assert _minor(importlib.metadata.version("anyio")) in patches.VERIFIED_ANYIO
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    pins = [d for d in pyproject["project"]["dependencies"] if d.startswith("anyio")]
+    (low_major, low_minor) = min(patches.VERIFIED_ANYIO)
+    (high_major, high_minor) = max(patches.VERIFIED_ANYIO)
+    assert pins == [f"anyio>={low_major}.{low_minor},<{high_major}.{high_minor + 1}"]
+
+
+def test_structural_checks_pass_and_name_what_is_missing() -> None:
+    patches.check_asyncio()
+    patches.check_cancel_scope(anyio_asyncio.CancelScope)
+    patches.check_worker_threads(anyio_asyncio.AsyncIOBackend)
+
+    class Scope:
+        pass
+
+    class Backend:
+        async def run_sync_in_worker_thread(self) -> None:
+            pass
+
+    with pytest.raises(patches.UnverifiedInternals, match=r"_child_scopes.*re-verify"):
+        patches.check_cancel_scope(Scope)
+    with pytest.raises(patches.UnverifiedInternals, match="no classmethod"):
+        patches.check_worker_threads(Backend)
+    VirtualEventLoop().close()  # the patches are applied for this loop type only
+    with pytest.raises(ValueError, match="already patched"):
+        patches.patch_anyio(asyncio.SelectorEventLoop, RuntimeError)
+
+
+# --- Patch 1: the clock resolution ---------------------------------------------------------
+
+
+class _RealClockResolution(VirtualEventLoop):
+    """The virtual loop without patch 1: asyncio keeps the real clock's resolution."""
+
+    _clock_resolution = 1e-9
+
+
+def _timer_due_now_runs(loop_cls: type[VirtualEventLoop], now: float) -> bool:
+    loop = loop_cls()
+    try:
+        loop._virtual_now = now  # the clock as a jump onto a timer at `now` leaves it
+        fired: list[bool] = []
+        loop.call_at(now, fired.append, True)
+
+        async def spin() -> None:  # keeps callbacks ready, so the clock stays at `now`
+            for _ in range(10):
+                await asyncio.sleep(0)
+
+        loop.run_until_complete(spin())
+        return fired == [True]
+    finally:
+        loop.close()
+
+
+def test_clock_resolution_patch() -> None:
+    stock = asyncio.new_event_loop()
+    try:
+        assert isinstance(vars(stock)["_clock_resolution"], float)  # set by __init__
+    finally:
+        stock.close()
+    assert _timer_due_now_runs(_RealClockResolution, 1.0)
+    # Without the patch a due timer never runs past 2**24 s: 2**30 + 1e-9 == 2**30.
+    assert not _timer_due_now_runs(_RealClockResolution, 2.0**30)
+    assert _timer_due_now_runs(VirtualEventLoop, 2.0**30)
+    assert _timer_due_now_runs(VirtualEventLoop, 2.0**60)
+
+
+# --- Patch 2: no self-pipe -----------------------------------------------------------------
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_self_pipe_hooks_are_called_where_the_patch_expects() -> None:
+    calls: list[str] = []
+
+    class Recording(VirtualEventLoop):
+        def _make_self_pipe(self) -> None:
+            calls.append("make")
+
+        def _close_self_pipe(self) -> None:
+            calls.append("close")
+
+        def _write_to_self(self) -> None:
+            calls.append("write")
+
+    loop = Recording()
+    assert calls == ["make"]  # asyncio makes its self-pipe through the hook, in __init__
+    _call_from_another_thread(loop, calls.append, "callback")
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.close()
+    assert calls == ["make", "write", "callback", "close"]
+
+
+def test_virtual_loop_opens_no_self_pipe() -> None:
+    before = _open_fds()
+    loop = VirtualEventLoop()
+    try:
+        assert _open_fds() == before
+        ran: list[int] = []
+        _call_from_another_thread(loop, ran.append, 1)
+        loop.run_until_complete(asyncio.sleep(0))
+        assert ran == [1]
+    finally:
+        loop.close()
+    assert _open_fds() == before
+
+
+def _call_from_another_thread(loop: asyncio.AbstractEventLoop, fn: Any, arg: object) -> None:
+    thread = threading.Thread(target=loop.call_soon_threadsafe, args=(fn, arg))
+    thread.start()
+    thread.join()
+
+
+# --- Patch 3: the timer heap ---------------------------------------------------------------
+
+
+def _fire_order(loop: asyncio.AbstractEventLoop, whens: list[float]) -> list[int]:
+    fired: list[int] = []
+    for i, when in enumerate(whens):
+        loop.call_at(when, fired.append, i)
+    loop.run_until_complete(asyncio.sleep(max(whens) - loop.time() + 1))
+    return fired
+
+
+def test_stock_asyncio_breaks_timer_ties_by_heap_shape() -> None:
+    # What patch 3 fixes: ten timers due at one instant, scheduled 0..9, fire in
+    # the order the heap's shape gives. If this starts passing, asyncio breaks
+    # ties by itself and the patch can go.
+    loop = asyncio.new_event_loop()
+    try:
+        order = _fire_order(loop, [loop.time() - 1] * 10)
+    finally:
+        loop.close()
+    assert sorted(order) == list(range(10))
+    assert order != list(range(10))
+
+
+def test_timer_heap_patch() -> None:
+    loop = VirtualEventLoop()
+    try:
+        assert patches.next_timer(loop) is None
+        late = loop.call_at(5.0, lambda: None)
+        early = loop.call_at(2.0, lambda: None)
+        head = patches.next_timer(loop)
+        assert head is early
+        assert head.when() == 2.0
+        early.cancel()
+        late.cancel()
+
+        # Ties fire in scheduling order, other timers by deadline.
+        whens = [float(1 + i % 3) for i in range(30)]
+        assert _fire_order(loop, whens) == sorted(range(30), key=lambda i: whens[i])
+
+        # Also after asyncio's bulk removal of cancelled timers rebuilds the heap
+        # (more than 100 timers, more than half of them cancelled).
+        start = loop.time()
+        fired: list[int] = []
+        timers = [loop.call_at(start + 1.0, fired.append, i) for i in range(300)]
+        for i, timer in enumerate(timers):
+            if i % 3:
+                timer.cancel()
+        loop.run_until_complete(asyncio.sleep(2.0))
+        assert fired == list(range(0, 300, 3))
+    finally:
+        loop.close()
+
+
+# --- Patch 4: anyio's child cancel scopes in entry order -----------------------------------
+
+
+def _child_scope_uses() -> set[str]:
+    """How anyio's asyncio backend uses `CancelScope._child_scopes`."""
+    tree = ast.parse(inspect.getsource(anyio_asyncio))
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    uses = set()
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr == "_child_scopes"):
+            continue
+        parent = parents[node]
+        if isinstance(parent, ast.Attribute) and isinstance(parents[parent], ast.Call):
+            uses.add(f"{parent.attr}()")
+        elif isinstance(parent, ast.For) and parent.iter is node:
+            uses.add("iterate")
+        elif isinstance(parent, ast.AnnAssign) and parent.target is node:
+            uses.add("assign")
+        else:
+            uses.add(ast.unparse(parent))
+    return uses
+
+
+def test_anyio_uses_only_what_the_ordered_set_has() -> None:
+    assert _child_scope_uses() <= {"add()", "remove()", "discard()", "iterate", "assign"}
+    assert "iterate" in _child_scope_uses()  # the order the patch fixes
+    elsewhere = [
+        path.relative_to(Path(anyio.__file__).parent)
+        for path in Path(anyio.__file__).parent.rglob("*.py")
+        if "_child_scopes" in path.read_text() and path != Path(anyio_asyncio.__file__)
+    ]
+    assert elsewhere == []
+    ordered = patches.InsertionOrderedSet()
+    for item in (3, 1, 2):
+        ordered.add(item)
+    ordered.remove(1)
+    ordered.discard(1)
+    assert list(ordered) == [3, 2]
+    with pytest.raises(KeyError):
+        ordered.remove(1)
+
+
+async def _cancellation_order(n: int) -> tuple[list[int], list[int]]:
+    """(entry order, cancellation order) of `n` child tasks of one task group,
+    each inside a cancel scope of its own, when the group is cancelled."""
+    entered: list[int] = []
+    cancelled: list[int] = []
+
+    async def hold(i: int) -> None:
+        with anyio.CancelScope():
+            entered.append(i)
+            try:
+                await anyio.sleep_forever()
+            finally:
+                cancelled.append(i)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(n):
+            tg.start_soon(hold, i)
+        while len(entered) < n:
+            await anyio.lowlevel.checkpoint()
+        tg.cancel_scope.cancel()
+    return entered, cancelled
+
+
+def _run(program: Coroutine[Any, Any, Any], *, virtual: bool) -> Any:
+    async def main(rt: Runtime) -> Any:
+        return await program
+
+    return run(main, virtual=virtual)
+
+
+def test_child_scope_patch() -> None:
+    entered, cancelled = _run(_cancellation_order(40), virtual=True)
+    assert entered == list(range(40))
+    assert cancelled == entered
+    # Without the patch (the stock loop), cancellation follows a set of scopes
+    # that hash by address: not entry order (the chance of 40 addresses landing
+    # in entry order is nil). If this starts failing, anyio orders child scopes
+    # by itself and the patch can go.
+    entered, cancelled = _run(_cancellation_order(40), virtual=False)
+    assert entered == list(range(40))
+    assert sorted(cancelled) == entered
+    assert cancelled != entered
+
+
+def test_child_scope_patch_applies_only_on_the_virtual_loop() -> None:
+    async def kind() -> type[Any]:
+        return type(anyio.CancelScope()._child_scopes)  # type: ignore[attr-defined]
+
+    assert _run(kind(), virtual=True) is patches.InsertionOrderedSet
+    assert _run(kind(), virtual=False) is set
+
+
+# --- Patch 5: no worker threads ------------------------------------------------------------
+
+
+def test_worker_thread_patch() -> None:
+    threads = threading.active_count()
+    with pytest.raises(VirtualIOError, match=r"to_thread\.run_sync\(\) runs a real thread"):
+        _run(anyio.to_thread.run_sync(sum, [1, 2]), virtual=True)
+    assert threading.active_count() == threads  # refused before a thread started
+    assert _run(anyio.to_thread.run_sync(sum, [1, 2]), virtual=False) == 3
