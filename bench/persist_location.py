@@ -28,7 +28,7 @@ from persist.file import FileBlob
 from persist.location import Blob, CaSResult, Consensus, SeqNo, VersionedData
 from persist.mem import MemConsensus
 from persist.open import S3_ENDPOINT_ENV, open_blob, open_consensus
-from persist.s3 import create_bucket
+from persist.s3_client import create_bucket
 from sim.runtime.core import Runtime, run
 from sim.services.postgres import postgres_server
 from sim.services.s3 import LocalS3Server, client_environment

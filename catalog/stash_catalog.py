@@ -79,8 +79,18 @@ def consolidate_log(rows: Iterable[CatalogUpdate], ts: int) -> CatalogState:
 class StashStore(ABC):
     """The stash tables of one environment. Every method is one transaction.
 
+    State: an `upper` and a `since` (both 0 in a fresh environment), the
+    objects (the catalog at `upper - 1`: every logged update added up), the
+    update log (every update at times in `(since, upper)`, and the updates at
+    times `<= since` consolidated into rows at `since`), and each writer's last
+    append token. The epoch row is the `config` object `EPOCH_KEY`, written by
+    appends like any object. Every handle on one environment (from any
+    process) shares this state, and every method takes effect at one instant
+    between its call and its return.
+
     Failures raise `ExternalError` after the implementation's retries; every
-    method is safe to retry (`append` through its `token`).
+    method is safe to retry (`append` through its `token`). `Fenced` is an
+    answer, not a failure: it is never retried.
     """
 
     @abstractmethod
@@ -89,7 +99,8 @@ class StashStore(ABC):
 
     @abstractmethod
     async def read_state(self) -> tuple[int, CatalogState]:
-        """`(upper, the objects)`, consistent with each other."""
+        """`(upper, the objects)`, consistent with each other (the objects are
+        the catalog at `upper - 1`; none while the upper is 0)."""
 
     @abstractmethod
     async def read_log(self, lo: int) -> tuple[int, list[CatalogUpdate]] | None:
@@ -98,7 +109,8 @@ class StashStore(ABC):
 
     @abstractmethod
     async def snapshot(self, ts: int) -> CatalogState | None:
-        """The state at `ts` (caller ensures `ts < upper`), None if `ts < since`."""
+        """The state at `ts` (caller ensures `ts < upper`): the logged updates at
+        times `<= ts` added up. None if `ts < since`."""
 
     @abstractmethod
     async def append(
@@ -106,30 +118,43 @@ class StashStore(ABC):
         epoch: int | None, writer: str, token: str,
     ) -> AppendResult:
         """In one transaction: lock the meta row; if `writer`'s last committed
-        append carries `token`, return `Appended` (this is a retry of it, however
-        far the upper moved since); if `epoch` is given and the epoch row differs,
-        raise `Fenced`; if the upper is not `expected_upper`, return `Conflict`;
-        else apply and log `updates`, set the upper, and record `token` as
-        `writer`'s last. A writer issues one append at a time, so retrying an
-        append with its token after an `Indeterminate` failure is safe."""
+        append carries `token`, return `Appended(new_upper)` (this is a retry of
+        it, however far the upper moved since); if `epoch` is given and the
+        epoch row differs (or is missing), raise `Fenced`; if the upper is not
+        `expected_upper`, return `Conflict(the upper)`; else apply and log
+        `updates`, set the upper to `new_upper`, record `token` as `writer`'s
+        last and return `Appended(new_upper)`. Nothing is written unless the
+        result is a first `Appended`.
+
+        The caller ensures `expected_upper < new_upper` and that every update's
+        time is in `[expected_upper, new_upper)` and consistent with the objects.
+        A writer issues one append at a time, so retrying an append with its
+        token after an `Indeterminate` failure is safe; tokens are per writer.
+        """
 
     @abstractmethod
     async def confirm(self, epoch: int) -> None:
-        """One transaction that locks the meta row and checks the epoch row.
+        """One transaction that locks the meta row and checks the epoch row
+        (returns iff it holds `epoch`).
 
         Raises:
-            Fenced: the epoch row holds another epoch.
+            Fenced: the epoch row holds another epoch (or is missing).
         """
 
     @abstractmethod
     async def compact(self, since: int) -> None:
         """Raises the since to `since` (never lowers it), consolidating the log
-        rows at times `<= since` into rows at `since`."""
+        rows at times `<= since` into rows at `since`. The caller ensures
+        `since < upper`. Idempotent."""
 
     @abstractmethod
     async def wait_for_change(self, upper: int) -> None:
-        """Returns when the upper may have moved past `upper`: at once if it did,
-        else after a local write or a poll interval."""
+        """Returns once the upper may have moved past `upper`: when a write
+        through this handle completes, or after at most the implementation's
+        poll interval, which bounds the wait whoever moved the upper (a store
+        whose every write is local polls nothing: it returns at once if the
+        upper is already past `upper`). May return when nothing changed:
+        callers re-read the upper."""
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Releases connections."""

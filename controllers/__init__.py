@@ -30,12 +30,12 @@ from controllers.commands import (
 )
 from controllers.compute import ComputeConfig, ComputeController, PeekWaiters
 from controllers.derive import derive, derive_event
+from controllers.frontier import CatalogFollower, ReadHold
 from controllers.replica import REPLICA_LATENCIES, Replica
 from controllers.storage import (
     AppendConflict,
     AppendOk,
     AppendResult,
-    ReadHold,
     StorageConfig,
     StorageController,
 )
@@ -60,6 +60,7 @@ __all__ = [
     "AppendOk",
     "AppendResult",
     "CancelPeek",
+    "CatalogFollower",
     "Command",
     "Comparison",
     "ComputeConfig",

@@ -33,6 +33,10 @@ Responses (`PeekResponse`, `FrontierUppers` when a collection's upper advances
 on some replica, `DroppedIds`) go to the owner's sink — a callable or an
 unbounded anyio memory object stream: the event loop's controller-response
 queue, or `PeekWaiters` for per-peek waiters in the decoupled design.
+
+One module past 500 lines on purpose: the paths above all read and change one
+state (collections, clusters and their replicas, peeks waiting and in flight),
+which they must keep consistent with each other.
 """
 
 from __future__ import annotations
@@ -48,13 +52,13 @@ from controllers.commands import (
     UNKNOWN_CLUSTER,
     UNKNOWN_COLLECTION,
     AdvanceCatalogFrontier,
-    AllowCompaction,
     CancelPeek,
     ComputeResponse,
     CreateCluster,
     CreateDataflow,
     CreateReplica,
     CreateTable,
+    DeterministicCommand,
     DropCluster,
     DropDataflow,
     DroppedIds,
@@ -66,6 +70,7 @@ from controllers.commands import (
     PeekError,
     PeekResponse,
 )
+from controllers.frontier import CatalogFollower, ReadHold
 from controllers.replica import (
     Replica,
     ReplicaAllowCompaction,
@@ -93,7 +98,6 @@ __all__ = [
     "ComputeCommand",
     "ComputeConfig",
     "ComputeController",
-    "ComputeReadHold",
     "ComputeStatistics",
     "PeekWaiters",
     "ResponseSink",
@@ -105,20 +109,9 @@ UNDEFINED_COLUMN = "42703"
 #: not a table).
 UNSUPPORTED = "0A000"
 
-ComputeCommand: TypeAlias = (
-    CreateTable
-    | DropTable
-    | CreateCluster
-    | DropCluster
-    | CreateReplica
-    | DropReplica
-    | CreateDataflow
-    | DropDataflow
-    | AllowCompaction
-    | AdvanceCatalogFrontier
-    | Peek
-    | CancelPeek
-)
+#: Everything the compute controller takes: the deterministic commands (it
+#: keeps tables too, to peek them through persist) and the peek commands.
+ComputeCommand: TypeAlias = DeterministicCommand | Peek | CancelPeek
 
 #: Where responses go; must not block (the controller calls it from its tasks).
 ResponseSink: TypeAlias = "Callable[[ComputeResponse], None]"
@@ -166,24 +159,6 @@ class _Dataflow:
 
 
 @final
-class ComputeReadHold:
-    """Keeps dataflow `id` peekable at `ts` (its since at or below `ts`) until
-    released: the controller allows no replica to compact past it."""
-
-    def __init__(self, controller: ComputeController, collection_id: int, ts: int) -> None:
-        self._ctl = controller
-        self.id = collection_id
-        self.ts = ts
-        self._released = False
-
-    def release(self) -> None:
-        """Idempotent: releasing twice releases once."""
-        if not self._released:
-            self._released = True
-            self._ctl._release(self)
-
-
-@final
 @dataclass
 class _Cluster:
     id: int
@@ -200,7 +175,7 @@ class _InFlight:
 
 
 @final
-class ComputeController(TaskOwner):
+class ComputeController(CatalogFollower, TaskOwner):
     """Owned via `async with`: replicas run as tasks in its task group."""
 
     def __init__(
@@ -211,6 +186,7 @@ class ComputeController(TaskOwner):
         *,
         config: ComputeConfig = ComputeConfig(),
     ) -> None:
+        super().__init__()
         self._persist = persist
         self._rt = rt
         # An anyio memory stream must be unbounded: the controller never blocks.
@@ -218,8 +194,6 @@ class ComputeController(TaskOwner):
             respond.send_nowait if isinstance(respond, MemoryObjectSendStream) else respond
         )
         self.config = config
-        self._frontier = 0
-        self._frontier_changed = anyio.Event()
         self._tables: dict[int, _Table] = {}
         self._dataflows: dict[int, _Dataflow] = {}
         self._clusters: dict[int, _Cluster] = {}
@@ -230,15 +204,6 @@ class ComputeController(TaskOwner):
         self._stats = collections.Counter[str]()
 
     # --- inspection ------------------------------------------------------------------------
-
-    @property
-    def catalog_frontier(self) -> int:
-        """Every catalog change at times `< catalog_frontier` has been applied."""
-        return self._frontier
-
-    async def wait_catalog_frontier(self, catalog_ts: int) -> None:
-        while self._frontier <= catalog_ts:
-            await self._frontier_changed.wait()
 
     def upper(self, collection_id: int) -> Frontier:
         """A dataflow's upper on its most advanced replica."""
@@ -253,7 +218,7 @@ class ComputeController(TaskOwner):
         df = self._dataflows.get(collection_id)
         return None if df is None else df.since
 
-    def read_hold(self, collection_id: int, ts: int) -> ComputeReadHold:
+    def read_hold(self, collection_id: int, ts: int) -> ReadHold:
         """Holds the dataflow peekable at `ts`; below its since (or before it
         hydrated) is `InvalidUsage`."""
         df = self._dataflows.get(collection_id)
@@ -261,9 +226,9 @@ class ComputeController(TaskOwner):
             since = None if df is None else df.since
             raise InvalidUsage(f"dataflow {collection_id}: cannot hold {ts} (since {since})")
         df.holds.append(ts)
-        return ComputeReadHold(self, collection_id, ts)
+        return ReadHold(collection_id, ts, self._release)
 
-    def _release(self, hold: ComputeReadHold) -> None:
+    def _release(self, hold: ReadHold) -> None:
         df = self._dataflows.get(hold.id)
         if df is not None:
             df.holds.remove(hold.ts)
@@ -358,13 +323,8 @@ class ComputeController(TaskOwner):
                 self._maybe_compact(df, force=True)
 
     def _advance(self, ts: int) -> None:
-        if ts < self._frontier:
-            raise InvalidUsage(f"catalog frontier cannot regress from {self._frontier} to {ts}")
-        if ts == self._frontier:
+        if not self._advance_catalog_frontier(ts):
             return
-        self._frontier = ts
-        self._frontier_changed.set()
-        self._frontier_changed = anyio.Event()
         ready = [p for p in self._waiting if p.catalog_ts < ts]
         self._waiting = [p for p in self._waiting if p.catalog_ts >= ts]
         for p in ready:
@@ -456,7 +416,7 @@ class ComputeController(TaskOwner):
             raise InvalidUsage(f"peek id {peek.peek_id} was already used")
         self._peek_ids.add(peek.peek_id)
         self._stats["peeks"] += 1
-        if peek.catalog_ts < self._frontier or self.config.ignore_catalog_ts:
+        if peek.catalog_ts < self.catalog_frontier or self.config.ignore_catalog_ts:
             self._dispatch(peek)
         else:
             self._stats["gated"] += 1

@@ -24,6 +24,10 @@ Paths (each cost is a named latency; see `REPLICA_LATENCIES`):
 
 CPU work holds one of the replica's `workers` modeled cores (`Runtime.cpu`), so
 hydration delays peeks on the same replica, as a busy clusterd does.
+
+One module past 500 lines on purpose: the replica protocol (the `Replica*`
+commands), its costs and `evaluate` exist only for `Replica`, and its paths
+above (delivery, dataflows, peeks, crash/restart) share one incarnation's state.
 """
 
 from __future__ import annotations

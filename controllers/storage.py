@@ -36,6 +36,7 @@ from controllers.commands import (
     DeterministicCommand,
     DropTable,
 )
+from controllers.frontier import CatalogFollower, ReadHold
 from controllers.transform import encode_row
 from persist.client import Appended, UpperMismatch
 from persist.codec import Update
@@ -56,7 +57,6 @@ __all__ = [
     "AppendConflict",
     "AppendOk",
     "AppendResult",
-    "ReadHold",
     "StorageCommand",
     "StorageConfig",
     "StorageController",
@@ -130,33 +130,15 @@ class _Table:
 
 
 @final
-class ReadHold:
-    """Keeps table `id` readable at `ts` (its since at or below `ts`) until released."""
-
-    def __init__(self, controller: StorageController, table_id: int, ts: int) -> None:
-        self._ctl = controller
-        self.id = table_id
-        self.ts = ts
-        self._released = False
-
-    def release(self) -> None:
-        """Idempotent: releasing twice releases once."""
-        if not self._released:
-            self._released = True
-            self._ctl._release(self)
-
-
-@final
-class StorageController(TaskOwner):
+class StorageController(CatalogFollower, TaskOwner):
     """Tables as persist shards; owned via `async with` (its compaction task)."""
 
     def __init__(self, persist: PersistClient, rt: Runtime, *, config: StorageConfig = StorageConfig()) -> None:
+        super().__init__()
         self._persist = persist
         self._rt = rt
         self.config = config
         self._tables: dict[int, _Table] = {}
-        self._frontier = 0
-        self._frontier_changed = anyio.Event()
         self._lock = anyio.Lock()
         self._tg: TaskGroup | None = None
         self._dirty: list[int] = []
@@ -165,18 +147,6 @@ class StorageController(TaskOwner):
 
     def _start_background(self, tg: TaskGroup) -> None:
         tg.start_soon(self._compaction_loop)
-
-    # --- catalog frontier ---------------------------------------------------------------
-
-    @property
-    def catalog_frontier(self) -> int:
-        """Every catalog change at times `< catalog_frontier` has been applied."""
-        return self._frontier
-
-    async def wait_catalog_frontier(self, catalog_ts: int) -> None:
-        """Waits until the catalog frontier is beyond `catalog_ts`."""
-        while self._frontier <= catalog_ts:
-            await self._frontier_changed.wait()
 
     # --- deterministic commands --------------------------------------------------------
 
@@ -187,12 +157,7 @@ class StorageController(TaskOwner):
         if not isinstance(cmd, StorageCommand):
             return
         if isinstance(cmd, AdvanceCatalogFrontier):
-            if cmd.ts < self._frontier:
-                raise InvalidUsage(f"catalog frontier cannot regress from {self._frontier} to {cmd.ts}")
-            if cmd.ts > self._frontier:
-                self._frontier = cmd.ts
-                self._frontier_changed.set()
-                self._frontier_changed = anyio.Event()
+            self._advance_catalog_frontier(cmd.ts)
             return
         if isinstance(cmd, AllowCompaction):
             t = self._tables.get(cmd.id)
@@ -310,7 +275,7 @@ class StorageController(TaskOwner):
         if ts < t.since:
             raise InvalidUsage(f"table {table_id}: cannot hold {ts}, below its since {t.since}")
         t.holds.append(ts)
-        return ReadHold(self, table_id, ts)
+        return ReadHold(table_id, ts, self._release)
 
     def _release(self, hold: ReadHold) -> None:
         t = self._tables.get(hold.id)

@@ -37,7 +37,7 @@ Paths:
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Self, final
+from typing import TYPE_CHECKING, final
 
 import anyio
 
@@ -46,7 +46,6 @@ from controllers.commands import AdvanceCatalogFrontier, Peek
 from controllers.compute import PeekWaiters
 from controllers.derive import derive, derive_event
 from coordinator.config import GroupCommitPolicy
-from coordinator.environment import open_incarnation
 from coordinator.group_commit import PendingWrite, group_commit
 from coordinator.peeks import (
     MAX_PEEK_ATTEMPTS,
@@ -70,15 +69,13 @@ from coordinator.statements import (
 )
 from oracle.stash import Fenced as OracleFenced
 from sim.runtime.errors import ExternalError
-from sim.runtime.tasks import AsyncExitStack
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
-    from types import TracebackType
 
     from anyio.abc import TaskGroup
 
-    from controllers.commands import DeterministicCommand
+    from controllers.commands import ComputeResponse, DeterministicCommand
     from coordinator.config import CoordinatorConfig
     from coordinator.environment import Environment
     from coordinator.events import EventSink
@@ -107,8 +104,6 @@ class DecoupledCoordinator(RunningCoordinator):
     ) -> None:
         super().__init__(config, env, rt, cores=config.cores, events=events, actor=actor)
         self._waiters = PeekWaiters()
-        self._tg: TaskGroup | None = None
-        self._stack: AsyncExitStack | None = None
         self._peek_ids = itertools.count(1)
         self._pending: list[PendingWrite] = []
         self._gc_wake = anyio.Event()
@@ -119,40 +114,28 @@ class DecoupledCoordinator(RunningCoordinator):
 
     # --- lifecycle -------------------------------------------------------------------
 
-    async def __aenter__(self) -> Self:
-        async with AsyncExitStack() as stack:
-            self._inc = await stack.enter_async_context(
-                open_incarnation(
-                    self._env,
-                    self.config,
-                    self._rt,
-                    self._waiters,
-                    derive_commands=False,
-                    events=self.event_sink,
-                    actor=self.actor,
-                )
-            )
-            self._tg = await stack.enter_async_context(anyio.create_task_group())
-            stack.callback(self._tg.cancel_scope.cancel)
-            inc = self._inc
-            storage_ready, compute_ready = anyio.Event(), anyio.Event()
+    #: The command tasks derive the controllers' commands from a subscription.
+    _DERIVE_COMMANDS = False
 
-            async def to_compute(cmd: DeterministicCommand) -> None:
-                inc.compute.send(cmd)
+    async def _start(self, tg: TaskGroup) -> None:
+        """Starts the command tasks and group commit; returns once both
+        controllers have caught up with the catalog."""
+        inc = self.incarnation
+        storage_ready, compute_ready = anyio.Event(), anyio.Event()
 
-            self._tg.start_soon(self._command_task, inc.storage.apply, storage_ready)
-            self._tg.start_soon(self._command_task, to_compute, compute_ready)
-            self._tg.start_soon(self._group_commit_task)
-            await storage_ready.wait()
-            await compute_ready.wait()
-            self._stack = stack.pop_all()
-        return self
+        async def to_compute(cmd: DeterministicCommand) -> None:
+            inc.compute.send(cmd)
 
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        stack, self._stack = self._stack, None
-        assert stack is not None
+        tg.start_soon(self._command_task, inc.storage.apply, storage_ready)
+        tg.start_soon(self._command_task, to_compute, compute_ready)
+        tg.start_soon(self._group_commit_task)
+        await storage_ready.wait()
+        await compute_ready.wait()
+
+    def _on_response(self, response: ComputeResponse) -> None:
+        self._waiters(response)
+
+    def _stopping(self) -> None:
         # Statements in flight run in their callers' tasks: cancel them first, so
         # each answers (57P01, or 08007 if it may have taken effect) before the
         # components it waits on close under it.
@@ -161,7 +144,6 @@ class DecoupledCoordinator(RunningCoordinator):
         shutdown = SqlError(SqlState.ADMIN_SHUTDOWN, "the coordinator shut down")
         for w in self._pending:
             w.resolve(None, shutdown)
-        return await stack.__aexit__(et, e, tb)
 
     # --- the controllers' command tasks ----------------------------------------------
 
@@ -170,9 +152,8 @@ class DecoupledCoordinator(RunningCoordinator):
     ) -> None:
         """Subscribes to the catalog and forwards the derived commands in order,
         advancing the controller's catalog frontier as the subscription does."""
-        catalog = self.incarnation.catalog
-        as_of = catalog.cached_upper - 1
-        async with await catalog.subscribe_at(as_of) as sub:
+        as_of = self._catalog_ts()
+        async with await self.incarnation.catalog.subscribe_at(as_of) as sub:
             for cmd in derive(sub.snapshot.as_updates(as_of)):
                 await apply(cmd)
             await apply(AdvanceCatalogFrontier(as_of + 1))
@@ -186,13 +167,7 @@ class DecoupledCoordinator(RunningCoordinator):
 
     # --- the client API --------------------------------------------------------------
 
-    async def execute(self, session: Session, statement: Statement) -> Result:
-        if self._fenced is not None:
-            return Result.failed(self._fenced)
-        if self._inc is None:
-            return Result.failed(
-                SqlError(SqlState.ADMIN_SHUTDOWN, "the coordinator is not running")
-            )
+    async def _serve(self, session: Session, statement: Statement) -> Result:
         self._counts["statements"] += 1
         with anyio.CancelScope() as scope:
             self._statements[scope] = None
@@ -278,7 +253,7 @@ class DecoupledCoordinator(RunningCoordinator):
             tx = inc.catalog.transaction()
             apply_ddl(tx, CatalogView(tx.state), stmt)
             if tx.is_empty():
-                return Result(catalog_ts=inc.catalog.cached_upper - 1)
+                return Result(catalog_ts=self._catalog_ts())
             start = self._rt.now()
             try:
                 result = await inc.catalog.commit_transaction(tx)
@@ -338,13 +313,7 @@ class DecoupledCoordinator(RunningCoordinator):
         await self._cpu(costs.write_sequence + costs.per_row * len(write.updates))
         pending = PendingWrite(write.table_id, write.updates, catalog_ts)
         await self._commit(pending)
-        if pending.error is not None:
-            return Result.failed(
-                pending.error, write_ts=pending.write_ts, catalog_ts=pending.catalog_ts
-            )
-        return Result(
-            rows_affected=len(write.updates), write_ts=pending.write_ts, catalog_ts=catalog_ts
-        )
+        return pending.result(len(write.updates))
 
     async def _commit(self, pending: PendingWrite) -> None:
         self._pending.append(pending)
@@ -366,19 +335,7 @@ class DecoupledCoordinator(RunningCoordinator):
             await self._cpu(costs.write_sequence + costs.per_row * len(diffs))
             pending = PendingWrite(rtw.table_id, diffs, catalog_ts)
             await self._commit(pending)
-        if pending.error is not None:
-            return Result.failed(
-                pending.error,
-                read_ts=read_ts,
-                write_ts=pending.write_ts,
-                catalog_ts=pending.catalog_ts,
-            )
-        return Result(
-            rows_affected=len(read.rows),
-            read_ts=read_ts,
-            write_ts=pending.write_ts,
-            catalog_ts=catalog_ts,
-        )
+        return pending.result(len(read.rows), read_ts=read_ts)
 
     async def _group_commit_task(self) -> None:
         """Commits pending writes (at most one commit in flight); every

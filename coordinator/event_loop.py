@@ -49,6 +49,11 @@ Paths (seed 000, seed 001, DESIGN.md §6):
 Known-bad variants: `fifo_event_loop` (one queue in arrival order, no
 priorities) and `skip_confirm_leadership` (reply to peeks without the durable
 check, so a deposed coordinator's stale reads go unnoticed).
+
+One module past 500 lines on purpose: every handler runs on the one loop and
+shares its state (queues, peeks in flight, the confirm buffer, pending
+writes); what both architectures share lives in `running.py`, `peeks.py` and
+`group_commit.py`.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Literal, Self, final
+from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 import anyio
 
@@ -64,7 +69,7 @@ from catalog.api import Conflict, Fenced
 from controllers.commands import Peek, PeekResponse
 from controllers.derive import derive
 from coordinator.config import GroupCommitPolicy, OracleCalls
-from coordinator.environment import advance_catalog_frontier, open_incarnation
+from coordinator.environment import advance_catalog_frontier
 from coordinator.group_commit import GroupCommit, PendingWrite
 from coordinator.peeks import (
     MAX_PEEK_ATTEMPTS,
@@ -88,19 +93,17 @@ from coordinator.statements import (
 )
 from oracle.stash import Fenced as OracleFenced
 from sim.runtime.errors import ExternalError
-from sim.runtime.tasks import AsyncExitStack
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
-    from types import TracebackType
 
     from anyio.abc import TaskGroup
 
     from controllers.commands import ComputeResponse
+    from controllers.frontier import ReadHold
     from coordinator.config import CoordinatorConfig
     from coordinator.environment import Environment
     from coordinator.events import EventSink
-    from coordinator.peeks import Hold
     from coordinator.session import Session
     from coordinator.statements import Statement
     from sim.runtime.core import Runtime
@@ -139,7 +142,7 @@ class _PeekJob:
     catalog_ts: int | None = None
     oracle_ts: int = 0  # the oracle's read_ts it was chosen from
     at_least: int = 0  # a rehydrated replica's since (`below_since`)
-    hold: Hold | None = None  # the collection held at read_ts until the answer
+    hold: ReadHold | None = None  # the collection held at read_ts until the answer
     attempts: int = 0
 
 
@@ -160,8 +163,6 @@ class EventLoopCoordinator(RunningCoordinator):
         self._queues: dict[_Queue, deque[tuple[int, Any]]] = {q: deque() for q in _PRIORITY}
         self._arrivals = itertools.count()
         self._wake = anyio.Event()
-        self._tg: TaskGroup | None = None
-        self._stack: AsyncExitStack | None = None
         self._peek_ids = itertools.count(1)
         self._peeks: dict[int, _PeekJob] = {}
         # Answers that read coordinator state and wait for one confirm_leadership:
@@ -176,34 +177,12 @@ class EventLoopCoordinator(RunningCoordinator):
 
     # --- lifecycle -------------------------------------------------------------------
 
-    async def __aenter__(self) -> Self:
-        async with AsyncExitStack() as stack:
-            self._inc = await stack.enter_async_context(
-                open_incarnation(
-                    self._env,
-                    self.config,
-                    self._rt,
-                    self._on_response,
-                    events=self.event_sink,
-                    actor=self.actor,
-                )
-            )
-            stack.callback(self._fail_open_requests)
-            self._tg = await stack.enter_async_context(anyio.create_task_group())
-            stack.callback(self._tg.cancel_scope.cancel)
-            self._tg.start_soon(self._run_loop)
-            self._tg.start_soon(self._periodic_group_commit)
-            self._stack = stack.pop_all()
-        return self
+    async def _start(self, tg: TaskGroup) -> None:
+        tg.start_soon(self._run_loop)
+        tg.start_soon(self._periodic_group_commit)
 
-    async def __aexit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> bool | None:
-        stack, self._stack = self._stack, None
-        assert stack is not None
-        return await stack.__aexit__(et, e, tb)
-
-    def _fail_open_requests(self) -> None:
+    def _stopped(self) -> None:
+        """Fails the statements still waiting for a reply: the loop is gone."""
         shutdown = SqlError(SqlState.ADMIN_SHUTDOWN, "the coordinator shut down")
         for req in self._open_requests:
             req.reply(Result.failed(shutdown))
@@ -214,13 +193,7 @@ class EventLoopCoordinator(RunningCoordinator):
 
     # --- the client API --------------------------------------------------------------
 
-    async def execute(self, session: Session, statement: Statement) -> Result:
-        if self._fenced is not None:
-            return Result.failed(self._fenced)
-        if self._tg is None:
-            return Result.failed(
-                SqlError(SqlState.ADMIN_SHUTDOWN, "the coordinator is not running")
-            )
+    async def _serve(self, session: Session, statement: Statement) -> Result:
         req = _Request(session, statement)
         self._open_requests.append(req)
         self._post("external", req)
@@ -304,11 +277,6 @@ class EventLoopCoordinator(RunningCoordinator):
 
     def _internal(self, fn: Callable[[], Awaitable[None]]) -> None:
         self._post("internal", fn)
-
-    # --- planning helpers ----------------------------------------------------------
-
-    def _catalog_ts(self) -> int:
-        return self.incarnation.catalog.cached_upper - 1
 
     # --- client messages -----------------------------------------------------------
 
@@ -600,16 +568,8 @@ class EventLoopCoordinator(RunningCoordinator):
         await self._cpu(costs.group_commit + costs.per_row * rows)
         self._gc_in_flight -= 1
         for w, req in batch:
-            if req is None:
-                continue  # a read-then-write: its task replies
-            if w.error is not None:
-                req.reply(Result.failed(w.error, write_ts=w.write_ts, catalog_ts=w.catalog_ts))
-            else:
-                req.reply(
-                    Result(
-                        rows_affected=len(w.updates), write_ts=w.write_ts, catalog_ts=w.catalog_ts
-                    )
-                )
+            if req is not None:  # else a read-then-write: its task replies
+                req.reply(w.result(len(w.updates)))
         if any(w.error is not None and w.error.code is SqlState.ADMIN_SHUTDOWN for w, _ in batch):
             self._fence(RuntimeError("a table append was fenced"))
         # Writes that arrived while this commit was in flight: their triggers
@@ -667,8 +627,4 @@ class EventLoopCoordinator(RunningCoordinator):
 
             self._internal(submit)
             await pending.done.wait()
-        rts, wts, cts = read[0].read_ts, pending.write_ts, pending.catalog_ts
-        if pending.error is not None:
-            req.reply(Result.failed(pending.error, read_ts=rts, write_ts=wts, catalog_ts=cts))
-        else:
-            req.reply(Result(rows_affected=len(rows), read_ts=rts, write_ts=wts, catalog_ts=cts))
+        req.reply(pending.result(len(rows), read_ts=read[0].read_ts))

@@ -27,6 +27,7 @@ import anyio
 
 from controllers.commands import Append
 from controllers.storage import AppendConflict
+from coordinator.session import Result
 from coordinator.statements import SqlError, SqlState
 from oracle.stash import Fenced
 from sim.runtime.errors import ExternalError
@@ -56,6 +57,20 @@ class PendingWrite:
     def resolve(self, write_ts: int | None, error: SqlError | None) -> None:
         self.write_ts, self.error = write_ts, error
         self.done.set()
+
+    def result(self, rows_affected: int, *, read_ts: int | None = None) -> Result:
+        """The client's answer once resolved: its error, or `rows_affected` (the
+        write's rows, or the rows a read-then-write matched at `read_ts`)."""
+        if self.error is not None:
+            return Result.failed(
+                self.error, read_ts=read_ts, write_ts=self.write_ts, catalog_ts=self.catalog_ts
+            )
+        return Result(
+            rows_affected=rows_affected,
+            read_ts=read_ts,
+            write_ts=self.write_ts,
+            catalog_ts=self.catalog_ts,
+        )
 
 
 @final

@@ -25,7 +25,7 @@ so histories can record them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Final
 
 from controllers.commands import PeekError, PeekResponse, PeekRows
 from coordinator.session import Result
@@ -34,6 +34,7 @@ from sim.runtime.errors import ExternalError
 
 if TYPE_CHECKING:
     from controllers.compute import ComputeController
+    from controllers.frontier import ReadHold
     from controllers.storage import StorageController
     from coordinator.planner import PeekPlan
     from oracle.api import TimestampOracle
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_PEEK_ATTEMPTS",
-    "Hold",
     "below_since",
     "choose_timestamp",
     "constant_result",
@@ -59,15 +59,9 @@ _LINEARIZE_S: Final = 10.0
 _POLL_S: Final = 0.001
 
 
-class Hold(Protocol):
-    """A read hold of either controller: keeps a collection readable until released."""
-
-    def release(self) -> None: ...
-
-
 def choose_timestamp(
     storage: StorageController, compute: ComputeController, plan: PeekPlan, read_ts: int, *, at_least: int = 0
-) -> tuple[int, Hold | None]:
+) -> tuple[int, ReadHold | None]:
     """The peek's timestamp — the latest of `read_ts`, `at_least` and the
     collection's since — and a read hold at it; or `(that, None)` for a
     collection neither controller knows yet (the peek then answers 42P01 or

@@ -1,22 +1,36 @@
 """What both architectures keep while running: the incarnation they opened, the
-modeled cores their CPU work runs on, counters, the catalog view cache and the
-fenced state. Only scheduling differs between them; this is the rest."""
+task group their tasks run in, the modeled cores their CPU work runs on,
+counters, the catalog view cache and the fenced state — and the lifecycle that
+opens and closes them. Only scheduling differs between them (the hooks
+`_start`, `_serve`, `_on_response`, `_stopping`, `_stopped`); this is the rest."""
 
 from __future__ import annotations
 
 import collections
-from typing import TYPE_CHECKING
+from abc import abstractmethod
+from typing import TYPE_CHECKING, ClassVar, Self
 
+import anyio
+
+from coordinator.environment import open_incarnation
 from coordinator.group_commit import GroupCommitStats
 from coordinator.planner import CatalogView
-from coordinator.session import Coordinator, CoordinatorStatistics
+from coordinator.session import Coordinator, CoordinatorStatistics, Result
 from coordinator.statements import SqlError, SqlState
 from oracle.api import CATALOG_TIMELINE
+from sim.runtime.tasks import AsyncExitStack
 
 if TYPE_CHECKING:
+    from types import TracebackType
+
+    from anyio.abc import TaskGroup
+
+    from controllers.commands import ComputeResponse
     from coordinator.config import CoordinatorConfig
     from coordinator.environment import Environment, Incarnation
     from coordinator.events import EventSink
+    from coordinator.session import Session
+    from coordinator.statements import Statement
     from sim.runtime.core import Runtime
 
 __all__ = ["RunningCoordinator"]
@@ -28,6 +42,10 @@ class RunningCoordinator(Coordinator):
     Args:
         cores: the modeled cores CPU work runs on (the event loop has one).
     """
+
+    #: Whether opening the incarnation feeds the catalog's contents to the
+    #: controllers (`open_incarnation`'s `derive_commands`).
+    _DERIVE_COMMANDS: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -45,11 +63,74 @@ class RunningCoordinator(Coordinator):
         self._catalog_timeline = env.timeline(CATALOG_TIMELINE)
         self._pool = rt.core_pool(cores, actor)
         self._inc: Incarnation | None = None
+        self._tg: TaskGroup | None = None
+        self._stack: AsyncExitStack | None = None
         self._view: tuple[int, CatalogView] | None = None
         self._fenced: SqlError | None = None
         self._gc_stats = GroupCommitStats()
         #: statements, peeks, writes, ddl, confirms, conflicts, loop_messages
         self._counts = collections.Counter[str]()
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        async with AsyncExitStack() as stack:
+            self._inc = await stack.enter_async_context(
+                open_incarnation(
+                    self._env,
+                    self.config,
+                    self._rt,
+                    self._on_response,
+                    derive_commands=self._DERIVE_COMMANDS,
+                    events=self.event_sink,
+                    actor=self.actor,
+                )
+            )
+            stack.callback(self._stopped)
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(self._tg.cancel_scope.cancel)
+            await self._start(self._tg)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
+        stack, self._stack = self._stack, None
+        assert stack is not None
+        self._stopping()
+        return await stack.__aexit__(et, e, tb)
+
+    @abstractmethod
+    async def _start(self, tg: TaskGroup) -> None:
+        """Starts the architecture's tasks in `tg` (the incarnation is open)."""
+
+    @abstractmethod
+    def _on_response(self, response: ComputeResponse) -> None:
+        """Takes one compute controller response; must not block."""
+
+    def _stopping(self) -> None:
+        """Shutdown begins: runs before the tasks are cancelled (nothing by default)."""
+
+    def _stopped(self) -> None:
+        """The tasks have ended; runs before the incarnation closes (nothing by default)."""
+
+    # --- the client API --------------------------------------------------------------
+
+    async def execute(self, session: Session, statement: Statement) -> Result:
+        if self._fenced is not None:
+            return Result.failed(self._fenced)
+        if self._tg is None:
+            return Result.failed(
+                SqlError(SqlState.ADMIN_SHUTDOWN, "the coordinator is not running")
+            )
+        return await self._serve(session, statement)
+
+    @abstractmethod
+    async def _serve(self, session: Session, statement: Statement) -> Result:
+        """`execute` on a running coordinator not (yet) known to be fenced."""
+
+    # --- shared state ----------------------------------------------------------------
 
     @property
     def incarnation(self) -> Incarnation:
@@ -90,6 +171,10 @@ class RunningCoordinator(Coordinator):
                 SqlState.ADMIN_SHUTDOWN, f"fenced by a newer coordinator: {exc}"
             )
         return self._fenced
+
+    def _catalog_ts(self) -> int:
+        """The time of the cached catalog (the catalog's contents a plan sees)."""
+        return self.incarnation.catalog.cached_upper - 1
 
     def _catalog_view(self) -> CatalogView:
         """Name lookups over the cached catalog, rebuilt when the cache moves."""

@@ -1,9 +1,9 @@
 """The timestamp oracle of seed 000: one linearizable source of timestamps per timeline.
 
-The contract lives in the `TimestampOracle` docstrings; every implementation (in
-memory with a stash, Postgres/CockroachDB, batching) passes the one conformance
-suite in `oracle.testing`, which also holds the linearizability checker that
-verifies these guarantees on recorded histories.
+The contract lives in the `TimestampOracle` docstrings; its guarantees over
+histories are the table in `oracle.spec`, which both the conformance suite every
+implementation passes (`oracle.testing`: in memory with a stash,
+Postgres/CockroachDB, batching) and the trace checker judge by.
 """
 
 from __future__ import annotations
@@ -81,19 +81,27 @@ class TimestampOracle(ABC):
     `read_ts <= write_ts`. Timestamps are int milliseconds (on the real-time
     timeline, since the Unix epoch).
 
-    Guarantees, in real-time order across every handle on the timeline (from
-    any task or process sharing the backing store) — "earlier" means "returned
-    before the later call was invoked":
+    Guarantees across every handle on the timeline (from any task or process
+    sharing the backing store). "Earlier" means "returned before the later call
+    was invoked"; a call that raised may or may not have taken effect, so only 3
+    counts it. `oracle.spec.BOUNDS` states 1-4 as data, and `oracle.spec.check`
+    judges histories by them:
 
     1. `write_ts()` returns a timestamp strictly greater than every timestamp
-       returned by an earlier `write_ts()`, `read_ts()` or `peek_write_ts()`, and
-       than every `ts` of an earlier completed `apply_write(ts)`.
+       returned by an earlier `write_ts()`, `read_ts()` or `peek_write_ts()`,
+       and than every `ts` of an earlier completed `apply_write(ts)`. Calls that
+       overlap still take effect one at a time: no two return the same `ts`.
     2. `read_ts()` returns a timestamp >= every `ts` of an earlier completed
-       `apply_write(ts)`, >= every earlier `read_ts()`, and strictly less than
-       the result of every later `write_ts()` (by 1).
-    3. `write_ts()` alone never advances `read_ts`: a timestamp becomes readable
-       only through `apply_write`, i.e. once its write is done.
-    4. Allocations track the wall clock of the `Runtime` (`rt.wall_ms()`):
+       `apply_write(ts)` and >= every earlier `read_ts()` (and, by 1, < the
+       result of every later `write_ts()`).
+    3. `write_ts()` alone never advances `read_ts`: `read_ts()` returns at most
+       the larger of the timeline's starting point (its `read_ts` when the
+       oracle was opened) and every `ts` of an `apply_write(ts)` invoked before
+       it returned.
+    4. `peek_write_ts()` returns a timestamp >= every earlier `write_ts()`,
+       `peek_write_ts()` and `read_ts()` result and every `ts` of an earlier
+       completed `apply_write(ts)` (and, by 1, < every later `write_ts()`).
+    5. Allocations track the wall clock of the `Runtime` (`rt.wall_ms()`):
        `write_ts()` returns `max(write_ts + 1, wall_ms)`, with `write_ts` the
        state at the instant it takes effect and `wall_ms` read during the call.
 
@@ -115,7 +123,7 @@ class TimestampOracle(ABC):
 
     @abstractmethod
     async def write_ts(self) -> WriteTimestamp:
-        """Allocates a new write timestamp (guarantees 1 and 4).
+        """Allocates a new write timestamp (guarantees 1 and 5).
 
         Returns `WriteTimestamp(ts, advance_to=ts + 1)`; afterwards
         `peek_write_ts() >= ts`. Does not advance `read_ts`.
@@ -123,15 +131,16 @@ class TimestampOracle(ABC):
 
     @abstractmethod
     async def peek_write_ts(self) -> int:
-        """Returns the current `write_ts` without allocating one.
+        """Returns the current `write_ts` without allocating one (guarantee 4).
 
-        It is >= every earlier `write_ts()` result and every earlier completed
-        `apply_write(ts)`, and < every later `write_ts()` result.
+        It is >= every earlier `write_ts()`, `peek_write_ts()` and `read_ts()`
+        result and every earlier completed `apply_write(ts)`, and < every later
+        `write_ts()` result.
         """
 
     @abstractmethod
     async def read_ts(self) -> int:
-        """Returns the timestamp for a linearized read now (guarantee 2)."""
+        """Returns the timestamp for a linearized read now (guarantees 2 and 3)."""
 
     @abstractmethod
     async def apply_write(self, ts: int) -> None:

@@ -9,7 +9,7 @@ guarantees of seed 000 on what clients were actually handed (put it in front of
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar, final
+from typing import TYPE_CHECKING, TypeAlias, TypeVar, final
 
 from oracle.api import TimestampOracle, WriteTimestamp
 
@@ -39,15 +39,16 @@ class OracleCall:
 
 
 #: Receives each finished call; must not block.
-OracleObserver = "Callable[[OracleCall], None]"
+OracleObserver: TypeAlias = "Callable[[OracleCall], None]"
 
 
 @final
 class ObservedOracle(TimestampOracle):
     """Passes every call to `inner` and reports it to `observer` (which must not
-    block). Closing it closes `inner`."""
+    block). Closing it closes `inner`; `async with` it enters `inner`'s context
+    (a `BatchingOracle` runs its worker there)."""
 
-    def __init__(self, inner: TimestampOracle, rt: Runtime, observer: Callable[[OracleCall], None]) -> None:
+    def __init__(self, inner: TimestampOracle, rt: Runtime, observer: OracleObserver) -> None:
         self._inner = inner
         self._rt = rt
         self._observer = observer
@@ -93,3 +94,10 @@ class ObservedOracle(TimestampOracle):
 
     async def close(self) -> None:
         await self._inner.close()
+
+    async def __aenter__(self) -> ObservedOracle:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._inner.__aexit__(*exc_info)

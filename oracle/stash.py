@@ -30,29 +30,43 @@ class Fenced(CoordsimError):
 class TimestampStash(ABC):
     """A small durable store: an epoch (fencing token) and one upper per timeline.
 
+    State: the current epoch (0 until the first `open`) and, per timeline, an
+    upper or nothing. Every handle on one stash (e.g. `PostgresTimestampStash`
+    objects of one name, from any process) shares it, and each method is
+    linearizable over all of them: it takes effect at one instant between its
+    call and its return.
+
     Every method is one durable transaction (a real round trip, or a modeled one
-    in memory). Failures of the store raise `ExternalError`; implementations
-    retry what is safe to retry (every method here is idempotent or, for `open`,
-    harmless to repeat: a repeated bump only skips an epoch).
+    in memory). Misuse — an invalid timeline (`oracle.api.check_timeline`), an
+    upper outside `[0, 2**63 - 1]`, an epoch `open` cannot have returned (< 1),
+    a bool for an int — raises `InvalidUsage` before touching the store.
+    Failures of the store raise `ExternalError`; implementations retry what is
+    safe to retry (every method here is idempotent or, for `open`, harmless to
+    repeat: a repeated bump only skips an epoch). `Fenced` is an answer, not a
+    failure: it is never retried.
     """
 
     @abstractmethod
     async def open(self) -> int:
         """Bumps the epoch and returns the new value, fencing every older opener.
 
-        Two calls (from any processes) never return the same epoch. Read uppers
-        only after `open` returns: then they include every upper written by an
-        older epoch (its writes either committed before the bump or are refused).
+        The result is >= 1 and greater than every epoch an earlier `open` of the
+        stash returned, so two calls (from any processes) never return the same
+        epoch. Read uppers only after `open` returns: then they include every
+        upper written by an older epoch (its writes either committed before the
+        bump or are refused).
         """
 
     @abstractmethod
     async def read_upper(self, timeline: str) -> int | None:
-        """The upper persisted for `timeline`, or None if none ever was."""
+        """The upper persisted for `timeline` (>= every upper a `write_upper` that
+        returned before the call wrote), or None if none ever was."""
 
     @abstractmethod
     async def write_upper(self, timeline: str, upper: int, epoch: int) -> None:
         """In one transaction: checks `epoch` is still current, then raises the
-        persisted upper of `timeline` to at least `upper` (never lowers it).
+        persisted upper of `timeline` to at least `upper` (never lowers it; other
+        timelines are untouched). Idempotent.
 
         Raises:
             Fenced: `epoch` is not the current epoch (nothing written).
@@ -60,7 +74,7 @@ class TimestampStash(ABC):
 
     @abstractmethod
     async def confirm_leadership(self, epoch: int) -> None:
-        """One transaction that checks `epoch` is still current.
+        """One transaction that checks `epoch` is still current (returns iff it is).
 
         Raises:
             Fenced: a newer process has opened the stash.

@@ -3,9 +3,10 @@
 `await check_oracle(make)` runs every documented scenario of `TimestampOracle`
 against fresh timelines (`make(timeline)` opens an oracle; it is used as
 `async with`). `RecordingOracle` records every call as an `OpRecord` (invoke and
-complete on the Runtime clock), and `check_history` verifies the guarantees of
-`oracle.api.TimestampOracle` in real-time order over such records — from one
-task, many tasks, or several processes sharing a clock.
+complete on the Runtime clock), and `check_history` judges such records by the
+guarantees of `oracle.api.TimestampOracle` — the table in `oracle.spec`, which
+the trace checker uses too — from one task, many tasks, or several processes
+sharing a clock.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Final, TypeAlias, final
 import anyio
 
 from oracle.api import MAX_TIMESTAMP, TimestampOracle, WriteTimestamp
+from oracle.spec import Operation, Violation, check
 from sim.runtime.errors import ExternalError, InvalidUsage
 
 if TYPE_CHECKING:
@@ -43,11 +45,10 @@ __all__ = [
 #: Opens an oracle on the given timeline (used as `async with await make(t)`).
 MakeOracle: TypeAlias = "Callable[[str], Awaitable[TimestampOracle]]"
 
-WRITE_TS: Final = "write_ts"
-READ_TS: Final = "read_ts"
-PEEK: Final = "peek_write_ts"
-APPLY: Final = "apply_write"
-_OPS: Final = (WRITE_TS, READ_TS, PEEK, APPLY)
+WRITE_TS: Final = str(Operation.WRITE_TS)
+READ_TS: Final = str(Operation.READ_TS)
+PEEK: Final = str(Operation.PEEK_WRITE_TS)
+APPLY: Final = str(Operation.APPLY_WRITE)
 
 
 class ConformanceFailure(AssertionError):
@@ -105,20 +106,6 @@ class OpRecord:
     def from_json(cls, line: str) -> OpRecord:
         d = json.loads(line)
         return cls(d["client"], d["op"], d["invoke_ns"], d["complete_ns"], d["ts"], d["ok"])
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class Violation:
-    """A broken guarantee: `op` contradicts `cause` (which preceded it in real time)."""
-
-    kind: str
-    op: OpRecord
-    cause: OpRecord | None
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.kind}: {self.message}\n  op:    {self.op}\n  cause: {self.cause}"
 
 
 @final
@@ -187,82 +174,21 @@ class RecordingOracle(TimestampOracle):
 
 # --- The linearizability checker --------------------------------------------------------
 
-# For each kind of operation B: which earlier operations A bound its result from
-# below, and whether strictly (`B.ts > A.ts`) or not (`B.ts >= A.ts`). "Earlier"
-# means A completed successfully before B was invoked. Together these are the
-# guarantees of `TimestampOracle` (write_ts > every earlier timestamp; read_ts >=
-# applied writes and earlier reads, and < every later write_ts, which is the
-# write_ts row seen from the other side; peek_write_ts between the two).
-_LOWER_BOUNDS: Final[dict[str, tuple[frozenset[str], bool, str]]] = {
-    WRITE_TS: (frozenset(_OPS), True, "timestamp-regression"),
-    READ_TS: (frozenset({APPLY, READ_TS}), False, "stale-read-ts"),
-    PEEK: (frozenset(_OPS), False, "timestamp-regression"),
-}
 
+def check_history(
+    records: Iterable[OpRecord], *, read_floor: int = 0
+) -> list[Violation[OpRecord]]:
+    """Every violation of the oracle's guarantees (`oracle.spec.BOUNDS`) in `records`.
 
-def check_history(records: Iterable[OpRecord], *, read_floor: int = 0) -> list[Violation]:
-    """Every violation of the oracle's guarantees in `records`, in real-time order.
+    `read_floor` is the timeline's `read_ts` when recording began (e.g. a
+    restarted memory oracle's persisted upper): no `read_ts` may exceed it
+    unless a write above it was applied. Failed operations (`ok=False`) bound
+    nothing from below, but may have applied; ties in time count as concurrent.
 
-    Besides the lower bounds above, a `read_ts` result must not exceed every
-    timestamp that could have been applied by then: the largest `apply_write`
-    invoked before the read completed (failed ones included: they may have
-    applied), or `read_floor` (the timeline's starting point, e.g. a restarted
-    memory oracle's persisted upper). Anything above reads a write in flight.
-
-    Operations that failed (`ok=False`) bound nothing from below: they may not
-    have happened. Ties in time count as concurrent (so neither bound applies
-    across a tie: the checker never reports what the clock cannot order).
+    Raises:
+        InvalidUsage: a record names no oracle operation.
     """
-    recs = list(records)
-    for r in recs:
-        if r.op not in _OPS:
-            raise InvalidUsage(f"unknown operation {r.op!r} in history")
-    violations: list[Violation] = []
-    done = sorted((r for r in recs if r.ok and r.ts is not None), key=lambda r: r.complete_ns)
-    for kind, (causes, strict, name) in _LOWER_BOUNDS.items():
-        targets = sorted((r for r in recs if r.op == kind and r.ok), key=lambda r: r.invoke_ns)
-        best: OpRecord | None = None
-        i = 0
-        for b in targets:
-            while i < len(done) and done[i].complete_ns < b.invoke_ns:
-                a = done[i]
-                if a.op in causes and (best is None or (a.ts or 0) > (best.ts or 0)):
-                    best = a
-                i += 1
-            if best is None or b.ts is None or best.ts is None:
-                continue
-            if (b.ts <= best.ts) if strict else (b.ts < best.ts):
-                rel = ">" if strict else ">="
-                violations.append(
-                    Violation(
-                        name,
-                        b,
-                        best,
-                        f"{kind} returned {b.ts}, must be {rel} {best.ts} from an earlier {best.op}",
-                    )
-                )
-    # read_ts at most what was applied (or in flight) by the time it returned.
-    applies = sorted((r for r in recs if r.op == APPLY), key=lambda r: r.invoke_ns)
-    reads = sorted((r for r in recs if r.op == READ_TS and r.ok), key=lambda r: r.complete_ns)
-    top: OpRecord | None = None
-    i = 0
-    for b in reads:
-        while i < len(applies) and applies[i].invoke_ns <= b.complete_ns:
-            if top is None or (applies[i].ts or 0) > (top.ts or 0):
-                top = applies[i]
-            i += 1
-        ceiling = max(read_floor, top.ts if top is not None and top.ts is not None else 0)
-        if b.ts is not None and b.ts > ceiling:
-            violations.append(
-                Violation(
-                    "read-beyond-applied",
-                    b,
-                    top,
-                    f"read_ts returned {b.ts}, above every timestamp applied by then ({ceiling})",
-                )
-            )
-    violations.sort(key=lambda v: (v.op.complete_ns, v.kind))
-    return violations
+    return check(list(records), read_floor=read_floor)
 
 
 def assert_linearizable(records: Sequence[OpRecord], *, read_floor: int = 0, show: int = 5) -> None:
@@ -426,21 +352,20 @@ async def _check_monotonic(make: MakeOracle) -> None:
 async def _check_concurrent(
     make: MakeOracle, rt: Runtime, tasks: int
 ) -> None:
-    """Concurrent allocations are distinct; a concurrent mix is linearizable."""
+    """Concurrent allocations, then a concurrent mix, are linearizable (the
+    table's `write_ts != write_ts` bound is what catches duplicate allocations
+    that overlap, as they all do at one virtual instant)."""
     async with await make(fresh_timeline("concurrent")) as o:
-        got: list[int] = []
+        floor = await o.read_ts()  # nothing applied yet: the timeline's starting point
+        rec = RecordingOracle(o, rt)
 
         async def allocate() -> None:
             for _ in range(5):
-                got.append((await o.write_ts()).ts)
+                await rec.write_ts()
 
         async with anyio.create_task_group() as tg:
             for _ in range(tasks):
                 tg.start_soon(allocate)
-        _expect(len(set(got)) == len(got), f"concurrent write_ts returned duplicates: {sorted(got)}")
-
-        floor = await o.read_ts()  # nothing applied yet: the timeline's starting point
-        rec = RecordingOracle(o, rt)
         await run_random_workload(rec, rt, tasks=tasks, ops_per_task=10)
         assert_linearizable(rec.history, read_floor=floor)
 

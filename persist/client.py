@@ -165,7 +165,7 @@ class PersistClient(TaskOwner):
         raise_refusal(refusal, shard_id)
         handle = WriteHandle(self, m, wid, state.upper)
         if heartbeat:
-            self._spawn(handle._heartbeat)
+            self._spawn_heartbeat(handle)
         return handle
 
     async def open_reader(self, shard_id: str, *, heartbeat: bool = True) -> ReadHandle:
@@ -176,13 +176,31 @@ class PersistClient(TaskOwner):
         raise_refusal(refusal, shard_id)
         handle = ReadHandle(self, m, rid, state.readers[rid].since)
         if heartbeat:
-            self._spawn(handle._heartbeat)
+            self._spawn_heartbeat(handle)
         return handle
 
-    def _spawn(self, fn: object) -> None:
+    def _spawn_heartbeat(self, handle: WriteHandle | ReadHandle) -> None:
         if self._tg is None:
             raise InvalidUsage("PersistClient must be used as `async with PersistClient(...)`")
-        self._tg.start_soon(fn)  # type: ignore[arg-type]
+        self._tg.start_soon(self._heartbeat, handle)
+
+    async def _heartbeat(self, handle: WriteHandle | ReadHandle) -> None:
+        """Renews `handle`'s lease every `lease * heartbeat_fraction` until the
+        handle expires (by `expire()`, a failed use, or a refused renewal)."""
+        lease = handle._m.cfg.lease_ms
+        while True:
+            await self.rt.sleep(lease / 1000 * self.config.heartbeat_fraction)
+            if handle._expired:  # set by expire() or a failed use while we slept
+                return
+            try:
+                renewed = await handle._renew_lease()
+            except ExternalError:
+                # The location is down past the retry deadline: try again next
+                # period. If it stays down the lease lapses, which is what a lease
+                # is for; crashing the client's task group would help nobody.
+                continue
+            if not renewed:
+                return
 
     # Background maintenance: compaction and GC, one shard at a time.
 
@@ -409,22 +427,13 @@ class WriteHandle:
         self._expired = True
         await self._m.apply("expire_writer", lambda s: expire_writer(s, self.writer_id))
 
-    async def _heartbeat(self) -> None:
+    async def _renew_lease(self) -> bool:
+        """One heartbeat (`PersistClient._heartbeat`); False once the lease is gone."""
         lease = self._m.cfg.lease_ms
-        while True:
-            await self._client.rt.sleep(lease / 1000 * self._client.config.heartbeat_fraction)
-            if self._expired:  # set by expire() or a failed use while we slept
-                return
-            try:
-                _, refusal = await self._m.apply(
-                    "heartbeat_writer",
-                    lambda s: heartbeat_writer(s, self.writer_id, self._client.rt.wall_ms(), lease),
-                )
-            except ExternalError:
-                # The location is down past the retry deadline: try again next
-                # period. If it stays down the lease lapses, which is what a lease
-                # is for; crashing the client's task group would help nobody.
-                continue
-            if refusal is not None:
-                self._expired = True
-                return
+        _, refusal = await self._m.apply(
+            "heartbeat_writer",
+            lambda s: heartbeat_writer(s, self.writer_id, self._client.rt.wall_ms(), lease),
+        )
+        if refusal is not None:
+            self._expired = True
+        return refusal is None

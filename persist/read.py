@@ -24,7 +24,7 @@ from persist.machine import (
     expire_reader,
     raise_refusal,
 )
-from sim.runtime.errors import ExternalError, InvalidUsage
+from sim.runtime.errors import InvalidUsage
 from sim.runtime.retry import retry_external
 
 if TYPE_CHECKING:
@@ -168,18 +168,14 @@ class ReadHandle:
         self._expired = True
         await self._m.apply("expire_reader", lambda s: expire_reader(s, self.reader_id))
 
-    async def _heartbeat(self) -> None:
-        lease = self._m.cfg.lease_ms
-        while True:
-            await self._client.rt.sleep(lease / 1000 * self._client.config.heartbeat_fraction)
-            if self._expired:  # set by expire() or a failed use while we slept
-                return
-            try:
-                await self._update(self.since)
-            except LeaseExpiredError:
-                return
-            except ExternalError:
-                continue  # as for writers: the lease may lapse, the client lives on
+    async def _renew_lease(self) -> bool:
+        """One heartbeat (`PersistClient._heartbeat`): renews the lease and the
+        seqno hold at the same since; False once the lease is gone."""
+        try:
+            await self._update(self.since)
+        except LeaseExpiredError:
+            return False
+        return True
 
 
 @final

@@ -5,45 +5,46 @@ The invariant this module protects is the error tier: a failed `set` or
 connection was refused, S3 answered 4xx or asked us to slow down), so a
 request that can change a visible key is never resent (a resend could fail
 determinately after the first send applied); botocore's retries are kept for
-reads and for steps nobody can observe (multipart parts).
+reads and for steps nobody can observe (multipart parts). How a failure is
+classified, and the clients that send a write once, are `persist.s3_client`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import errno
-import os
-import socket
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, final
 from urllib.parse import urlsplit
 
-import aiohttp
 import anyio
-from aiobotocore.config import AioConfig
-from aiobotocore.httpsession import AIOHTTPSession
 from aiobotocore.session import get_session
 from botocore.exceptions import (
-    BotoCoreError,
     ClientError,
     ConnectTimeoutError,
     EndpointConnectionError,
     NoCredentialsError,
-    ParamValidationError,
     PartialCredentialsError,
 )
 
 from persist.location import Blob, check_blob_key
-from sim.runtime.errors import Determinate, ExternalError, Indeterminate, InvalidUsage
+from persist.s3_client import (
+    NOT_FOUND_CODES,
+    S3_ERRORS,
+    classify,
+    describe,
+    error_code,
+    http_status,
+    open_client,
+)
+from sim.runtime.errors import Determinate, ExternalError, InvalidUsage
 from sim.runtime.tasks import AsyncExitStack
-from sim.runtime.urls import redact_text, redact_url
+from sim.runtime.urls import redact_url
 
 if TYPE_CHECKING:
     from types_aiobotocore_s3 import S3Client
     from types_aiobotocore_s3.type_defs import CompletedPartTypeDef, PaginatorConfigTypeDef
 
-__all__ = ["S3Blob", "S3BlobStatistics", "classify", "create_bucket"]
+__all__ = ["S3Blob", "S3BlobStatistics"]
 
 MIB: Final = 1024 * 1024
 #: S3 rejects multipart parts below 5 MiB (except the last) and uploads of > 10,000 parts.
@@ -54,105 +55,6 @@ MAX_KEY_BYTES: Final = 1024
 _PART_CONCURRENCY: Final = 4
 _ABORT_GRACE_SECONDS: Final = 5.0
 
-# Everything a botocore call (or reading a streamed body) may raise for a failure
-# outside the process. Anything else escaping is a bug and is not relabelled.
-_S3_ERRORS: Final = (BotoCoreError, ClientError, aiohttp.ClientError, asyncio.TimeoutError, OSError)
-
-# Codes with which S3 (and compatible servers) refuse a request to shed load; the
-# request was not applied whatever the status (503 SlowDown, 429, ...).
-_THROTTLING_CODES: Final = frozenset(
-    {
-        "SlowDown",
-        "Throttling",
-        "ThrottlingException",
-        "ThrottledException",
-        "RequestThrottled",
-        "RequestThrottledException",
-        "RequestLimitExceeded",
-        "TooManyRequests",
-        "TooManyRequestsException",
-        "ProvisionedThroughputExceededException",
-    }
-)
-_NOT_FOUND_CODES: Final = frozenset({"NoSuchKey", "NotFound", "404"})
-
-
-# --- Error classification ---------------------------------------------------------------
-
-
-def classify(exc: BaseException, *, write: bool) -> type[Determinate] | type[Indeterminate]:
-    """The tier of a failed S3 request (see `persist.location.Blob`).
-
-    Reads are always `Determinate`. A write is `Determinate` only from this
-    allow-list: the TCP connection never opened (refused, unresolvable, connect
-    timeout), S3 answered with a 4xx status or a throttling code, or botocore
-    refused locally before sending (no credentials, invalid parameters).
-    Everything else (read timeouts, a connection lost mid-request, 5xx, unknown)
-    is `Indeterminate`.
-    """
-    if not write:
-        return Determinate
-    if isinstance(exc, ClientError):
-        code = _error_code(exc)
-        status = _status(exc)
-        if code in _THROTTLING_CODES or (status is not None and 400 <= status < 500):
-            return Determinate
-        return Indeterminate
-    if isinstance(exc, ConnectTimeoutError):
-        return Determinate
-    if isinstance(exc, EndpointConnectionError):
-        # aiobotocore maps every aiohttp ClientConnectionError here, including a
-        # reset of an established connection mid-request; only a failed connect
-        # proves that no byte of the request left.
-        cause = exc.kwargs.get("error")
-        if isinstance(
-            cause, aiohttp.ClientConnectorError | ConnectionRefusedError | socket.gaierror
-        ):
-            return Determinate
-        return Indeterminate
-    if isinstance(exc, NoCredentialsError | PartialCredentialsError | ParamValidationError):
-        return Determinate
-    return Indeterminate
-
-
-def _error_code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def _status(exc: ClientError) -> int | None:
-    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return status if isinstance(status, int) else None
-
-
-def _describe(exc: BaseException) -> str:
-    """One line saying what went wrong, without botocore's boilerplate."""
-    if isinstance(exc, ClientError):
-        code = _error_code(exc) or "error"
-        status = _status(exc)
-        message = str(exc.response.get("Error", {}).get("Message", ""))
-        text = code if status is None else f"{code} (HTTP {status})"
-        if message and message != code:
-            text += f": {message}"
-    elif isinstance(exc, EndpointConnectionError | ConnectTimeoutError):
-        text = _connect_failure(exc)
-    else:
-        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return redact_text(" ".join(text.split()))
-
-
-def _connect_failure(exc: EndpointConnectionError | ConnectTimeoutError) -> str:
-    """`Connection refused` rather than aiohttp's nested repr of the same thing."""
-    cause = exc.kwargs.get("error")
-    os_error = getattr(cause, "os_error", cause)
-    code = os_error.errno if isinstance(os_error, OSError) else None
-    if code is not None and code in errno.errorcode:
-        return os.strerror(code)
-    if isinstance(exc, ConnectTimeoutError):
-        return "connect timed out"
-    return str(cause or exc)
-
-
-# --- The Blob ---------------------------------------------------------------------------
 
 
 @final
@@ -266,20 +168,10 @@ class S3Blob(Blob):
         try:
             session = get_session()
             client = await stack.enter_async_context(
-                session.create_client(
-                    "s3",
-                    region_name=region,
-                    endpoint_url=endpoint,
-                    config=_config(endpoint, attempts=2),
-                )
+                open_client(session, endpoint, region, attempts=2)
             )
             write_client = await stack.enter_async_context(
-                session.create_client(
-                    "s3",
-                    region_name=region,
-                    endpoint_url=endpoint,
-                    config=_config(endpoint, attempts=1),
-                )
+                open_client(session, endpoint, region, attempts=1)
             )
             blob = cls(
                 stack=stack,
@@ -325,8 +217,8 @@ class S3Blob(Blob):
             response = await self._client.get_object(Bucket=self.bucket, Key=name)
             async with response["Body"] as body:
                 return await body.read()
-        except _S3_ERRORS as exc:
-            if isinstance(exc, ClientError) and _error_code(exc) in _NOT_FOUND_CODES:
+        except S3_ERRORS as exc:
+            if isinstance(exc, ClientError) and error_code(exc) in NOT_FOUND_CODES:
                 return None
             raise self._error("get", key, exc, write=False) from exc
 
@@ -339,7 +231,7 @@ class S3Blob(Blob):
         self._puts += 1
         try:
             await self._write_client.put_object(Bucket=self.bucket, Key=name, Body=value)
-        except _S3_ERRORS as exc:
+        except S3_ERRORS as exc:
             raise self._error("set", key, exc, write=True) from exc
 
     async def delete(self, key: str) -> bool:
@@ -354,13 +246,13 @@ class S3Blob(Blob):
         self._deletes += 1
         try:
             await self._client.head_object(Bucket=self.bucket, Key=name)
-        except _S3_ERRORS as exc:
-            if isinstance(exc, ClientError) and _error_code(exc) in _NOT_FOUND_CODES:
+        except S3_ERRORS as exc:
+            if isinstance(exc, ClientError) and error_code(exc) in NOT_FOUND_CODES:
                 return False
             raise self._error("delete", key, exc, write=False) from exc
         try:
             await self._write_client.delete_object(Bucket=self.bucket, Key=name)
-        except _S3_ERRORS as exc:
+        except S3_ERRORS as exc:
             raise self._error("delete", key, exc, write=True) from exc
         return True
 
@@ -379,7 +271,7 @@ class S3Blob(Blob):
             async for page in pages:
                 self._list_pages += 1
                 keys.extend(obj["Key"][strip:] for obj in page.get("Contents", []) if "Key" in obj)
-        except _S3_ERRORS as exc:
+        except S3_ERRORS as exc:
             raise self._error("list", prefix, exc, write=False) from exc
         keys.sort()
         return keys
@@ -398,32 +290,32 @@ class S3Blob(Blob):
     def _error(self, op: str, key: str, exc: BaseException, *, write: bool) -> ExternalError:
         tier = classify(exc, write=write)
         return tier(
-            f"S3 {op} {key!r} in bucket {self.bucket!r} at {self._where} failed: {_describe(exc)}"
+            f"S3 {op} {key!r} in bucket {self.bucket!r} at {self._where} failed: {describe(exc)}"
         )
 
     async def _check(self) -> None:
         """HeadBucket, with the failure told in the user's terms."""
         try:
             await self._client.head_bucket(Bucket=self.bucket)
-        except _S3_ERRORS as exc:
+        except S3_ERRORS as exc:
             raise Determinate(self._check_message(exc)) from exc
 
     def _check_message(self, exc: BaseException) -> str:
         bucket, where = self.bucket, self._where
         if isinstance(exc, EndpointConnectionError | ConnectTimeoutError):
-            return f"S3 endpoint {where} unreachable: {_describe(exc)}"
+            return f"S3 endpoint {where} unreachable: {describe(exc)}"
         if isinstance(exc, NoCredentialsError | PartialCredentialsError):
             return (
                 f"S3 at {where}: no usable AWS credentials "
                 "(set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
             )
         if isinstance(exc, ClientError):
-            status = _status(exc)
-            if status == 404 or _error_code(exc) == "NoSuchBucket":
+            status = http_status(exc)
+            if status == 404 or error_code(exc) == "NoSuchBucket":
                 return f"S3 bucket {bucket!r} not found at {where}"
             if status == 403:
                 return f"S3 bucket {bucket!r} at {where}: access denied (check the AWS credentials)"
-        return f"S3 bucket {bucket!r} at {where} unusable: {_describe(exc)}"
+        return f"S3 bucket {bucket!r} at {where} unusable: {describe(exc)}"
 
     async def _set_multipart(self, key: str, name: str, value: bytes) -> None:
         """Uploads `value` in parts; only CompleteMultipartUpload changes what readers
@@ -433,14 +325,14 @@ class S3Blob(Blob):
             created = await self._client.create_multipart_upload(
                 Bucket=self.bucket, Key=name, ChecksumAlgorithm="CRC32"
             )
-        except _S3_ERRORS as exc:
+        except S3_ERRORS as exc:
             raise self._error("set", key, exc, write=False) from exc
         upload_id = created["UploadId"]
         try:
             parts = await self._upload_parts(name, upload_id, value)
         except BaseException as exc:
             await self._abort(name, upload_id)
-            if isinstance(exc, _S3_ERRORS):
+            if isinstance(exc, S3_ERRORS):
                 raise self._error("set", key, exc, write=False) from exc
             raise
         try:
@@ -451,7 +343,7 @@ class S3Blob(Blob):
             # Best effort even when the outcome is open: if Complete applied, Abort
             # finds no upload; if not, it frees the parts. Either way the tier stands.
             await self._abort(name, upload_id)
-            if isinstance(exc, _S3_ERRORS):
+            if isinstance(exc, S3_ERRORS):
                 raise self._error("set", key, exc, write=True) from exc
             raise
 
@@ -478,7 +370,7 @@ class S3Blob(Blob):
                         Body=value[offset : offset + size],
                         ChecksumAlgorithm="CRC32",
                     )
-                except _S3_ERRORS as exc:
+                except S3_ERRORS as exc:
                     failures.append(exc)
                     scope.cancel()
                     return
@@ -499,63 +391,7 @@ class S3Blob(Blob):
         # abort only leaves invisible parts behind (a bucket lifecycle rule for
         # incomplete uploads reclaims them), so its error must not mask the cause.
         with anyio.move_on_after(_ABORT_GRACE_SECONDS, shield=True):
-            with suppress(*_S3_ERRORS):
+            with suppress(*S3_ERRORS):
                 await self._client.abort_multipart_upload(
                     Bucket=self.bucket, Key=name, UploadId=upload_id
                 )
-
-
-class _SendOnceSession(AIOHTTPSession):
-    """aiobotocore's HTTP session, minus aiohttp's silent resend of a PUT or DELETE
-    whose connection dropped: after a resend, a refused connection would look like
-    proof that nothing applied although the first send may have. (Private aiohttp
-    state; `test_write_cut_off_mid_request_is_indeterminate_and_not_retried`
-    notices if it stops working.)"""
-
-    async def _get_session(self, proxy_url: str | None) -> aiohttp.ClientSession:
-        session: aiohttp.ClientSession = await super()._get_session(proxy_url)  # type: ignore[misc]
-        session._retry_connection = False
-        return session
-
-
-def _config(endpoint: str | None, *, attempts: int) -> AioConfig:
-    """Short connect timeout and few attempts: an unreachable endpoint fails fast.
-    `attempts == 1` also turns off aiohttp's own resend (see `_SendOnceSession`)."""
-    return AioConfig(
-        http_session_cls=_SendOnceSession if attempts == 1 else AIOHTTPSession,
-        connect_timeout=2,
-        read_timeout=30,
-        retries={"mode": "standard", "total_max_attempts": attempts},
-        max_pool_connections=32,
-        # S3-compatible servers (moto, MinIO) do not route virtual-host buckets.
-        s3={"addressing_style": "path"} if endpoint else None,
-    )
-
-
-async def create_bucket(endpoint: str, bucket: str, *, region: str = "us-east-1") -> None:
-    """Creates `bucket` at `endpoint` unless this account already owns it.
-
-    Raises:
-        Determinate: the server is unreachable or refused (e.g. the name is taken
-            by another account); Indeterminate: the outcome is unknown.
-    """
-    where = redact_url(endpoint)
-    session = get_session()
-    async with session.create_client(
-        "s3", region_name=region, endpoint_url=endpoint, config=_config(endpoint, attempts=2)
-    ) as client:
-        try:
-            if region == "us-east-1":
-                await client.create_bucket(Bucket=bucket)
-            else:
-                await client.create_bucket(
-                    Bucket=bucket,
-                    CreateBucketConfiguration={"LocationConstraint": region},  # type: ignore[typeddict-item]
-                )
-        except _S3_ERRORS as exc:
-            if isinstance(exc, ClientError) and _error_code(exc) == "BucketAlreadyOwnedByYou":
-                return
-            tier = classify(exc, write=True)
-            if tier is Determinate and isinstance(exc, EndpointConnectionError):
-                raise Determinate(f"S3 endpoint {where} unreachable: {_describe(exc)}") from exc
-            raise tier(f"S3 create bucket {bucket!r} at {where} failed: {_describe(exc)}") from exc

@@ -8,16 +8,16 @@ its service fails with the reason: nothing here skips.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pytest
 from hypothesis import settings
 
 from sim.runtime.loop import VirtualEventLoop
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-
-    import pytest
 
 pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.s3"]
 
@@ -26,11 +26,27 @@ settings.register_profile("dev", deadline=None, print_blob=True)
 settings.load_profile("ci")
 
 
+@dataclass
+class _LoopChoice:
+    """Whether the test about to run wants the virtual loop. Decided when each
+    test starts: pytest-asyncio asks for loop factories before the marks of a
+    parametrized fixture's params (`pytest.param(..., marks=pytest.mark.virtual)`)
+    reach the item, so asking the item then would miss them."""
+
+    virtual: bool = False
+
+
+_CHOICE = _LoopChoice()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _CHOICE.virtual = item.get_closest_marker("virtual") is not None
+
+
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
 ) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
-    """`@pytest.mark.virtual` async tests run on the virtual-time loop; the rest on
-    the stock loop (real time, real I/O)."""
-    if item.get_closest_marker("virtual") is not None:
-        return {"virtual": VirtualEventLoop}
-    return {"stock": asyncio.new_event_loop}
+    """`@pytest.mark.virtual` async tests (or tests of a param so marked) run on
+    the virtual-time loop; the rest on the stock loop (real time, real I/O)."""
+    return {"loop": lambda: VirtualEventLoop() if _CHOICE.virtual else asyncio.new_event_loop()}

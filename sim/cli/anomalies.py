@@ -31,7 +31,7 @@ from sim.nemesis.anomalies import (
 )
 from sim.nemesis.plan import FaultPlan
 from sim.nemesis.shrink import shrink
-from sim.runtime.errors import CoordsimError, InvalidUsage
+from sim.runtime.errors import InvalidUsage
 from sim.runtime.outputs import staged_dir
 
 if TYPE_CHECKING:
@@ -116,25 +116,13 @@ def _check_postgres(mode: str) -> None:
     reported on, by the run itself.)"""
     if mode != "real":
         return
-    import asyncpg
-
-    from sim.runtime.core import Runtime, run
-    from sim.runtime.urls import driver_url, redact_text, redact_url
+    from sim.cli.pg import check_reachable
+    from sim.runtime.urls import driver_url
     from sim.services.postgres import postgres_url_from_env
 
     url = postgres_url_from_env()
-    if url is None:
-        return
-
-    async def probe(rt: Runtime) -> None:
-        conn = await asyncpg.connect(driver_url(url), timeout=10)
-        await conn.close()
-
-    try:
-        run(probe, virtual=False)
-    except Exception as exc:  # whatever the driver raises, it is one line to the user
-        detail = " ".join(redact_text(f"{type(exc).__name__}: {exc}").split())
-        raise CoordsimError(f"cannot use Postgres at {redact_url(url)} (COORDSIM_POSTGRES_URL): {detail}") from exc
+    if url is not None:
+        check_reachable(url, dsn=driver_url(url), timeout=10, verb="use")
 
 
 @anomalies_app.command("run")

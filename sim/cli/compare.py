@@ -1,5 +1,5 @@
-"""`coordsim compare`, `coordsim run`, `coordsim calibrate` and `coordsim config
-show`: the architecture comparison users run (DESIGN.md §1).
+"""`coordsim compare`, `coordsim run` and `coordsim config show`: the
+architecture comparison users run (DESIGN.md §1).
 
 Outputs go to a staging directory beside the output directory and are renamed
 into place only when complete, so an interrupted or failed run leaves nothing
@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from sim.cli.pg import postgres_for
 from sim.compare.ablation import Step, chain, parse_ablate, plot_waterfall, waterfall_lines
 from sim.compare.report import (
     DEFAULT_REGRESSION_THRESHOLD,
@@ -33,10 +34,10 @@ from sim.compare.report import (
 )
 from sim.load.config import Config, is_scenario_file, knobs_toml
 from sim.runtime.errors import CoordsimError, InvalidUsage
-from sim.runtime.outputs import atomic_write, claim_file, staged_dir
+from sim.runtime.outputs import atomic_write, staged_dir
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
     from sim.compare.runner import LevelRow, RunOutput
 
@@ -52,7 +53,6 @@ def register(app: typer.Typer) -> None:
     """Adds this module's commands to the `coordsim` app."""
     app.command("compare")(compare)
     app.command("run")(run_scenario)
-    app.command("calibrate")(calibrate)
     app.add_typer(config_app, name="config")
 
 
@@ -111,52 +111,6 @@ def config_show(
         duration_s=duration, warmup_s=warmup, repeat=repeat,
     )
     sys.stdout.write(knobs_toml(cfg.redacted()))
-
-
-# --- Postgres for real mode -----------------------------------------------------------
-
-
-@contextlib.contextmanager
-def postgres_for(cfg: Config, *, fsync: bool = True) -> Iterator[Config]:
-    """Real mode: checks the configured Postgres answers, or starts an embedded
-    one for the duration — with fsync on by default, because the oracle and the
-    stash being compared are durable stores (CockroachDB in the seeds), and a
-    commit's fsync is exactly the round trip the update path pays serially;
-    virtual mode: nothing."""
-    if cfg.mode != "real":
-        yield cfg
-        return
-    from sim.services.postgres import EmbeddedPostgres
-
-    url = cfg.effective_postgres_url()
-    if url is not None:
-        _check_reachable(url)
-        yield cfg.with_overrides(postgres_url=url)
-        return
-    pg = EmbeddedPostgres(fsync=fsync).start()
-    try:
-        yield cfg.with_overrides(postgres_url=pg.url)
-    finally:
-        pg.stop()
-
-
-def _check_reachable(url: str) -> None:
-    import asyncpg
-
-    from sim.runtime.core import Runtime, run
-    from sim.runtime.urls import redact_text, redact_url
-
-    async def probe(rt: Runtime) -> None:
-        conn = await asyncpg.connect(url, timeout=5)
-        await conn.close()
-
-    try:
-        run(probe, virtual=False)
-    except Exception as exc:
-        raise CoordsimError(
-            f"cannot reach Postgres at {redact_url(url)} (COORDSIM_POSTGRES_URL): "
-            + redact_text(f"{type(exc).__name__}: {exc}")
-        ) from exc
 
 
 # --- compare --------------------------------------------------------------------------
@@ -503,37 +457,3 @@ def _run_python(cfg: Config, config_name: str, sc: Any, stage: Path) -> str:
     text = "\n".join(lines) + "\n"
     (stage / "verdict.txt").write_text(text)
     return text
-
-
-# --- calibrate ------------------------------------------------------------------------
-
-
-def calibrate(
-    output: Annotated[Path, typer.Option("--output", "-o", help="Profile file to write (.toml or .json).")] = Path(
-        "latency-profile.toml"
-    ),
-    samples: Annotated[int, typer.Option("--samples", help="Round trips measured per operation.")] = 200,
-    s3: Annotated[str | None, typer.Option("--s3", help="Measure Blob on this s3:// URL (default: files).")] = None,
-    fsync: Annotated[bool, typer.Option(help="Embedded Postgres with fsync on (durable, as the oracle is).")] = True,
-) -> None:
-    """Measure oracle, stash and consensus round trips against the configured
-    Postgres (embedded unless COORDSIM_POSTGRES_URL) and write a latency profile
-    for `--mode virtual`."""
-    from sim.model.calibrate import calibrate_profile, check_samples, render_profile
-
-    check_samples(samples)
-    if output.suffix not in (".toml", ".json"):
-        raise InvalidUsage(f"{output}: a profile is a .toml or .json file")
-    claim_file(output, "coordsim calibrate")  # before measuring: refuse early
-    with postgres_for(Config(mode="real"), fsync=fsync) as cfg:
-        assert cfg.postgres_url is not None
-        measured = calibrate_profile(cfg.postgres_url, samples=samples, s3_url=s3)
-    text = render_profile(measured, json_format=output.suffix == ".json")
-    try:
-        claim_file(output, "coordsim calibrate")
-        atomic_write(output, lambda p: p.write_text(text))
-    except OSError as exc:
-        raise InvalidUsage(f"cannot write {output}: {exc.strerror or exc}") from exc
-    for name, (median_ms, sigma, n) in sorted(measured.items()):
-        _out.print(f"  {name:24} median {median_ms:7.3f} ms  sigma {sigma:.2f}  ({n} samples)")
-    _out.print(f"wrote {output}")

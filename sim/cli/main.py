@@ -23,6 +23,7 @@ from rich.table import Table
 from persist.open import S3_ENDPOINT_ENV, open_blob, open_consensus
 from persist.testing import ConformanceFailure, check_blob, check_consensus
 from sim.cli.anomalies import register as register_anomalies
+from sim.cli.calibrate import register as register_calibrate
 from sim.cli.catalog import catalog_app
 from sim.cli.check import register as register_check
 from sim.cli.compare import register as register_compare
@@ -49,6 +50,7 @@ app.add_typer(postgres_app, name="postgres")
 register_check(app)
 register_anomalies(app)
 register_compare(app)
+register_calibrate(app)
 register_spark(app)
 register_validate(app)
 app.add_typer(catalog_app, name="catalog")

@@ -28,7 +28,8 @@ import anyio
 
 from coordinator.factory import build_coordinator
 from sim.compare.stats import estimate, percentile_shown
-from sim.history.model import NONE, STATUSES, HistoryRecorder, Status
+from sim.history.model import NONE, STATUSES, Status
+from sim.history.recorder import HistoryRecorder
 from sim.history.recording import RecordingSession, event_sink
 from sim.history.traces import write_trace
 from sim.load.harness import environment

@@ -5,8 +5,8 @@ exactly as clients saw it — invoke and complete times, `ok` / `fail` + code /
 `info` (indeterminate) — with the system's own timestamps only as annotations.
 Operations are stored column-wise (`array` columns, one row per operation) so a
 million-operation history fits in memory and checks fast; `Op` is the row view.
-The on-disk trace format (Arrow/Parquet) is `sim.history.traces`. DESIGN.md §7 is the
-contract.
+The on-disk trace format (Arrow/Parquet) is `sim.history.traces`; producing a
+history as a run goes is `sim.history.recorder`. DESIGN.md §7 is the contract.
 """
 
 from __future__ import annotations
@@ -15,30 +15,24 @@ import json
 from array import array
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-
-    from coordinator.statements import Statement
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 __all__ = [
     "MAX_TIME",
     "NONE",
-    "Clock",
     "Event",
     "EventKind",
     "History",
     "HistoryBuilder",
     "HistoryError",
-    "HistoryRecorder",
     "Kind",
     "Op",
-    "StatementOp",
     "Status",
-    "statement_op",
     "validate",
 ]
 
@@ -50,10 +44,6 @@ NONE: Final = -(2**63)
 #: 2**62 as "never" (`sim.history.checker.tables.INF`), so a value there or beyond would
 #: be read as an operation that never completed; 2**62 ns is 146 years.
 MAX_TIME: Final = 2**62 - 1
-
-#: The recorder's time source (`Runtime.now`, seconds); stored as integer ns.
-Clock: TypeAlias = "Callable[[], float]"
-
 
 @final
 class HistoryError(InvalidUsage):
@@ -130,7 +120,8 @@ def _opt(v: int) -> int | None:
     return None if v == NONE else v
 
 
-def _raw(v: int | None) -> int:
+def raw(v: int | None) -> int:
+    """An optional integer as an integer column stores it (`NONE` for None)."""
     return NONE if v is None else v
 
 
@@ -339,17 +330,17 @@ class HistoryBuilder:
             KIND_CODE[Kind(op.kind)],
             op.obj,
             op.invoke_ns,
-            _raw(op.complete_ns),
+            raw(op.complete_ns),
             STATUSES.index(Status(op.status)),
             op.elements,
             op.result,
-            _raw(op.count),
+            raw(op.count),
             None if op.args is None else json.dumps(op.args, sort_keys=True),
             op.error_code,
             op.error,
-            _raw(op.read_ts),
-            _raw(op.write_ts),
-            _raw(op.catalog_ts),
+            raw(op.read_ts),
+            raw(op.write_ts),
+            raw(op.catalog_ts),
             op.client,
         )
 
@@ -368,81 +359,6 @@ class HistoryBuilder:
                 )  # fmt: skip
             return b._h
         return h
-
-
-# --- statements -----------------------------------------------------------------------------
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class StatementOp:
-    """What `HistoryRecorder.invoke` needs to record a statement."""
-
-    kind: Kind
-    obj: str | None
-    elements: tuple[int, ...] = ()
-    args: Mapping[str, Any] | None = None
-
-
-def statement_op(stmt: Statement) -> StatementOp | None:
-    """How a coordinator statement appears in a history. An INSERT's elements
-    are the first column of its rows (the set workload's tables have one
-    integer column); a WHERE becomes `args.where` as `[[op, value], …]` over
-    that column; `SELECT count(*)` or of some columns is recorded as a `read`
-    with those args, which checkers 1 and 2 leave to checker 3. A constant
-    query (`SELECT 1`) reads no object and is not recorded (None).
-
-    Raises:
-        HistoryError: an INSERT of a non-integer first column (not the set
-            workload: record it with explicit `Kind`/`args` instead).
-    """
-    from coordinator import statements as st
-
-    def where(p: st.Predicate) -> dict[str, Any]:
-        return {"where": [[c.op, c.value] for c in p.terms]} if p.terms else {}
-
-    if isinstance(stmt, st.SelectConstant):
-        return None  # reads no object: nothing for a checker
-    if isinstance(stmt, st.Insert):
-        els = []
-        for row in stmt.rows:
-            v = row[0] if row else None
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise HistoryError(f"INSERT INTO {stmt.table}: first column {v!r} is not an integer element")
-            els.append(v)
-        return StatementOp(Kind.ADD, stmt.table, tuple(els))
-    if isinstance(stmt, st.Select):
-        args: dict[str, Any] = where(stmt.where)
-        if stmt.count:
-            args["count"] = True
-        if stmt.columns is not None:
-            args["columns"] = list(stmt.columns)
-        return StatementOp(Kind.READ, stmt.source, (), args or None)
-    if isinstance(stmt, st.Update):
-        args = where(stmt.where)
-        for a in stmt.assignments[:1]:
-            if a.add is not None:
-                args["add"] = a.add
-            else:
-                args["set"] = a.value
-        return StatementOp(Kind.UPDATE, stmt.table, (), args)
-    if isinstance(stmt, st.Delete):
-        return StatementOp(Kind.DELETE, stmt.table, (), where(stmt.where) or None)
-    if isinstance(stmt, st.CreateTable):
-        return StatementOp(Kind.CREATE_TABLE, stmt.name)
-    if isinstance(stmt, st.DropTable):
-        return StatementOp(Kind.DROP_TABLE, stmt.name)
-    if isinstance(stmt, st.CreateIndex):
-        return StatementOp(Kind.CREATE_INDEX, stmt.name, (), {"on": stmt.on, "cluster": stmt.cluster})
-    if isinstance(stmt, st.DropIndex):
-        return StatementOp(Kind.DROP_INDEX, stmt.name)
-    if isinstance(stmt, st.CreateMaterializedView):
-        return StatementOp(Kind.CREATE_VIEW, stmt.name, (), {"on": stmt.query.source, "cluster": stmt.cluster})
-    if isinstance(stmt, st.DropMaterializedView):
-        return StatementOp(Kind.DROP_VIEW, stmt.name)
-    if isinstance(stmt, st.CreateCluster):
-        return StatementOp(Kind.CREATE_CLUSTER, stmt.name, (), {"replicas": stmt.replicas})
-    return StatementOp(Kind.DROP_CLUSTER, stmt.name)
 
 
 # --- validation ---------------------------------------------------------------------------
@@ -545,173 +461,3 @@ class Event:
     actor: str | None = None
     ops: tuple[int, ...] = ()
     detail: str | None = None
-
-
-# --- recording --------------------------------------------------------------------------------
-
-
-@final
-class HistoryRecorder:
-    """Records a run as it goes: `invoke` returns an op id, one of `ok`/`fail`/
-    `info` completes it; `event` records an internal event. Misuse (completing
-    an unknown or finished op, reusing a process after `info`) raises
-    `HistoryError` at once, so a broken producer is caught where it breaks.
-
-    Args:
-        clock: seconds, normally `Runtime.now`; recorded as integer ns."""
-
-    def __init__(self, clock: Clock) -> None:
-        self._clock = clock
-        self._ops: list[list[Any]] = []
-        self._pending: dict[int, int] = {}  # op id -> process
-        self._busy: dict[int, int] = {}  # process -> op id
-        self._dead: set[int] = set()
-        self._next_process = 0
-        self._events: list[Event] = []
-
-    def _now(self) -> int:
-        return round(self._clock() * 1e9)
-
-    def now_ns(self) -> int:
-        """The clock in ns, e.g. to pass as an event's `start_ns` later."""
-        return self._now()
-
-    def fresh_process(self) -> int:
-        """Reserves a process id never used or handed out before: each client
-        takes one, and a client whose op ended `info` continues under a new
-        one (Jepsen's convention)."""
-        process = self._next_process
-        self._next_process += 1
-        return process
-
-    def invoke(
-        self,
-        process: int,
-        kind: Kind,
-        obj: str | None,
-        *,
-        elements: Sequence[int] = (),
-        args: Mapping[str, Any] | None = None,
-        client: str | None = None,
-    ) -> int:
-        if process in self._dead:
-            raise HistoryError(f"process {process} acts after an `info`; use a fresh process id")
-        if process in self._busy:
-            raise HistoryError(f"process {process} is still running op {self._busy[process]}")
-        self._next_process = max(self._next_process, process + 1)
-        oid = len(self._ops)
-        self._ops.append(
-            [oid, process, KIND_CODE[Kind(kind)], obj, self._now(), NONE, INFO, tuple(elements),
-             None, NONE, None if args is None else json.dumps(args, sort_keys=True),
-             None, None, NONE, NONE, NONE, client]
-        )  # fmt: skip
-        self._pending[oid] = process
-        self._busy[process] = oid
-        return oid
-
-    def _complete(
-        self,
-        oid: int,
-        status: int,
-        *,
-        read_ts: int | None,
-        write_ts: int | None,
-        catalog_ts: int | None,
-    ) -> list[Any]:
-        process = self._pending.pop(oid, None)
-        if process is None:
-            raise HistoryError(f"op {oid} completes but was not invoked or already completed")
-        del self._busy[process]
-        if status == INFO:
-            self._dead.add(process)
-        row = self._ops[oid]
-        row[5], row[6] = self._now(), status
-        row[13], row[14], row[15] = _raw(read_ts), _raw(write_ts), _raw(catalog_ts)
-        return row
-
-    def ok(
-        self,
-        oid: int,
-        *,
-        result: Iterable[int] | None = None,
-        count: int | None = None,
-        read_ts: int | None = None,
-        write_ts: int | None = None,
-        catalog_ts: int | None = None,
-    ) -> None:
-        row = self._complete(oid, OK, read_ts=read_ts, write_ts=write_ts, catalog_ts=catalog_ts)
-        if row[2] == READ:
-            if result is None:
-                raise HistoryError(f"op {oid}: an ok read needs its result")
-            row[8] = tuple(sorted(result))
-        row[9] = _raw(count)
-
-    def fail(
-        self,
-        oid: int,
-        code: str,
-        message: str = "",
-        *,
-        read_ts: int | None = None,
-        write_ts: int | None = None,
-        catalog_ts: int | None = None,
-    ) -> None:
-        row = self._complete(oid, FAIL, read_ts=read_ts, write_ts=write_ts, catalog_ts=catalog_ts)
-        row[11], row[12] = code, message
-
-    def info(
-        self,
-        oid: int,
-        message: str = "",
-        *,
-        read_ts: int | None = None,
-        write_ts: int | None = None,
-        catalog_ts: int | None = None,
-    ) -> None:
-        row = self._complete(oid, INFO, read_ts=read_ts, write_ts=write_ts, catalog_ts=catalog_ts)
-        row[12] = message or None
-
-    def event(
-        self,
-        kind: EventKind | str,
-        component: str,
-        *,
-        start_ns: int | None = None,
-        end_ns: int | None = None,
-        status: Status = Status.OK,
-        timeline: str | None = None,
-        ts: int | None = None,
-        batch_size: int | None = None,
-        actor: str | None = None,
-        ops: Sequence[int] = (),
-        detail: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Records an internal event; times default to now (an instant)."""
-        now = self._now()
-        self._events.append(
-            Event(
-                seq=len(self._events),
-                kind=str(kind),
-                component=component,
-                start_ns=now if start_ns is None else start_ns,
-                end_ns=now if end_ns is None and start_ns is None else end_ns,
-                status=status,
-                timeline=timeline,
-                ts=ts,
-                batch_size=batch_size,
-                actor=actor,
-                ops=tuple(ops),
-                detail=None if detail is None else json.dumps(detail, sort_keys=True),
-            )
-        )
-
-    def history(self) -> History:
-        """The operations so far; still-pending ones appear as `info` without a
-        completion (they may or may not take effect)."""
-        b = HistoryBuilder()
-        for row in self._ops:
-            b.add_row(*row)
-        return b.build()
-
-    def events(self) -> list[Event]:
-        return list(self._events)

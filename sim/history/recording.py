@@ -1,6 +1,7 @@
 """Recording a run: every client statement and every internal event a coordinator
 reports go into a `HistoryRecorder`, so workloads, anomaly scenarios and the
-Spark sweep all produce the same trace format (DESIGN.md §7).
+Spark sweep all produce the same trace format (DESIGN.md §7). `statement_op`
+says how a coordinator statement appears as a history operation.
 
 A statement's outcome maps onto a history status as DESIGN.md §9 says: ok;
 `fail` with its SQLSTATE when it certainly did not take effect; `info` when it
@@ -10,23 +11,96 @@ which the client continues as a fresh process (Jepsen's convention).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, final
 
 from coordinator.statements import Select, SqlState
-from sim.history.model import HistoryError, Kind, Status, statement_op
+from sim.history.model import HistoryError, Kind, Status
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from coordinator.events import CoordinatorEvent
     from coordinator.session import Result, Session
     from coordinator.statements import Statement
-    from sim.history.model import HistoryRecorder
+    from sim.history.recorder import HistoryRecorder
 
-__all__ = ["RecordingSession", "event_sink"]
+__all__ = ["RecordingSession", "StatementOp", "event_sink", "statement_op"]
 
 #: Failures that may have taken effect, recorded as `info`.
 _INDETERMINATE = frozenset({SqlState.INDETERMINATE.value, SqlState.ADMIN_SHUTDOWN.value})
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class StatementOp:
+    """What `HistoryRecorder.invoke` needs to record a statement."""
+
+    kind: Kind
+    obj: str | None
+    elements: tuple[int, ...] = ()
+    args: Mapping[str, Any] | None = None
+
+
+def statement_op(stmt: Statement) -> StatementOp | None:
+    """How a coordinator statement appears in a history. An INSERT's elements
+    are the first column of its rows (the set workload's tables have one
+    integer column); a WHERE becomes `args.where` as `[[op, value], …]` over
+    that column; `SELECT count(*)` or of some columns is recorded as a `read`
+    with those args, which checkers 1 and 2 leave to checker 3. A constant
+    query (`SELECT 1`) reads no object and is not recorded (None).
+
+    Raises:
+        HistoryError: an INSERT of a non-integer first column (not the set
+            workload: record it with explicit `Kind`/`args` instead).
+    """
+    from coordinator import statements as st
+
+    def where(p: st.Predicate) -> dict[str, Any]:
+        return {"where": [[c.op, c.value] for c in p.terms]} if p.terms else {}
+
+    if isinstance(stmt, st.SelectConstant):
+        return None  # reads no object: nothing for a checker
+    if isinstance(stmt, st.Insert):
+        els = []
+        for row in stmt.rows:
+            v = row[0] if row else None
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise HistoryError(f"INSERT INTO {stmt.table}: first column {v!r} is not an integer element")
+            els.append(v)
+        return StatementOp(Kind.ADD, stmt.table, tuple(els))
+    if isinstance(stmt, st.Select):
+        args: dict[str, Any] = where(stmt.where)
+        if stmt.count:
+            args["count"] = True
+        if stmt.columns is not None:
+            args["columns"] = list(stmt.columns)
+        return StatementOp(Kind.READ, stmt.source, (), args or None)
+    if isinstance(stmt, st.Update):
+        args = where(stmt.where)
+        for a in stmt.assignments[:1]:
+            if a.add is not None:
+                args["add"] = a.add
+            else:
+                args["set"] = a.value
+        return StatementOp(Kind.UPDATE, stmt.table, (), args)
+    if isinstance(stmt, st.Delete):
+        return StatementOp(Kind.DELETE, stmt.table, (), where(stmt.where) or None)
+    if isinstance(stmt, st.CreateTable):
+        return StatementOp(Kind.CREATE_TABLE, stmt.name)
+    if isinstance(stmt, st.DropTable):
+        return StatementOp(Kind.DROP_TABLE, stmt.name)
+    if isinstance(stmt, st.CreateIndex):
+        return StatementOp(Kind.CREATE_INDEX, stmt.name, (), {"on": stmt.on, "cluster": stmt.cluster})
+    if isinstance(stmt, st.DropIndex):
+        return StatementOp(Kind.DROP_INDEX, stmt.name)
+    if isinstance(stmt, st.CreateMaterializedView):
+        return StatementOp(Kind.CREATE_VIEW, stmt.name, (), {"on": stmt.query.source, "cluster": stmt.cluster})
+    if isinstance(stmt, st.DropMaterializedView):
+        return StatementOp(Kind.DROP_VIEW, stmt.name)
+    if isinstance(stmt, st.CreateCluster):
+        return StatementOp(Kind.CREATE_CLUSTER, stmt.name, (), {"replicas": stmt.replicas})
+    return StatementOp(Kind.DROP_CLUSTER, stmt.name)
 
 
 def event_sink(recorder: HistoryRecorder) -> Callable[[CoordinatorEvent], None]:

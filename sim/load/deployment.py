@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from coordinator.config import CoordinatorConfig
     from coordinator.session import Coordinator
-    from sim.history.model import HistoryRecorder
+    from sim.history.recorder import HistoryRecorder
     from sim.runtime.core import Runtime
 
 __all__ = ["Deployment", "LatencySwitch", "switchable_latency"]

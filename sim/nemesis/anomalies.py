@@ -22,7 +22,7 @@ import anyio
 from coordinator.config import KnownBad, named
 from coordinator.session import Result
 from coordinator.statements import SqlError, SqlState
-from sim.history.model import HistoryRecorder
+from sim.history.recorder import HistoryRecorder
 from sim.history.recording import RecordingSession
 from sim.load.deployment import Deployment, switchable_latency
 from sim.nemesis.nemesis import Nemesis

@@ -11,7 +11,6 @@ import atexit
 import contextlib
 import http.client
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,6 +18,7 @@ import time
 from typing import IO, TYPE_CHECKING, Final, Self, final
 
 from sim.runtime.errors import CoordsimError
+from sim.services.processes import free_port, wait_or_kill
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -119,7 +119,7 @@ class LocalS3Server:
 
     def _try_start(self, timeout: float) -> str:
         """Starts one child; returns "" once it answers, else why it did not."""
-        self._port = _free_port()
+        self._port = free_port(_HOST)
         env = dict(os.environ)
         for name, value in DUMMY_AWS_CREDENTIALS.items():
             env.setdefault(name, value)
@@ -167,11 +167,7 @@ class LocalS3Server:
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            wait_or_kill(proc, 5)
         stderr, self._stderr = self._stderr, None
         if stderr is not None:
             stderr.close()
@@ -191,13 +187,6 @@ def client_environment() -> Iterator[None]:
     finally:
         for name in added:
             os.environ.pop(name, None)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((_HOST, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _answers(port: int) -> bool:

@@ -25,7 +25,7 @@ from coordinator.environment import Environment
 from coordinator.factory import build_coordinator
 from persist.mem import MemBlob, MemConsensus
 from sim.history.checker import check_history
-from sim.history.model import HistoryRecorder
+from sim.history.recorder import HistoryRecorder
 from sim.history.recording import RecordingSession, event_sink
 from sim.nemesis.anomalies import latency_model, run_scenario
 from sim.runtime.core import run

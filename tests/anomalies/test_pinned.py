@@ -20,7 +20,7 @@ from coordinator.factory import build_coordinator
 from persist.mem import MemBlob, MemConsensus
 from sim.history.checker import check_history
 from sim.history.checker.verdict import Outcome
-from sim.history.model import HistoryRecorder
+from sim.history.recorder import HistoryRecorder
 from sim.history.recording import RecordingSession, event_sink
 from sim.nemesis.anomalies import default_spec, latency_model, run_scenario, run_spec
 from sim.nemesis.plan import FaultPlan

@@ -62,7 +62,8 @@ def test_unknown_checker_name_is_bad_input() -> None:
 
 
 def test_trace_with_an_oracle_regression_exits_1(tmp_path: Path) -> None:
-    from sim.history.model import Event, HistoryRecorder, Kind
+    from sim.history.model import Event, Kind
+    from sim.history.recorder import HistoryRecorder
 
     rec = HistoryRecorder(lambda: 0.0)
     op = rec.invoke(0, Kind.CREATE_TABLE, "t")

@@ -15,12 +15,12 @@ from sim.history.model import (
     EventKind,
     History,
     HistoryError,
-    HistoryRecorder,
     Kind,
     Op,
     Status,
     validate,
 )
+from sim.history.recorder import HistoryRecorder
 from sim.history.traces import (
     EVENTS_FILE,
     META_FILE,
@@ -210,7 +210,7 @@ def test_porcupine_json() -> None:
 
 def test_statements_map_onto_operation_kinds() -> None:
     from coordinator import statements as s
-    from sim.history.model import StatementOp, statement_op
+    from sim.history.recording import StatementOp, statement_op
 
     def op(stmt: s.Statement) -> StatementOp:
         got = statement_op(stmt)

@@ -70,3 +70,37 @@ def test_no_events_is_skipped_not_unknown() -> None:
     v = check_oracle_events([])
     assert v.skipped
     assert v.reason
+
+
+def test_peek_below_an_earlier_read_ts_is_a_regression() -> None:
+    # read_ts <= write_ts always: a peek under an earlier read means the next
+    # write_ts could land on a timestamp already readable.
+    v = check_oracle_events([_ev(0, R, 0, 10, 9), _ev(1, P, 20, 30, 8)])
+    assert v.names == ["timestamp-regression"]
+    assert v.anomalies[0].events == (0, 1)
+    assert "bound `peek_write_ts >= read_ts`" in v.anomalies[0].explanation
+
+
+def test_overlapping_write_ts_calls_must_differ() -> None:
+    v = check_oracle_events([_ev(0, W, 0, 20, 8), _ev(1, W, 10, 30, 8), _ev(2, W, 15, 16, 9)])
+    assert v.names == ["timestamp-regression"]
+    assert v.anomalies[0].events == (0, 1)
+    assert "overlapped in time and both returned 8" in v.anomalies[0].explanation
+
+
+def test_read_beyond_applied_needs_the_starting_point() -> None:
+    # A restarted in-memory oracle resumes at its persisted upper, above every
+    # applied write, and a trace does not record where a timeline started: the
+    # bound applies only to timelines whose starting read_ts the caller gives.
+    events = [_ev(0, A, 0, 10, 5), _ev(1, R, 20, 30, 1000)]
+    assert check_oracle_events(events).outcome == Outcome.VALID
+    assert check_oracle_events(events, read_floors={"user": 1000}).outcome == Outcome.VALID
+    v = check_oracle_events(events, read_floors={"user": 0})
+    assert v.names == ["timestamp-regression"]
+    assert v.anomalies[0].events == (0, 1)
+    assert "above 5, the largest timestamp applied by then" in v.anomalies[0].explanation
+
+
+def test_a_failed_apply_write_may_have_applied() -> None:
+    events = [_ev(0, A, 0, 10, 50, status=Status.FAIL), _ev(1, R, 20, 30, 50)]
+    assert check_oracle_events(events, read_floors={"user": 0}).outcome == Outcome.VALID

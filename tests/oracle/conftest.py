@@ -1,9 +1,10 @@
 """The oracle implementations every suite runs on, as a parametrized fixture.
 
 Each is named by how it is opened: a URL for `oracle.factory.open_oracle` plus
-whether `BatchingOracle` sits in front. In-memory ones run on the virtual-time
-loop (that is what they are for); Postgres ones on the stock loop against the
-session's embedded server (or `$COORDSIM_POSTGRES_URL`).
+whether `BatchingOracle` sits in front and whether `ObservedOracle` wraps it all
+(as coordinators that record traces use it). In-memory ones run on the
+virtual-time loop (that is what they are for); Postgres ones on the stock loop
+against the session's embedded server (or `$COORDSIM_POSTGRES_URL`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, final
 import pytest
 
 from oracle.factory import open_oracle
+from oracle.observed import ObservedOracle, OracleCall
 
 if TYPE_CHECKING:
     from oracle.api import TimestampOracle
@@ -29,6 +31,7 @@ class OracleImpl:
     name: str
     url: str
     batching: bool
+    observed: bool = False
 
     @property
     def on_postgres(self) -> bool:
@@ -36,17 +39,33 @@ class OracleImpl:
 
     def maker(self, rt: Runtime, *, application_name: str | None = None) -> MakeOracle:
         async def make(timeline: str) -> TimestampOracle:
-            return await open_oracle(
+            oracle = await open_oracle(
                 self.url, timeline, rt, batching=self.batching, application_name=application_name
             )
+            if not self.observed:
+                return oracle
+            return ObservedOracle(oracle, rt, lambda call: _check_report(call, timeline))
 
         return make
+
+
+_OPS = frozenset({"write_ts", "peek_write_ts", "read_ts", "apply_write"})
+
+
+def _check_report(call: OracleCall, timeline: str) -> None:
+    """What an `ObservedOracle` reports must be well formed: a failure here fails
+    the oracle call that produced it, so every suite checks it on the way."""
+    assert call.op in _OPS, call
+    assert call.timeline == timeline, call
+    assert call.start_s <= call.end_s, call
+    assert (call.ts is not None) == call.ok, call
 
 
 IMPLS = [
     pytest.param("memory-memstash", marks=pytest.mark.virtual),
     pytest.param("batching-memory", marks=pytest.mark.virtual),
     pytest.param("modeled", marks=pytest.mark.virtual),
+    pytest.param("observed-batching-memory", marks=pytest.mark.virtual),
     pytest.param("memory-pgstash", marks=pytest.mark.postgres),
     pytest.param("postgres", marks=pytest.mark.postgres),
     pytest.param("postgres-serializable", marks=pytest.mark.postgres),
@@ -63,6 +82,8 @@ def oracle_impl(request: pytest.FixtureRequest) -> OracleImpl:
         return OracleImpl(name, "mem://", batching=True)
     if name == "modeled":
         return OracleImpl(name, "modeled://", batching=False)
+    if name == "observed-batching-memory":
+        return OracleImpl(name, "mem://", batching=True, observed=True)
     if name == "postgres-serializable":
         pg: EmbeddedPostgres = request.getfixturevalue("pg_serializable")
         return OracleImpl(name, pg.url, batching=False)

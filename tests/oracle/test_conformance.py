@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from oracle.memory import MemoryOracle
+from oracle.observed import ObservedOracle, OracleCall
 from oracle.postgres import PostgresOracle
 from oracle.stash import MemTimestampStash
 from oracle.testing import ConformanceFailure, ManualWallClock, check_oracle, fresh_timeline
 from sim.runtime.core import Runtime
+from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
     from oracle.api import TimestampOracle
@@ -50,6 +52,33 @@ async def test_memory_oracle_sharing_one_stash() -> None:
         return await MemoryOracle.open(stash, timeline, rt, window_ms=7)
 
     await check_oracle(make, rt, clock=clock)
+
+
+@pytest.mark.virtual
+@pytest.mark.asyncio
+async def test_observed_oracle_reports_each_call_as_its_caller_saw_it() -> None:
+    """The conformance runs check the wrapper's answers; this checks its reports."""
+    clock = ManualWallClock()
+    rt = Runtime(seed=5, wall_clock=clock)
+    calls: list[OracleCall] = []
+    inner = await MemoryOracle.open(MemTimestampStash(rt), "observed", rt, owns_stash=True)
+    async with ObservedOracle(inner, rt, calls.append) as o:
+        w = await o.write_ts()
+        peeked = await o.peek_write_ts()
+        await o.apply_write(w.ts)
+        read = await o.read_ts()
+        with pytest.raises(InvalidUsage):
+            await o.apply_write(-1)
+    with pytest.raises(InvalidUsage):  # closing it closed the inner oracle
+        await inner.read_ts()
+    assert [(c.op, c.timeline, c.ts, c.ok) for c in calls] == [
+        ("write_ts", "observed", w.ts, True),
+        ("peek_write_ts", "observed", peeked, True),
+        ("apply_write", "observed", w.ts, True),
+        ("read_ts", "observed", read, True),
+        ("apply_write", "observed", None, False),
+    ]
+    assert all(c.start_s <= c.end_s for c in calls)
 
 
 @pytest.mark.postgres

@@ -12,10 +12,13 @@ import pytest
 
 from persist.faults import UnreliableBlob, UnreliableConsensus
 from persist.file import FileBlob
-from persist.location import Blob, Consensus
+from persist.location import Blob, CaSResult, Consensus, SeqNo, VersionedData
 from persist.mem import MemBlob, MemConsensus
 from persist.open import open_blob, open_consensus
 from persist.testing import check_blob, check_consensus
+from sim.load.latent import LatentBlob, LatentConsensus
+from sim.runtime.core import Runtime
+from sim.runtime.latency import Constant, LatencyModel, LogNormal, Uniform
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -40,10 +43,29 @@ async def _unreliable_mem_consensus() -> Consensus:
     return UnreliableConsensus(MemConsensus(), random.Random(7), p_fail=0.1, p_timeout=0.1)
 
 
+def _latency_runtime(seed: int) -> Runtime:
+    """Random round trips, so the latent stores' concurrent operations finish in
+    other orders than they started (as virtual-mode runs see them)."""
+    latency = LatencyModel(
+        {"blob": Uniform(0.0005, 0.004), "consensus.cas": LogNormal(0.002, 0.8)},
+        default=Uniform(0.0002, 0.002),
+    )
+    return Runtime(seed=seed, latency=latency)
+
+
+async def _latent_mem_blob() -> Blob:
+    return LatentBlob(MemBlob(), _latency_runtime(3))
+
+
+async def _latent_mem_consensus() -> Consensus:
+    return LatentConsensus(MemConsensus(), _latency_runtime(5))
+
+
 @pytest.fixture(
     params=[
         "mem",
         "unreliable-mem",
+        pytest.param("latent-mem", marks=pytest.mark.virtual),
         "file",
         pytest.param("s3", marks=pytest.mark.s3),
     ]
@@ -55,6 +77,8 @@ def blob_impl(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[MakeBlob,
         return _mem_blob, True, 1 << 20
     if name == "unreliable-mem":
         return _unreliable_mem_blob, False, 1 << 20
+    if name == "latent-mem":
+        return _latent_mem_blob, True, 1 << 20
     if name == "file":
 
         async def make_file() -> Blob:
@@ -75,6 +99,7 @@ def blob_impl(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[MakeBlob,
     params=[
         "mem",
         "unreliable-mem",
+        pytest.param("latent-mem", marks=pytest.mark.virtual),
         pytest.param("postgres", marks=pytest.mark.postgres),
         pytest.param("unreliable-postgres", marks=pytest.mark.postgres),
     ]
@@ -86,6 +111,8 @@ def consensus_impl(request: pytest.FixtureRequest) -> tuple[MakeConsensus, bool]
         return _mem_consensus, True
     if name == "unreliable-mem":
         return _unreliable_mem_consensus, False
+    if name == "latent-mem":
+        return _latent_mem_consensus, True
     url: str = request.getfixturevalue("pg_url")
     if name == "postgres":
 
@@ -120,6 +147,36 @@ async def test_mem_conformance_on_the_virtual_loop() -> None:
     await check_blob(_mem_blob)
     await check_consensus(_mem_consensus)
     await check_consensus(_unreliable_mem_consensus, reliable=False)
+
+
+@pytest.mark.virtual
+@pytest.mark.asyncio
+async def test_latent_stores_pay_one_sample_per_operation() -> None:
+    """The wrappers are not pass-throughs: each operation costs one sample of its
+    own latency (`blob.<op>`, `consensus.<op>`, falling back to the prefix)."""
+    latency = LatencyModel(
+        {
+            "blob": Constant(0.001),
+            "blob.get": Constant(0.003),
+            "consensus": Constant(0.002),
+            "consensus.cas": Constant(0.005),
+        }
+    )
+    rt = Runtime(latency=latency)
+    blob, consensus = LatentBlob(MemBlob(), rt), LatentConsensus(MemConsensus(), rt)
+    start = rt.now()
+    await blob.set("k", b"v")
+    assert await blob.get("k") == b"v"
+    assert await blob.list_keys() == ["k"]
+    assert await blob.delete("k")
+    assert rt.now() - start == pytest.approx(0.006, abs=1e-12)
+    start = rt.now()
+    assert await consensus.head("c") is None
+    entry = VersionedData(SeqNo(0), b"x")
+    assert await consensus.compare_and_set("c", None, entry) is CaSResult.COMMITTED
+    assert await consensus.scan("c", SeqNo(0), 10) == [entry]
+    assert await consensus.truncate("c", SeqNo(0)) == 0
+    assert rt.now() - start == pytest.approx(0.011, abs=1e-12)
 
 
 @pytest.mark.asyncio

@@ -28,7 +28,8 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from persist.s3 import MIB, S3Blob, classify
+from persist.s3 import MIB, S3Blob
+from persist.s3_client import classify
 from sim.runtime.errors import Determinate, Indeterminate, InvalidUsage
 
 if TYPE_CHECKING:

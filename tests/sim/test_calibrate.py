@@ -194,7 +194,7 @@ def test_the_shipped_profile_is_a_calibrate_output_verbatim() -> None:
     )
     assert set(measured) == set(MEASURED)
     env = measured.environment
-    # Real-mode runs start the embedded Postgres with fsync on (sim/cli/compare.py postgres_for).
+    # Real-mode runs start the embedded Postgres with fsync on (sim/cli/pg.py postgres_for).
     assert env.fsync == "on"
     assert env.synchronous_commit == "on"
     assert env.samples >= 100

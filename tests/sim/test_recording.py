@@ -11,7 +11,7 @@ import pytest
 from coordinator.config import KnownBad
 from sim.history.checker import check_history
 from sim.history.checker.verdict import Outcome
-from sim.history.model import HistoryRecorder
+from sim.history.recorder import HistoryRecorder
 from sim.history.recording import RecordingSession, event_sink
 from sim.history.traces import read_trace, write_trace
 from sim.runtime.core import run

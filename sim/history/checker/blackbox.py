@@ -11,17 +11,18 @@ is reported, shortest first, as the contradiction in words.
 
 Real-time edges go through a chain of "time" nodes (A → t_k → … → t_j → B), and
 the reads of one table through "version" nodes, so the graph stays linear in
-the history's size instead of quadratic. `info` operations may or may not have
-happened: an indeterminate add counts only if some read saw its element, and
-indeterminate ops never precede anything in real time.
+the history's size instead of quadratic (`sim.history.checker.graph`: the graph
+and its cycle search). `info` operations may or may not have happened: an
+indeterminate add counts only if some read saw its element, and indeterminate
+ops never precede anything in real time.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final
 
+from sim.history.checker.graph import OP, TIME, VERSION, Graph, find_cycles
 from sim.history.checker.tables import INF, TableIndex, ends, index_tables, pauses_gc
 from sim.history.checker.verdict import Collector, Verdict, describe, elements_text, fmt_t
 from sim.history.model import ADD, DDL_KINDS, DROP_TABLE, INFO, OK, READ, UNKNOWN_TABLE
@@ -33,25 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["check_blackbox"]
 
-_OP: Final = 0
-_TIME: Final = 1
-_VERSION: Final = 2
 NAME: Final = "not-strict-serializable"
-
-
-@final
-class _Graph:
-    """Adjacency lists; nodes 0..n-1 are the history's rows."""
-
-    def __init__(self, n: int) -> None:
-        self.succ: list[list[int]] = [[] for _ in range(n)]
-        self.typ = bytearray(n)
-        self.label: dict[tuple[int, int], str] = {}  # op->op edges that need words
-
-    def node(self, typ: int) -> int:
-        self.succ.append([])
-        self.typ.append(typ)
-        return len(self.succ) - 1
 
 
 @pauses_gc
@@ -68,7 +51,7 @@ def check_blackbox(h: History, *, max_ops: int | None = None, max_rounds: int = 
     if max_ops is not None and h.n > max_ops:
         return col.verdict(unknown=f"{h.n} operations exceed the limit of {max_ops}")
     e = ends(h)
-    g = _Graph(h.n)
+    g = Graph(h.n)
     stats = {"tables": 0, "tables-partial": 0, "tables-with-mutations": 0}
     choices: dict[int, tuple[int, int]] = {}  # unknown-table op -> (create, drop or -1)
     part = _participants(h)
@@ -81,7 +64,7 @@ def check_blackbox(h: History, *, max_ops: int | None = None, max_rounds: int = 
     stats["edges"] = sum(len(s) for s in g.succ)
     unknown = None
     for _ in range(max_rounds):
-        cycles = _cycles(g)
+        cycles = find_cycles(g)
         if not cycles:
             break
         flip = [f for c in cycles for f in _chosen_in(c, choices, g)]
@@ -121,7 +104,7 @@ def _table(
     h: History,
     t: TableIndex,
     e: array[int],
-    g: _Graph,
+    g: Graph,
     part: bytearray,
     col: Collector,
     choices: dict[int, tuple[int, int]],
@@ -208,7 +191,7 @@ def _unknown(
     h: History,
     t: TableIndex,
     e: array[int],
-    g: _Graph,
+    g: Graph,
     c: int,
     d: int,
     okx: list[int],
@@ -286,7 +269,7 @@ def _chain(
 
 
 def _version_edges(
-    h: History, t: TableIndex, g: _Graph, versions: list[tuple[list[int], list[int]]], seen: set[int]
+    h: History, t: TableIndex, g: Graph, versions: list[tuple[list[int], list[int]]], seen: set[int]
 ) -> None:
     """Adds of a version's new elements precede its reads; its reads precede
     the next version's adds (they did not see them) and reads."""
@@ -298,8 +281,8 @@ def _version_edges(
         if len(reads) == 1:
             v = w = reads[0]
         else:
-            v = g.node(_VERSION)
-            w = g.node(_VERSION)
+            v = g.node(VERSION)
+            w = g.node(VERSION)
             sv = succ[v]
             for r in reads:
                 sv.append(r)
@@ -341,7 +324,7 @@ def _incomparable(
     )
 
 
-def _realtime(h: History, e: array[int], g: _Graph, part: bytearray) -> None:
+def _realtime(h: History, e: array[int], g: Graph, part: bytearray) -> None:
     """A completed before B began ⇔ a path A → t_k → … → t_j → B, through one
     time node per run of completions (an invoke at the same instant as a
     completion is concurrent with it, not after it)."""
@@ -361,7 +344,7 @@ def _realtime(h: History, e: array[int], g: _Graph, part: bytearray) -> None:
             if not last_was_end:
                 t = len(succ)
                 succ.append([])
-                typ.append(_TIME)
+                typ.append(TIME)
                 if cur >= 0:
                     succ[cur].append(t)
                 cur = t
@@ -375,135 +358,8 @@ def _realtime(h: History, e: array[int], g: _Graph, part: bytearray) -> None:
         last_was_end = False
 
 
-def _cycles(g: _Graph) -> list[list[int]]:
-    """Kahn's algorithm; if some nodes remain, their strongly connected
-    components each yield one shortest cycle (fewest operations)."""
-    succ = g.succ
-    n = len(succ)
-    indeg = [0] * n
-    for s in succ:
-        for v in s:
-            indeg[v] += 1
-    stack = [u for u in range(n) if indeg[u] == 0]
-    done = 0
-    while stack:
-        u = stack.pop()
-        done += 1
-        for v in succ[u]:
-            d = indeg[v] - 1
-            indeg[v] = d
-            if d == 0:
-                stack.append(v)
-    if done == n:
-        return []
-    rest = [u for u in range(n) if indeg[u] > 0]
-    out = []
-    for comp in _sccs(succ, rest):
-        if len(comp) > 1:
-            out.append(_shortest_cycle(g, comp))
-        if len(out) >= 20:
-            break
-    return out
 
-
-def _sccs(succ: list[list[int]], nodes: list[int]) -> list[list[int]]:
-    """Tarjan's algorithm, iterative, over the subgraph induced by `nodes`."""
-    inside = set(nodes)
-    index: dict[int, int] = {}
-    low: dict[int, int] = {}
-    on: set[int] = set()
-    stack: list[int] = []
-    comps: list[list[int]] = []
-    counter = 0
-    for root in nodes:
-        if root in index:
-            continue
-        work = [(root, 0)]
-        while work:
-            u, pos = work[-1]
-            if pos == 0:
-                index[u] = low[u] = counter
-                counter += 1
-                stack.append(u)
-                on.add(u)
-            edges = succ[u]
-            while pos < len(edges):
-                v = edges[pos]
-                pos += 1
-                if v not in inside:
-                    continue
-                if v not in index:
-                    work[-1] = (u, pos)
-                    work.append((v, 0))
-                    break
-                if v in on:
-                    low[u] = min(low[u], index[v])
-            else:
-                work.pop()
-                if work:
-                    p = work[-1][0]
-                    low[p] = min(low[p], low[u])
-                if low[u] == index[u]:
-                    comp = []
-                    while True:
-                        x = stack.pop()
-                        on.discard(x)
-                        comp.append(x)
-                        if x == u:
-                            break
-                    comps.append(sorted(comp))
-                continue
-    comps.sort(key=lambda c: c[0])
-    return comps
-
-
-def _shortest_cycle(g: _Graph, comp: list[int], tries: int = 8) -> list[int]:
-    """A cycle within `comp` with the fewest operation nodes (0-1 BFS, virtual
-    nodes cost nothing), from a few deterministic start operations."""
-    inside = set(comp)
-    succ, typ = g.succ, g.typ
-    starts = [u for u in comp if typ[u] == _OP][:tries] or comp[:1]
-    best: list[int] | None = None
-    for s in starts:
-        dist = {s: 0}
-        parent: dict[int, int] = {}
-        dq: deque[int] = deque([s])
-        found = -1
-        while dq:
-            u = dq.popleft()
-            for v in succ[u]:
-                if v not in inside:
-                    continue
-                if v == s:
-                    found = u
-                    break
-                w = 0 if typ[v] != _OP else 1
-                nd = dist[u] + w
-                if v not in dist or nd < dist[v]:
-                    dist[v] = nd
-                    parent[v] = u
-                    if w == 0:
-                        dq.appendleft(v)
-                    else:
-                        dq.append(v)
-            if found >= 0:
-                break
-        if found < 0:
-            continue
-        cyc = [found]
-        while cyc[-1] != s:
-            cyc.append(parent[cyc[-1]])
-        cyc.reverse()
-        if best is None or _ops_in(g, cyc) < _ops_in(g, best):
-            best = cyc
-    return best or comp[:1]
-
-
-def _ops_in(g: _Graph, cyc: list[int]) -> int:
-    return sum(1 for u in cyc if g.typ[u] == _OP)
-
-
-def _chosen_in(cyc: list[int], choices: dict[int, tuple[int, int]], g: _Graph) -> list[int]:
+def _chosen_in(cyc: list[int], choices: dict[int, tuple[int, int]], g: Graph) -> list[int]:
     out = []
     for a, b in zip(cyc, cyc[1:] + cyc[:1], strict=True):
         ch = choices.get(a)
@@ -512,9 +368,9 @@ def _chosen_in(cyc: list[int], choices: dict[int, tuple[int, int]], g: _Graph) -
     return out
 
 
-def _report(h: History, e: array[int], g: _Graph, cyc: list[int], col: Collector) -> None:
+def _report(h: History, e: array[int], g: Graph, cyc: list[int], col: Collector) -> None:
     typ = g.typ
-    ops = [u for u in cyc if typ[u] == _OP]
+    ops = [u for u in cyc if typ[u] == OP]
     if not ops:
         return
     # Rotate so the cycle starts at an operation, then walk op to op.
@@ -527,7 +383,7 @@ def _report(h: History, e: array[int], g: _Graph, cyc: list[int], col: Collector
         a = cyc[i]
         j = i + 1
         via: set[int] = set()
-        while typ[cyc[j % n]] != _OP:
+        while typ[cyc[j % n]] != OP:
             via.add(typ[cyc[j % n]])
             j += 1
         b = cyc[j % n]
@@ -542,9 +398,9 @@ def _report(h: History, e: array[int], g: _Graph, cyc: list[int], col: Collector
     )
 
 
-def _edge_words(h: History, e: array[int], g: _Graph, a: int, b: int, via: set[int]) -> str:
+def _edge_words(h: History, e: array[int], g: Graph, a: int, b: int, via: set[int]) -> str:
     inv = h.invoke
-    if via == {_TIME}:
+    if via == {TIME}:
         return (f"{describe(h, a)} completed at {fmt_t(e[a])} before {describe(h, b)} began at "
                 f"{fmt_t(inv[b])}")  # fmt: skip
     lab = g.label.get((a, b))

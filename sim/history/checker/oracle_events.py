@@ -1,16 +1,14 @@
 """Checker 4: the timestamp oracle's guarantees (seed 000) over the internal-
-event table, per timeline and in real-time order:
+event table, per timeline and in real-time order.
 
-- `write_ts` returns more than every timestamp returned by a `read_ts`,
-  `write_ts` or `peek_write_ts`, or passed to an `apply_write`, that completed
-  before it was called;
-- `read_ts` returns at least every `apply_write` argument and every `read_ts`
-  that completed before it was called;
-- `peek_write_ts` returns at least every `write_ts` and `apply_write` before it.
-
-A successful catalog append applies its new upper on the `catalog` timeline
-(seed 001), so it counts as an `apply_write` there. Violations are
-`timestamp-regression`.
+The guarantees are `oracle.spec.BOUNDS`, judged by `oracle.spec.check` — the
+same table and function the oracle's conformance suite uses. Every broken
+bound is a `timestamp-regression` naming the bound. A successful catalog append
+applies its new upper on the `catalog` timeline (seed 001), so it counts as an
+`apply_write` there. The bound `read_ts <= max apply_write` needs each
+timeline's starting `read_ts`, which a trace does not record (a restarted
+in-memory oracle resumes at its persisted upper): it runs only for the
+timelines in `read_floors`.
 
 And the contract of `apply_write` itself ("marks a write at write_ts as
 completed"): an `apply_write(ts)` must start only after the same coordinator's
@@ -23,27 +21,44 @@ exist, which is exactly what the oracle promises not to hand out.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Final
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final, final
 
+from oracle.spec import BOUNDS, Compare, Operation, Violation, check
 from sim.history.checker.verdict import Collector, Verdict, fmt_t
 from sim.history.model import EventKind, Status
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from sim.history.model import Event
 
 __all__ = ["check_oracle_events"]
 
-_W: Final = str(EventKind.ORACLE_WRITE_TS)
-_R: Final = str(EventKind.ORACLE_READ_TS)
-_P: Final = str(EventKind.ORACLE_PEEK_WRITE_TS)
-_A: Final = str(EventKind.ORACLE_APPLY_WRITE)
-_C: Final = str(EventKind.CATALOG_APPEND)
 _T: Final = str(EventKind.TABLE_APPEND)
-#: For each call, the released kinds whose maximum bounds its result, and
-#: whether the bound is strict.
-_BOUNDS: Final = {_W: ((_W, _R, _P, _A), True), _R: ((_R, _A), False), _P: ((_W, _P, _A), False)}
+#: The events that are oracle calls, as `oracle.spec` names them.
+_OPS: Final = {
+    str(EventKind.ORACLE_WRITE_TS): Operation.WRITE_TS,
+    str(EventKind.ORACLE_READ_TS): Operation.READ_TS,
+    str(EventKind.ORACLE_PEEK_WRITE_TS): Operation.PEEK_WRITE_TS,
+    str(EventKind.ORACLE_APPLY_WRITE): Operation.APPLY_WRITE,
+    str(EventKind.CATALOG_APPEND): Operation.APPLY_WRITE,
+}
+_BOUNDED: Final = frozenset(b.op for b in BOUNDS)
+_WORDS: Final = {Compare.GREATER: "greater than", Compare.AT_LEAST: "at least"}
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """An event as `oracle.spec.check` reads it (an `oracle.spec.Timed`)."""
+
+    op: str
+    invoke_ns: int
+    complete_ns: int | None
+    ts: int | None
+    ok: bool
+    event: Event
 
 
 def _ev(e: Event) -> str:
@@ -51,65 +66,41 @@ def _ev(e: Event) -> str:
     return f"event {e.seq} ({e.kind}{who} on {e.timeline!r} → {e.ts})"
 
 
-def check_oracle_events(events: Sequence[Event]) -> Verdict:
+def check_oracle_events(
+    events: Sequence[Event], *, read_floors: Mapping[str, int] | None = None
+) -> Verdict:
+    """Judges the oracle calls among `events` by `oracle.spec`, and each
+    `apply_write` by the table append it must follow.
+
+    Args:
+        read_floors: `read_ts` at the start of the trace, per timeline, where
+            known (and the oracle never restarted): enables the bound
+            `read_ts <= max apply_write` there.
+    """
     t0 = time.perf_counter()
     col = Collector("oracle")
-    per: dict[str, list[Event]] = {}
+    per: dict[str, list[_Call]] = {}
     appends: dict[tuple[str | None, str | None, int], Event] = {}
     applies: list[Event] = []
     for ev in events:
         if ev.kind == _T and ev.ts is not None:
             appends.setdefault((ev.actor, ev.timeline, ev.ts), ev)
-        if ev.status != Status.OK or ev.ts is None:
+        op = _OPS.get(ev.kind)
+        if op is None:
             continue
-        if ev.kind == _A:
+        ok = ev.status == Status.OK
+        if ok and ev.ts is not None and ev.kind == EventKind.ORACLE_APPLY_WRITE:
             applies.append(ev)
-        k = ev.kind
-        if k == _C:
-            k = _A
-            tl = ev.timeline or "catalog"
-        elif k in (_W, _R, _P, _A):
-            tl = ev.timeline or ""
-        else:
-            continue
-        per.setdefault(tl, []).append(ev)
+        default = "catalog" if ev.kind == EventKind.CATALOG_APPEND else ""
+        call = _Call(str(op), ev.start_ns, ev.end_ns, ev.ts, ok, ev)
+        per.setdefault(ev.timeline or default, []).append(call)
     checked = 0
     for tl in sorted(per):
-        evs = per[tl]
-        by_start = sorted(evs, key=lambda x: (x.start_ns, x.seq))
-        by_end = sorted(
-            (x for x in evs if x.end_ns is not None), key=lambda x: (x.end_ns or 0, x.seq)
-        )
-        best: dict[str, Event] = {}
-        p = 0
-        for ev in by_start:
-            while p < len(by_end) and (by_end[p].end_ns or 0) < ev.start_ns:
-                r = by_end[p]
-                rk = _A if r.kind == _C else r.kind
-                cur = best.get(rk)
-                if cur is None or (r.ts or 0) > (cur.ts or 0):
-                    best[rk] = r
-                p += 1
-            bound = _BOUNDS.get(ev.kind)
-            if bound is None:
-                continue
-            checked += 1
-            kinds, strict = bound
-            prior = [best[k] for k in kinds if k in best]
-            if not prior:
-                continue
-            top = max(prior, key=lambda x: (x.ts or 0, -x.seq))
-            ts, bts = ev.ts or 0, top.ts or 0
-            if ts < bts or (strict and ts == bts):
-                rel = "greater than" if strict else "at least"
-                col.add(
-                    "timestamp-regression",
-                    top.ops + ev.ops,
-                    f"{_ev(ev)} was called at {fmt_t(ev.start_ns)}, after {_ev(top)} completed at "
-                    f"{fmt_t(top.end_ns or 0)}, but returned {ts}, which is not {rel} {bts}: the "
-                    "oracle's operations must be linearizable (seed 000).",
-                    events=(top.seq, ev.seq),
-                )
+        calls = per[tl]
+        checked += sum(1 for c in calls if c.op in _BOUNDED and c.ok and c.ts is not None)
+        found = check(calls, read_floor=None if read_floors is None else read_floors.get(tl))
+        for v in sorted(found, key=lambda v: (v.op.event.start_ns, v.op.event.seq)):
+            _report(v, col)
     checked += _apply_after_append(applies, appends, col)
     return col.verdict(
         stats={"oracle-calls": checked, "timelines": len(per)},
@@ -117,6 +108,35 @@ def check_oracle_events(events: Sequence[Event]) -> Verdict:
         seconds=time.perf_counter() - t0,
         skipped=checked == 0,
     )
+
+
+def _report(v: Violation[_Call], col: Collector) -> None:
+    """One broken bound as a `timestamp-regression`, in the words of the trace."""
+    ev, b = v.op.event, v.bound
+    cause = None if v.cause is None else v.cause.event
+    why = f"{b.reason} (bound `{b.name}`, seed 000)"
+    if b.compare is Compare.AT_MOST_MAX:
+        by = "the timeline's starting point" if cause is None else _ev(cause)
+        text = (
+            f"{_ev(ev)} returned {ev.ts} at {fmt_t(ev.end_ns or 0)}, above {v.limit}, the "
+            f"largest timestamp applied by then ({by}): {why}."
+        )
+    elif cause is None:  # only the ceiling can be bounded by the starting point alone
+        raise AssertionError(f"{b.name} reported without a cause")
+    elif b.compare is Compare.DIFFERENT:
+        text = (
+            f"{_ev(ev)} and {_ev(cause)} overlapped in time and both returned {ev.ts}: {why}."
+        )
+    else:
+        text = (
+            f"{_ev(ev)} was called at {fmt_t(ev.start_ns)}, after {_ev(cause)} completed at "
+            f"{fmt_t(cause.end_ns or 0)}, but returned {ev.ts}, which is not "
+            f"{_WORDS[b.compare]} {v.limit}: {why}; the oracle's operations must be "
+            "linearizable."
+        )
+    seqs = (ev.seq,) if cause is None else (cause.seq, ev.seq)
+    ops = ev.ops if cause is None else cause.ops + ev.ops
+    col.add("timestamp-regression", ops, text, events=seqs)
 
 
 def _apply_after_append(

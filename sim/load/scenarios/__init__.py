@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from coordinator.config import CoordinatorConfig
     from coordinator.environment import Environment
     from coordinator.session import Coordinator, Result
-    from sim.history.model import HistoryRecorder
+    from sim.history.recorder import HistoryRecorder
     from sim.history.recording import RecordingSession
     from sim.runtime.core import Runtime
 

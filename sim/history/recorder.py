@@ -1,0 +1,206 @@
+"""Recording a history as a run goes: `HistoryRecorder` turns invocations and
+completions, stamped with the run's clock, into the `History` and `Event`
+tables of `sim.history.model`.
+
+It protects the model's invariants where a producer breaks them: completing an
+unknown or finished operation, or reusing a process that is still running or
+ended `info`, raises `HistoryError` at once rather than yielding a history the
+checkers would reject later.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, TypeAlias, final
+
+from sim.history.model import (
+    FAIL,
+    INFO,
+    KIND_CODE,
+    NONE,
+    OK,
+    READ,
+    Event,
+    EventKind,
+    History,
+    HistoryBuilder,
+    HistoryError,
+    Kind,
+    Status,
+    raw,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+
+__all__ = ["Clock", "HistoryRecorder"]
+
+#: The recorder's time source (`Runtime.now`, seconds); stored as integer ns.
+Clock: TypeAlias = "Callable[[], float]"
+
+
+@final
+class HistoryRecorder:
+    """Records a run as it goes: `invoke` returns an op id, one of `ok`/`fail`/
+    `info` completes it; `event` records an internal event. Misuse (completing
+    an unknown or finished op, reusing a process after `info`) raises
+    `HistoryError` at once, so a broken producer is caught where it breaks.
+
+    Args:
+        clock: seconds, normally `Runtime.now`; recorded as integer ns."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._ops: list[list[Any]] = []
+        self._pending: dict[int, int] = {}  # op id -> process
+        self._busy: dict[int, int] = {}  # process -> op id
+        self._dead: set[int] = set()
+        self._next_process = 0
+        self._events: list[Event] = []
+
+    def _now(self) -> int:
+        return round(self._clock() * 1e9)
+
+    def now_ns(self) -> int:
+        """The clock in ns, e.g. to pass as an event's `start_ns` later."""
+        return self._now()
+
+    def fresh_process(self) -> int:
+        """Reserves a process id never used or handed out before: each client
+        takes one, and a client whose op ended `info` continues under a new
+        one (Jepsen's convention)."""
+        process = self._next_process
+        self._next_process += 1
+        return process
+
+    def invoke(
+        self,
+        process: int,
+        kind: Kind,
+        obj: str | None,
+        *,
+        elements: Sequence[int] = (),
+        args: Mapping[str, Any] | None = None,
+        client: str | None = None,
+    ) -> int:
+        if process in self._dead:
+            raise HistoryError(f"process {process} acts after an `info`; use a fresh process id")
+        if process in self._busy:
+            raise HistoryError(f"process {process} is still running op {self._busy[process]}")
+        self._next_process = max(self._next_process, process + 1)
+        oid = len(self._ops)
+        self._ops.append(
+            [oid, process, KIND_CODE[Kind(kind)], obj, self._now(), NONE, INFO, tuple(elements),
+             None, NONE, None if args is None else json.dumps(args, sort_keys=True),
+             None, None, NONE, NONE, NONE, client]
+        )  # fmt: skip
+        self._pending[oid] = process
+        self._busy[process] = oid
+        return oid
+
+    def _complete(
+        self,
+        oid: int,
+        status: int,
+        *,
+        read_ts: int | None,
+        write_ts: int | None,
+        catalog_ts: int | None,
+    ) -> list[Any]:
+        process = self._pending.pop(oid, None)
+        if process is None:
+            raise HistoryError(f"op {oid} completes but was not invoked or already completed")
+        del self._busy[process]
+        if status == INFO:
+            self._dead.add(process)
+        row = self._ops[oid]
+        row[5], row[6] = self._now(), status
+        row[13], row[14], row[15] = raw(read_ts), raw(write_ts), raw(catalog_ts)
+        return row
+
+    def ok(
+        self,
+        oid: int,
+        *,
+        result: Iterable[int] | None = None,
+        count: int | None = None,
+        read_ts: int | None = None,
+        write_ts: int | None = None,
+        catalog_ts: int | None = None,
+    ) -> None:
+        row = self._complete(oid, OK, read_ts=read_ts, write_ts=write_ts, catalog_ts=catalog_ts)
+        if row[2] == READ:
+            if result is None:
+                raise HistoryError(f"op {oid}: an ok read needs its result")
+            row[8] = tuple(sorted(result))
+        row[9] = raw(count)
+
+    def fail(
+        self,
+        oid: int,
+        code: str,
+        message: str = "",
+        *,
+        read_ts: int | None = None,
+        write_ts: int | None = None,
+        catalog_ts: int | None = None,
+    ) -> None:
+        row = self._complete(oid, FAIL, read_ts=read_ts, write_ts=write_ts, catalog_ts=catalog_ts)
+        row[11], row[12] = code, message
+
+    def info(
+        self,
+        oid: int,
+        message: str = "",
+        *,
+        read_ts: int | None = None,
+        write_ts: int | None = None,
+        catalog_ts: int | None = None,
+    ) -> None:
+        row = self._complete(oid, INFO, read_ts=read_ts, write_ts=write_ts, catalog_ts=catalog_ts)
+        row[12] = message or None
+
+    def event(
+        self,
+        kind: EventKind | str,
+        component: str,
+        *,
+        start_ns: int | None = None,
+        end_ns: int | None = None,
+        status: Status = Status.OK,
+        timeline: str | None = None,
+        ts: int | None = None,
+        batch_size: int | None = None,
+        actor: str | None = None,
+        ops: Sequence[int] = (),
+        detail: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Records an internal event; times default to now (an instant)."""
+        now = self._now()
+        self._events.append(
+            Event(
+                seq=len(self._events),
+                kind=str(kind),
+                component=component,
+                start_ns=now if start_ns is None else start_ns,
+                end_ns=now if end_ns is None and start_ns is None else end_ns,
+                status=status,
+                timeline=timeline,
+                ts=ts,
+                batch_size=batch_size,
+                actor=actor,
+                ops=tuple(ops),
+                detail=None if detail is None else json.dumps(detail, sort_keys=True),
+            )
+        )
+
+    def history(self) -> History:
+        """The operations so far; still-pending ones appear as `info` without a
+        completion (they may or may not take effect)."""
+        b = HistoryBuilder()
+        for row in self._ops:
+            b.add_row(*row)
+        return b.build()
+
+    def events(self) -> list[Event]:
+        return list(self._events)
