@@ -286,7 +286,8 @@ def _run_entry(
     (`sim.compare.runner.run_workload`), or a Python scenario run `--repeat` times per
     configuration as one row. `on_pass` gets each pass's (or script's first
     run's) own output, to check."""
-    from sim.compare.runner import run_script, run_workload
+    from sim.compare.runner import run_workload
+    from sim.compare.scripts import run_script
     from sim.load.scenarios import PythonScenario, load
 
     if not is_scenario_file(entry):
@@ -417,7 +418,7 @@ def run_scenario(
 
 
 def _run_python(cfg: Config, config_name: str, sc: Any, stage: Path) -> str:
-    from sim.compare.runner import run_script_once
+    from sim.compare.scripts import run_script_once
     from sim.history.checker import check_history
     from sim.history.traces import write_trace
     from sim.load.scenarios import scenario_error

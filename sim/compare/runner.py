@@ -21,18 +21,15 @@ import functools
 import math
 import statistics
 from dataclasses import dataclass, fields, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, final
 
 import anyio
 
-from coordinator.factory import build_coordinator
 from sim.compare.stats import estimate, percentile_shown
-from sim.history.model import NONE, STATUSES, Status
 from sim.history.recorder import HistoryRecorder
-from sim.history.recording import RecordingSession, event_sink
+from sim.history.recording import RecordingSession
 from sim.history.traces import write_trace
-from sim.load.harness import environment
+from sim.load.deployment import Deployment
 from sim.load.loadgen import (
     LevelResult,
     Window,
@@ -46,25 +43,23 @@ from sim.runtime.core import Runtime, run
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
 
     from coordinator.session import Coordinator, CoordinatorStatistics
     from sim.history.model import Event, History
     from sim.load.config import Config
-    from sim.load.scenarios import PythonScenario
 
 __all__ = [
     "LevelRow",
     "PassLevel",
     "PassOutput",
     "RunOutput",
-    "ScriptRun",
     "level_client",
     "level_ops",
+    "level_row",
     "pass_trace_dir",
     "run_pair",
     "run_pass",
-    "run_script",
-    "run_script_once",
     "run_workload",
 ]
 
@@ -186,9 +181,9 @@ async def measure(
     levels: list[PassLevel] = []
     counter = [0]
     window = replace(cfg.window(), repeat=1)
-    async with environment(cfg, rt) as env, build_coordinator(
-        cfg.coordinator(config_name), env, rt, events=event_sink(recorder)
-    ) as coord:
+    async with Deployment.for_config(cfg, config_name, rt, recorder) as dep:
+        coord = dep.newest
+        assert coord is not None
         sessions = SessionFactory(coord, recorder)
         await wl.setup(sessions("setup"), cfg.tables)
         if cfg.warmup_ops:
@@ -200,7 +195,7 @@ async def measure(
             res = await _level(cfg, sessions, wl.name, rt, counter, c, c, w)
             after, span = coord.statistics(), rt.now() - t0
             levels.append(PassLevel(c, res, before, after, span))
-            on_level(_row(cfg, config_name, workload_name, res, before, after, c, span))
+            on_level(level_row(cfg, config_name, workload_name, res, before, after, c, span))
     return levels
 
 
@@ -243,7 +238,7 @@ async def _level(
     return results
 
 
-def _row(
+def level_row(
     cfg: Config, config_name: str, workload_name: str, res: list[LevelResult], before: Any, after: Any, c: int,
     span: float,
 ) -> LevelRow:
@@ -300,88 +295,6 @@ def _row(
     )
 
 
-@final
-@dataclass(frozen=True)
-class ScriptRun:
-    """One run of a user's Python scenario: what it recorded, the expectations
-    it reported failed, and the exception it raised (its own bug), if any."""
-
-    history: History
-    events: list[Event]
-    failures: list[str]
-    error: Exception | None
-
-
-def run_script_once(cfg: Config, config_name: str, sc: PythonScenario, *, seed: int) -> ScriptRun:
-    """Runs `sc` once on a fresh deployment of `config_name`. The scenario's own
-    exception is captured, not raised: the caller reports it with what the
-    scenario recorded until then."""
-    from sim.load.scenarios import Sim
-
-    holder: dict[str, Any] = {}
-
-    async def main(rt: Runtime) -> None:
-        recorder = HistoryRecorder(rt.now)
-        async with environment(cfg, rt) as env:
-            sim = Sim(rt, env, cfg.coordinator(config_name), recorder)
-            holder["sim"] = sim
-            await sim.start()
-            try:
-                await sc.main(sim)
-            except Exception as exc:  # the scenario's own bug
-                holder["error"] = exc
-            finally:
-                await sim.stop()
-
-    run(main, seed=seed, virtual=cfg.mode == "virtual", latency=cfg.latency())
-    sim: Sim = holder["sim"]
-    return ScriptRun(sim.recorder.history(), sim.recorder.events(), list(sim.failures), holder.get("error"))
-
-
-def run_script(cfg: Config, config_name: str, sc: PythonScenario, trace_dir: Path) -> RunOutput:
-    """A user's Python scenario under `config_name`, `cfg.window().repeat`
-    times with seeds `cfg.seed`, `cfg.seed + 1`, …, as one row: its operations'
-    throughput (operations / the span from the first invocation to the last
-    completion) with its interval over the runs, their latencies and errors;
-    the coordinator's counters are not sampled (None).
-    The first run's trace is written to `trace_dir` and returned for checking."""
-    from sim.load.scenarios import scenario_error
-
-    results: list[LevelResult] = []
-    kept: ScriptRun | None = None
-    clients = 0
-    for i in range(cfg.window().repeat):
-        one = run_script_once(cfg, config_name, sc, seed=cfg.seed + i)
-        if one.error is not None:
-            raise scenario_error(sc.path or Path(sc.name), one.error) from one.error
-        results.append(_script_result(one.history))
-        clients = max(clients, len(set(one.history.client)))
-        if kept is None:
-            kept = one
-            write_trace(trace_dir, one.history, one.events, run=f"{sc.name}/{config_name}", config=config_name,
-                        seed=cfg.seed, extra_meta={"workload": sc.name, "mode": cfg.mode})  # fmt: skip
-    assert kept is not None
-    # A script may restart its coordinator, whose counters then start over:
-    # they are not reported rather than reported wrong.
-    row = _row(cfg, config_name, sc.name, results, None, None, clients, sum(r.elapsed_s for r in results))
-    return RunOutput([row], trace_dir, kept.history, kept.events)
-
-
-def _script_result(h: History) -> LevelResult:
-    """One script run as a measurement window: every completed operation."""
-    res = LevelResult(0)
-    done = [i for i in range(h.n) if h.complete[i] != NONE]
-    if not done:
-        return res
-    start = min(h.invoke[i] for i in done)
-    end = max(h.complete[i] for i in done)
-    res.elapsed_s = max(1e-9, (end - start) / 1e9)
-    for i in done:
-        code = None if STATUSES[h.status[i]] is Status.OK else (h.error_code[i] or "failed")
-        res.add((h.complete[i] - h.invoke[i]) / 1e9, code)
-    return res
-
-
 def pass_trace_dir(trace_dir: Path, index: int) -> Path:
     """Where pass `index` (1-based) of a pair writes its trace: the first in
     `trace_dir` itself (where every reader of a compare trace finds it), pass k
@@ -432,7 +345,7 @@ def run_pass(
             "passes": cfg.window().repeat,
         },
     )
-    rows = [_row(cfg, config_name, workload_name, lv.results, lv.before, lv.after, lv.concurrency, lv.span)
+    rows = [level_row(cfg, config_name, workload_name, lv.results, lv.before, lv.after, lv.concurrency, lv.span)
             for lv in levels]  # fmt: skip
     return PassOutput(index, seed, RunOutput(rows, where, history, events), levels)
 
@@ -478,7 +391,7 @@ def run_workload(
             res = [r for lv in levels for r in lv.results]
             before, after = _summed([lv.before for lv in levels]), _summed([lv.after for lv in levels])
             span = sum(lv.span for lv in levels)
-            rows.append(_row(cfg, name, workload_name, res, before, after, levels[0].concurrency, span))
+            rows.append(level_row(cfg, name, workload_name, res, before, after, levels[0].concurrency, span))
         first = mine[0].output
         out[name] = RunOutput(rows, first.trace_dir, first.history, first.events)
     return out

@@ -19,6 +19,7 @@ from coordinator.factory import build_coordinator
 from persist.faults import UnreliableBlob, UnreliableConsensus
 from sim.history.recording import event_sink
 from sim.load.harness import Stores, open_stores
+from sim.runtime.errors import CoordsimError
 from sim.runtime.latency import Distribution, LatencyModel
 
 if TYPE_CHECKING:
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from coordinator.config import CoordinatorConfig
     from coordinator.session import Coordinator
     from sim.history.recorder import HistoryRecorder
+    from sim.load.config import Config
     from sim.runtime.core import Runtime
 
 __all__ = ["Deployment", "LatencySwitch", "switchable_latency"]
@@ -147,6 +149,8 @@ class Deployment:
         switch: LatencySwitch,
         *,
         postgres_url: str | None = None,
+        modeled: bool = False,
+        blob_url: str | None = None,
     ) -> AsyncIterator[Deployment]:
         """A deployment with its first coordinator started; on exit every
         coordinator stops.
@@ -154,8 +158,14 @@ class Deployment:
         Args:
             postgres_url: real mode: the server on which the run gets a fresh
                 database (dropped afterwards); None: virtual mode, in memory.
+            modeled: virtual mode: the in-memory stores take `rt`'s modeled
+                latencies (compare, scripts); else they answer at once (the
+                anomaly runs, which model the oracle and stashes only).
+            blob_url: real mode: Blob there instead of files in a temporary
+                directory.
         """
-        async with open_stores(postgres_url) as st, anyio.create_task_group() as tg:
+        stores = open_stores(postgres_url, modeled=rt if modeled else None, blob_url=blob_url)
+        async with stores as st, anyio.create_task_group() as tg:
             dep = cls(rt, config, recorder, tg, switch, st)
             await dep.start_coordinator()
             try:
@@ -163,6 +173,23 @@ class Deployment:
             finally:
                 for h in list(dep.live):
                     h.stop.set()
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def for_config(
+        cls, cfg: Config, config_name: str, rt: Runtime, recorder: HistoryRecorder
+    ) -> AsyncIterator[Deployment]:
+        """A deployment of `config_name` as `cfg` describes the run: modeled
+        in-memory stores in virtual mode; in real mode a fresh database on
+        `cfg`'s Postgres, and `cfg.blob_url` or files."""
+        pg = cfg.effective_postgres_url() if cfg.mode == "real" else None
+        if cfg.mode == "real" and pg is None:
+            raise CoordsimError("real mode needs a Postgres (start one or set COORDSIM_POSTGRES_URL)")
+        async with cls.running(
+            rt, cfg.coordinator(config_name), recorder, LatencySwitch(), postgres_url=pg, modeled=True,
+            blob_url=cfg.blob_url,
+        ) as dep:  # fmt: skip
+            yield dep
 
     @property
     def newest(self) -> Coordinator | None:

@@ -1,9 +1,9 @@
 """The one place a run's stores are opened: in memory (virtual mode, with or
 without modeled latency), or a fresh database on the user's server plus files
 (real mode), removed afterwards because shard ids and stash tables are not
-namespaced per run. `environment` (compare, scenario scripts), `modeled_environment`
-(validate's experiments) and `Deployment` (anomaly runs) all open stores here;
-every coordinator is then built by `coordinator.factory.build_coordinator`."""
+namespaced per run. `sim.load.deployment.Deployment`, the one harness that
+builds coordinators (for compare's passes, scenario programs and scripts,
+validate's experiments and the anomaly runs alike), opens its stores here."""
 
 from __future__ import annotations
 
@@ -17,26 +17,21 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 
-from coordinator.environment import Environment
 from persist.mem import MemBlob, MemConsensus
 from sim.load.latent import LatentBlob, LatentConsensus
-from sim.runtime.errors import CoordsimError
 from sim.runtime.urls import driver_url
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from persist.location import Blob, Consensus
-    from sim.load.config import Config
     from sim.runtime.core import Runtime
 
 __all__ = [
     "DROP_WITHIN_S",
     "Stores",
     "drop_database",
-    "environment",
     "fresh_database",
-    "modeled_environment",
     "open_stores",
 ]
 
@@ -139,22 +134,3 @@ def _with_param(url: str, name: str, value: str) -> str:
     parts = urlsplit(url)
     query = [*parse_qsl(parts.query, keep_blank_values=True), (name, value)]
     return urlunsplit(parts._replace(query=urlencode(query)))
-
-
-def modeled_environment(rt: Runtime) -> Environment:
-    """In-memory stores behind `rt`'s latency model: virtual mode's environment."""
-    return Environment(rt, blob=LatentBlob(MemBlob(), rt), consensus=LatentConsensus(MemConsensus(), rt))
-
-
-@contextlib.asynccontextmanager
-async def environment(cfg: Config, rt: Runtime) -> AsyncIterator[Environment]:
-    """A fresh deployment for `cfg`: modeled in-memory stores (virtual) or a
-    fresh database plus files or `blob_url` (real)."""
-    if cfg.mode == "virtual":
-        yield modeled_environment(rt)
-        return
-    pg = cfg.effective_postgres_url()
-    if pg is None:
-        raise CoordsimError("real mode needs a Postgres (start one or set COORDSIM_POSTGRES_URL)")
-    async with open_stores(pg, blob_url=cfg.blob_url) as st:
-        yield Environment(rt, blob=st.blob, consensus=st.consensus, postgres_url=st.database_url)

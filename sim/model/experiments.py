@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Final, final
 
 import anyio
 
-from coordinator.factory import build_coordinator
+from sim.history.recorder import HistoryRecorder
 from sim.load.config import DEFAULT_PROFILE, load_profile
-from sim.load.harness import modeled_environment
+from sim.load.deployment import Deployment, LatencySwitch
 from sim.runtime.core import run
 from sim.runtime.latency import Constant, LatencyModel
 
@@ -89,9 +89,10 @@ def _run(
     overrides_ms: Mapping[str, float] | None,
 ) -> object:
     async def main(rt: Runtime) -> object:
-        env = modeled_environment(rt)
-        async with build_coordinator(config, env, rt) as coord:
-            return await body(rt, coord)
+        deployment = Deployment.running(rt, config, HistoryRecorder(rt.now), LatencySwitch(), modeled=True)
+        async with deployment as dep:
+            assert dep.newest is not None
+            return await body(rt, dep.newest)
 
     return run(main, seed=seed, virtual=True, latency=latency_model(overrides_ms))
 

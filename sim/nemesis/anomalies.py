@@ -15,16 +15,15 @@ from __future__ import annotations
 import math
 import shlex
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Final, final
 
 import anyio
 
 from coordinator.config import KnownBad, named
-from coordinator.session import Result
-from coordinator.statements import SqlError, SqlState
 from sim.history.recorder import HistoryRecorder
-from sim.history.recording import RecordingSession
-from sim.load.deployment import Deployment, switchable_latency
+from sim.load.deployment import switchable_latency
+from sim.load.driver import drive
+from sim.load.scenarios.builtin import PROGRAMS
 from sim.nemesis.nemesis import Nemesis
 from sim.nemesis.plan import MODES, FaultKind, FaultPlan, Mode, check_plan, kinds_for
 from sim.runtime.core import Runtime, run
@@ -32,9 +31,8 @@ from sim.runtime.errors import InvalidUsage
 from sim.runtime.latency import Constant, LatencyModel, LogNormal
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine
+    import random
 
-    from coordinator.session import Coordinator
     from sim.history.model import Event, History
 
 __all__ = [
@@ -94,6 +92,12 @@ class Scenario:
     fault_count: int = 0
     horizon_s: float = 0.05
     oracle_spread: float | None = None  # sigma of oracle.pg (busy-reads: queueing at the server)
+    #: The program it runs (`sim.load.scenarios.builtin.PROGRAMS`); None: its name.
+    runs: str | None = None
+
+    @property
+    def program(self) -> str:
+        return self.runs or self.name
 
 
 SCENARIOS: Final[dict[str, Scenario]] = {
@@ -130,6 +134,7 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             10,
             fault_kinds=(FaultKind.CRASH_RESTART,),
             fault_count=2,
+            runs="ddl-dml",
         ),
         Scenario(
             "split-brain",
@@ -336,7 +341,7 @@ def _run(spec: Spec, postgres_url: str | None) -> tuple[History, list[Event]]:
     if sc.oracle_spread is not None:
         base = base.with_overrides({"oracle.pg": LogNormal(0.0008, sc.oracle_spread)})
     latency, switch = switchable_latency(base)
-    body = _BODIES[spec.scenario]
+    body = PROGRAMS[sc.program]
 
     async def main(rt: Runtime) -> HistoryRecorder:
         rec = HistoryRecorder(rt.now)
@@ -347,215 +352,11 @@ def _run(spec: Spec, postgres_url: str | None) -> tuple[History, list[Event]]:
         return rec
 
     async def _scenario_main(rt: Runtime, rec: HistoryRecorder) -> None:
-        async with Deployment.running(rt, cfg, rec, switch, postgres_url=postgres_url) as dep:
-            ctx = _Ctx(rt, dep, rec, spec)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(Nemesis(dep, spec.faults).run)
-                await body(ctx)
+        sims = drive(rt, cfg, rec, switch=switch, postgres_url=postgres_url,
+                     n_clients=spec.clients, size=spec.size)  # fmt: skip
+        async with sims as sim, anyio.create_task_group() as tg:
+            tg.start_soon(Nemesis(sim.dep, spec.faults).run)
+            await body(sim)
 
     rec = run(main, seed=spec.seed, virtual=postgres_url is None, latency=latency)
     return rec.history(), rec.events()
-
-
-# --- clients ---------------------------------------------------------------------------------
-
-#: The coordinator went away under the statement, or fenced it.
-_GONE: Final = frozenset({SqlState.ADMIN_SHUTDOWN.value})
-
-
-@final
-class _Client:
-    """One client: sticks to a live coordinator, moves (as a fresh process)
-    when the one it used stops, fences it, or a new one takes its share of
-    clients."""
-
-    def __init__(self, ctx: _Ctx, index: int) -> None:
-        self.ctx, self.index, self.name = ctx, index, f"c{index + 1}"
-        self.rng = ctx.rt.derive(f"client-{index}").rng
-        self._session: RecordingSession | None = None
-        self._coord: Coordinator | None = None
-        self._gone: list[Coordinator] = []
-
-    async def _bind(self) -> RecordingSession:
-        dep = self.ctx.dep
-        while True:
-            live = [h.coord for h in dep.live if all(h.coord is not g for g in self._gone)]
-            if live:
-                break
-            await dep.wait_changed()
-        coord = live[self.index % len(live)]
-        if coord is not self._coord or self._session is None:
-            if self._session is None:
-                self._session = RecordingSession(coord.connect(), self.ctx.rec, client=self.name)
-            else:
-                self._session.rebind(coord.connect())
-            self._coord = coord
-        return self._session
-
-    async def execute(self, sql: str) -> Result:
-        """Runs `sql` on this client's coordinator. If that process dies
-        meanwhile the connection drops: the statement ends `info` (the
-        recording session records a cancelled statement so) and the client
-        moves on."""
-        session = await self._bind()
-        coord = self._coord
-        assert coord is not None
-        host = self.ctx.dep.host_of(coord)
-        result: Result | None = None
-        async with anyio.create_task_group() as tg:
-
-            async def drop_on_crash() -> None:
-                if host is not None:
-                    await host.killed.wait()
-                    tg.cancel_scope.cancel()
-
-            tg.start_soon(drop_on_crash)
-            try:
-                result = await session.execute(sql)
-            except InvalidUsage as exc:
-                # A decoupled coordinator stopped under the statement lets its
-                # oracle's "closed" error escape instead of answering 57P01
-                # (reported to the lead); the recording session already
-                # recorded the statement as `info`.
-                if self.ctx.dep.is_live(coord):
-                    raise
-                result = Result.failed(SqlError(SqlState.ADMIN_SHUTDOWN, f"connection lost: {exc}"))
-            tg.cancel_scope.cancel()
-        if result is None:
-            result = Result.failed(SqlError(SqlState.ADMIN_SHUTDOWN, "connection lost"))
-        if result.code in _GONE or not self.ctx.dep.is_live(coord):
-            self._gone.append(coord)
-        return result
-
-    async def jitter(self, upto: float = 0.002) -> None:
-        await self.ctx.rt.sleep(self.rng.uniform(0, upto))
-
-
-@final
-@dataclass
-class _Ctx:
-    rt: Runtime
-    dep: Deployment
-    rec: HistoryRecorder
-    spec: Spec
-
-    def clients(self, n: int | None = None) -> list[_Client]:
-        return [_Client(self, i) for i in range(self.spec.clients if n is None else n)]
-
-
-async def _all(*fns: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    async with anyio.create_task_group() as tg:
-        for fn in fns:
-            tg.start_soon(fn)
-
-
-# --- scenario bodies -----------------------------------------------------------------------------
-
-
-async def _seed001(ctx: _Ctx, *, index: bool) -> None:
-    """Seed 001's c1 CREATE TABLE foo; c2 INSERT INTO foo; c1 SELECT * FROM foo —
-    each step starting after the previous one returned (the side channel) —
-    for `size` rounds, by `clients // 2` pairs at once."""
-    clients = ctx.clients(max(2, ctx.spec.clients + ctx.spec.clients % 2))
-
-    async def pair(p: int, c1: _Client, c2: _Client) -> None:
-        for n in range(ctx.spec.size):
-            t = f"foo_{p}_{n}"
-            await c1.execute(f"CREATE TABLE {t} (a int)")
-            if index:
-                await c1.execute(f"CREATE INDEX {t}_idx ON {t} (a)")
-            await c1.jitter()
-            await c2.execute(f"INSERT INTO {t} VALUES ({p * 1000 + n})")
-            await c2.jitter()
-            await c1.execute(f"SELECT * FROM {t}")
-
-    pairs = [(clients[i], clients[i + 1]) for i in range(0, len(clients) - 1, 2)]
-    await _all(*(lambda p=p, a=a, b=b: pair(p, a, b) for p, (a, b) in enumerate(pairs)))
-
-
-async def _seed001_plain(ctx: _Ctx) -> None:
-    await _seed001(ctx, index=False)
-
-
-async def _seed001_index(ctx: _Ctx) -> None:
-    await _seed001(ctx, index=True)
-
-
-async def _ddl_dml(ctx: _Ctx, *, readers: bool = False) -> None:
-    """Each client, `size` times: insert a unique value into or read one of a
-    few shared tables, or create / drop / write / read its own table — so
-    catalog changes interleave with every peek and write. Tables are dropped
-    only by the client that uses them: an INSERT racing a DROP of its table is
-    the pinned `test_insert_racing_drop` case (tests/anomalies).
-
-    With `readers`, even-numbered clients only read: after a split they stay
-    on the old coordinator (clients spread by index) while the others write
-    through the new one — the hazard confirm_leadership guards against."""
-    shared = max(2, ctx.spec.clients // 2)
-
-    async def client(c: _Client) -> None:
-        own, exists = f"d{c.index}", False
-        for i in range(ctx.spec.size):
-            r = c.rng.random()
-            value = c.index * 10_000 + i
-            if readers and c.index % 2 == 0:
-                await c.execute(f"SELECT * FROM t{c.rng.randrange(shared)}")
-            elif r < 0.15:
-                await c.execute(f"DROP TABLE {own}" if exists else f"CREATE TABLE {own} (a int)")
-                exists = not exists
-            elif r < 0.25:
-                await c.execute(
-                    f"INSERT INTO {own} VALUES ({value})" if exists else f"SELECT * FROM {own}"
-                )
-            elif r < 0.6:
-                await c.execute(f"INSERT INTO t{c.rng.randrange(shared)} VALUES ({value})")
-            else:
-                await c.execute(f"SELECT * FROM t{c.rng.randrange(shared)}")
-            await c.jitter()
-
-    setup = _Client(ctx, ctx.spec.clients)
-    for k in range(shared):
-        await setup.execute(f"CREATE TABLE t{k} (a int)")
-    await _all(*(lambda c=c: client(c) for c in ctx.clients()))
-
-
-async def _split_brain(ctx: _Ctx) -> None:
-    await _ddl_dml(ctx, readers=True)
-
-
-async def _busy_reads(ctx: _Ctx) -> None:
-    """Unrecorded background readers keep the read_ts batcher busy; one client
-    inserts n and, once acknowledged, another reads the table."""
-    writer, reader, setup = _Client(ctx, 0), _Client(ctx, 1), _Client(ctx, 2)
-    await setup.execute("CREATE TABLE t (a int)")
-    done = anyio.Event()
-
-    async def background(k: int) -> None:
-        while not done.is_set():
-            coord = ctx.dep.newest
-            if coord is None:
-                await ctx.dep.wait_changed()
-                continue
-            await coord.connect().execute("SELECT count(*) FROM t")
-
-    async def main() -> None:
-        for n in range(ctx.spec.size):
-            await writer.jitter()
-            await writer.execute(f"INSERT INTO t VALUES ({n})")
-            await reader.execute("SELECT * FROM t")
-        done.set()
-
-    await _all(main, *(lambda k=k: background(k) for k in range(max(0, ctx.spec.clients - 2))))
-
-
-_BODIES: Final[dict[str, Callable[[_Ctx], Awaitable[None]]]] = {
-    "seed001": _seed001_plain,
-    "seed001-index": _seed001_index,
-    "ddl-dml": _ddl_dml,
-    "crash-restart": _ddl_dml,
-    "split-brain": _split_brain,
-    "busy-reads": _busy_reads,
-}
-
-if TYPE_CHECKING:
-    import random

@@ -215,7 +215,7 @@ def test_config_show_reads_toml_and_flags(tmp_path: Path) -> None:
 
 def test_run_seed001_scenario(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    r = CliRunner().invoke(app, ["run", "seed001_ddl_then_dml", "--config", "decoupled", "-o", str(out)])
+    r = CliRunner().invoke(app, ["run", "seed001", "--config", "decoupled", "-o", str(out)])
     assert r.exit_code == 0, r.output
     assert (out / "trace" / "ops.parquet").is_file()
     assert "FAIL" not in (out / "verdict.txt").read_text()
@@ -303,7 +303,8 @@ def test_unknown_scenario_is_invalid_usage() -> None:
     from sim.load.scenarios import load, shipped
     from sim.runtime.errors import InvalidUsage
 
-    assert "seed001_ddl_then_dml" in shipped()
+    assert {"seed001", "ddl-dml", "select_one"} <= set(shipped())
+    assert load("seed001").name == load("seed001").name == "seed001"
     with pytest.raises(InvalidUsage, match="unknown scenario"):
         load("no-such-scenario")
     assert load("update").workload == "update"  # type: ignore[union-attr]
@@ -449,13 +450,26 @@ def test_ablation_attributes_the_insert_difference_to_its_mechanisms(
     assert "## Ablation" in (out / "report.md").read_text()
 
 
+#: Seed 001's steps as a user writes them: c1 creates a table, c2 inserts,
+#: c1 reads, each after the previous returned.
+_SEED001_SCRIPT = """
+async def scenario(sim):
+    c1, c2 = sim.session("c1"), sim.session("c2")
+    for n in range(20):
+        r = await sim.sql(c1, f"CREATE TABLE foo{n} (a int)")
+        sim.expect(r.ok, f"CREATE TABLE foo{n} failed: {r.error}")
+        r = await sim.sql(c2, f"INSERT INTO foo{n} VALUES ({n})")
+        sim.expect(r.ok, f"insert-unknown-table: INSERT INTO foo{n} failed: {r.error}")
+        r = await sim.sql(c1, f"SELECT * FROM foo{n}")
+        sim.expect(r.ok and r.rows == ((n,),), f"SELECT * FROM foo{n}: {r.rows} / {r.error}")
+"""
+
+
 def test_scenario_files_are_compared_beside_workloads(tmp_path: Path) -> None:
     """`-w` takes the user's own scenarios: a TOML one (a workload with its own
     sweep) and a Python script (run --repeat times, one row per configuration)."""
-    from sim.load.scenarios import SCENARIO_DIR
-
     script = tmp_path / "my_script.py"
-    script.write_text((SCENARIO_DIR / "seed001_ddl_then_dml.py").read_text())
+    script.write_text(_SEED001_SCRIPT)
     toml = tmp_path / "my_insert.toml"
     toml.write_text('workload = "insert"\nconcurrency = [1, 8]\n')
     out = tmp_path / "out"

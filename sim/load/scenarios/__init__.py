@@ -1,10 +1,14 @@
-"""Scenario scripts: a Python file exposing `async def scenario(sim)` (with the
-`Sim` helpers below to open sessions, run SQL, wait, branch on results and
-inject a coordinator restart), or a TOML file naming a workload and its
-parameters (`workload = "insert"`, plus any `sim.load.config.Config` key).
+"""The one scenario registry: the shipped programs (`builtin.PROGRAMS`, seed
+001's scenarios among them; the anomaly runs use the same ones), TOML files
+naming a workload and its parameters (`workload = "insert"`, plus any
+`sim.load.config.Config` key), and a user's Python file exposing
+`async def scenario(sim)` — a program like the shipped ones, driving a
+`sim.load.driver.Sim` (sessions, SQL, waits, results to branch on, a
+coordinator restart).
 
-`coordsim run SCENARIO --config NAME` accepts a shipped scenario's name (a file
-in this package without its suffix), a workload name, or a path.
+`coordsim run SCENARIO --config NAME` and `coordsim compare -w` accept a
+shipped program's name, a shipped TOML file's name (without its suffix), a
+workload name, or a path.
 """
 
 from __future__ import annotations
@@ -17,28 +21,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
-import anyio
-
-from coordinator.factory import build_coordinator
+from sim.load.scenarios.builtin import PROGRAMS
 from sim.load.workloads import WORKLOADS
 from sim.runtime.errors import CoordsimError, InvalidUsage
-from sim.runtime.tasks import AsyncExitStack
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Coroutine
+    from collections.abc import Awaitable, Callable
 
-    from coordinator.config import CoordinatorConfig
-    from coordinator.environment import Environment
-    from coordinator.session import Coordinator, Result
-    from sim.history.recorder import HistoryRecorder
-    from sim.history.recording import RecordingSession
-    from sim.runtime.core import Runtime
+    from sim.load.driver import Sim
 
 __all__ = [
     "SCENARIO_DIR",
     "PythonScenario",
     "ScenarioError",
-    "Sim",
     "TomlScenario",
     "load",
     "scenario_error",
@@ -94,17 +89,20 @@ class PythonScenario:
 
 
 def shipped() -> list[str]:
-    """Names of the scenarios shipped in this package."""
-    return sorted(p.stem for p in SCENARIO_DIR.iterdir() if p.suffix in (".py", ".toml") and p.stem != "__init__")
+    """Names of the shipped scenarios: the programs and this package's TOML files."""
+    return sorted([*PROGRAMS, *(p.stem for p in SCENARIO_DIR.iterdir() if p.suffix == ".toml")])
 
 
 def load(spec: str) -> TomlScenario | PythonScenario:
     """Resolves `spec` (shipped name, workload name or path); `InvalidUsage` if none fits."""
     path = Path(spec)
     if not path.is_file():
-        for suffix in (".py", ".toml"):
+        if spec.replace("_", "-") in PROGRAMS:
+            name = spec.replace("_", "-")
+            return PythonScenario(name, PROGRAMS[name])
+        for suffix in (".toml",):
             candidate = SCENARIO_DIR / f"{spec.replace('-', '_')}{suffix}"
-            if candidate.is_file() and candidate.stem != "__init__":
+            if candidate.is_file():
                 path = candidate
                 break
         else:
@@ -155,76 +153,3 @@ def load(spec: str) -> TomlScenario | PythonScenario:
     if main is None or not callable(main):
         raise InvalidUsage(f"{path} has no `async def scenario(sim)`")
     return PythonScenario(path.stem, main, path)
-
-
-@final
-class Sim:
-    """What a Python scenario drives: one coordinator on one deployment,
-    recorded as a history (`RecordingSession`s and the coordinator's events)."""
-
-    def __init__(
-        self, rt: Runtime, env: Environment, config: CoordinatorConfig, recorder: HistoryRecorder
-    ) -> None:
-        from sim.history.recording import event_sink
-
-        self.rt = rt
-        self.env = env
-        self.config = config
-        self.recorder = recorder
-        self._sink = event_sink(recorder)
-        self._sessions: list[RecordingSession] = []
-        self._stack: AsyncExitStack | None = None
-        self.coord: Coordinator | None = None
-        self.failures: list[str] = []
-        self.restarts = 0
-
-    async def start(self) -> None:
-        stack = AsyncExitStack()
-        self.coord = await stack.enter_async_context(
-            build_coordinator(self.config, self.env, self.rt, events=self._sink, actor=f"coordinator{self.restarts}")
-        )
-        self._stack = stack
-
-    async def stop(self) -> None:
-        if self._stack is not None:
-            stack, self._stack = self._stack, None
-            await stack.aclose()
-
-    def session(self, client: str | None = None) -> RecordingSession:
-        """A new client connection, recorded under `client` (default c<n>)."""
-        from sim.history.recording import RecordingSession
-
-        if self.coord is None:
-            raise InvalidUsage("the coordinator is not running")
-        s = RecordingSession(self.coord.connect(), self.recorder, client=client or f"c{len(self._sessions) + 1}")
-        self._sessions.append(s)
-        return s
-
-    async def sql(self, session: RecordingSession, text: str) -> Result:
-        """Runs one statement on `session`; the result (with `.ok`, `.rows`,
-        `.error`) is for the scenario to branch on."""
-        return await session.execute(text)
-
-    async def wait(self, seconds: float) -> None:
-        await self.rt.sleep(seconds)
-
-    async def concurrently(self, *calls: Callable[[], Coroutine[Any, Any, object]]) -> None:
-        """Runs the calls concurrently and returns when all have."""
-        async with anyio.create_task_group() as tg:
-            for call in calls:
-                tg.start_soon(call)
-
-    async def restart(self) -> None:
-        """Fault: the coordinator process crashes and a new one opens the same
-        stores; every session continues on the new one as a fresh process."""
-        await self.stop()
-        self.restarts += 1
-        await self.start()
-        assert self.coord is not None
-        for s in self._sessions:
-            s.rebind(self.coord.connect())
-
-    def expect(self, condition: bool, message: str) -> None:
-        """Records a scenario-level failure (reported; the history is still checked)."""
-        if not condition:
-            self.failures.append(message)

@@ -1,0 +1,106 @@
+"""A user's Python scenario measured beside the workloads: each run is one
+measurement window of every completed operation, and `--repeat` runs (seeds
+`seed`, `seed + 1`, …) give the row its interval. Scripts run on the one
+harness (`sim.load.driver.drive`), like the shipped programs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, final
+
+from sim.compare.runner import RunOutput, level_row
+from sim.history.model import NONE, STATUSES, Status
+from sim.history.recorder import HistoryRecorder
+from sim.history.traces import write_trace
+from sim.load.loadgen import LevelResult
+from sim.runtime.core import Runtime, run
+
+if TYPE_CHECKING:
+    from sim.history.model import Event, History
+    from sim.load.config import Config
+    from sim.load.driver import Sim
+    from sim.load.scenarios import PythonScenario
+
+__all__ = ["ScriptRun", "run_script", "run_script_once"]
+
+
+@final
+@dataclass(frozen=True)
+class ScriptRun:
+    """One run of a user's Python scenario: what it recorded, the expectations
+    it reported failed, and the exception it raised (its own bug), if any."""
+
+    history: History
+    events: list[Event]
+    failures: list[str]
+    error: Exception | None
+
+
+def run_script_once(cfg: Config, config_name: str, sc: PythonScenario, *, seed: int) -> ScriptRun:
+    """Runs `sc` once on a fresh deployment of `config_name`. The scenario's own
+    exception is captured, not raised: the caller reports it with what the
+    scenario recorded until then."""
+    from sim.load.deployment import Deployment
+    from sim.load.driver import Sim
+
+    holder: dict[str, Any] = {}
+
+    async def main(rt: Runtime) -> None:
+        recorder = HistoryRecorder(rt.now)
+        deployments = Deployment.for_config(cfg, config_name, rt, recorder)
+        async with deployments as dep:
+            sim = Sim(rt, dep, recorder)
+            holder["sim"] = sim
+            try:
+                await sc.main(sim)
+            except Exception as exc:  # the scenario's own bug
+                holder["error"] = exc
+
+    run(main, seed=seed, virtual=cfg.mode == "virtual", latency=cfg.latency())
+    sim: Sim = holder["sim"]
+    return ScriptRun(sim.recorder.history(), sim.recorder.events(), list(sim.failures), holder.get("error"))
+
+
+def run_script(cfg: Config, config_name: str, sc: PythonScenario, trace_dir: Path) -> RunOutput:
+    """A user's Python scenario under `config_name`, `cfg.window().repeat`
+    times with seeds `cfg.seed`, `cfg.seed + 1`, …, as one row: its operations'
+    throughput (operations / the span from the first invocation to the last
+    completion) with its interval over the runs, their latencies and errors;
+    the coordinator's counters are not sampled (None).
+    The first run's trace is written to `trace_dir` and returned for checking."""
+    from sim.load.scenarios import scenario_error
+
+    results: list[LevelResult] = []
+    kept: ScriptRun | None = None
+    clients = 0
+    for i in range(cfg.window().repeat):
+        one = run_script_once(cfg, config_name, sc, seed=cfg.seed + i)
+        if one.error is not None:
+            raise scenario_error(sc.path or Path(sc.name), one.error) from one.error
+        results.append(_script_result(one.history))
+        clients = max(clients, len(set(one.history.client)))
+        if kept is None:
+            kept = one
+            write_trace(trace_dir, one.history, one.events, run=f"{sc.name}/{config_name}", config=config_name,
+                        seed=cfg.seed, extra_meta={"workload": sc.name, "mode": cfg.mode})  # fmt: skip
+    assert kept is not None
+    # A script may restart its coordinator, whose counters then start over:
+    # they are not reported rather than reported wrong.
+    row = level_row(cfg, config_name, sc.name, results, None, None, clients, sum(r.elapsed_s for r in results))
+    return RunOutput([row], trace_dir, kept.history, kept.events)
+
+
+def _script_result(h: History) -> LevelResult:
+    """One script run as a measurement window: every completed operation."""
+    res = LevelResult(0)
+    done = [i for i in range(h.n) if h.complete[i] != NONE]
+    if not done:
+        return res
+    start = min(h.invoke[i] for i in done)
+    end = max(h.complete[i] for i in done)
+    res.elapsed_s = max(1e-9, (end - start) / 1e9)
+    for i in done:
+        code = None if STATUSES[h.status[i]] is Status.OK else (h.error_code[i] or "failed")
+        res.add((h.complete[i] - h.invoke[i]) / 1e9, code)
+    return res

@@ -1,0 +1,183 @@
+"""What a scenario program drives: recorded clients on a `Deployment`.
+
+Every scenario — the shipped programs (`sim.load.scenarios.builtin`), a user's
+`async def scenario(sim)` file, and the anomaly runs, which add a nemesis —
+runs against the same `Sim`: clients that each stick to a live coordinator,
+move (as a fresh process) when it stops, fences them, or a new one takes their
+share, and record every statement in the history.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any, Final, final
+
+import anyio
+
+from coordinator.session import Result
+from coordinator.statements import SqlError, SqlState
+from sim.history.recording import RecordingSession
+from sim.load.deployment import Deployment, LatencySwitch
+from sim.runtime.errors import InvalidUsage
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Coroutine
+
+    from coordinator.config import CoordinatorConfig
+    from coordinator.session import Coordinator
+    from sim.history.recorder import HistoryRecorder
+    from sim.runtime.core import Runtime
+
+__all__ = ["Client", "Sim", "drive"]
+
+#: The coordinator went away under the statement, or fenced it.
+_GONE: Final = frozenset({SqlState.ADMIN_SHUTDOWN.value})
+
+
+@final
+class Client:
+    """One client connection: sticks to a live coordinator (client `index`
+    of n spreads over them as a load balancer would), moves as a fresh
+    process when the one it used stops or fences it. Its randomness is its
+    own stream, `client-<index>`."""
+
+    def __init__(self, sim: Sim, index: int, name: str | None = None) -> None:
+        self.sim, self.index, self.name = sim, index, name or f"c{index + 1}"
+        self.rng = sim.rt.derive(f"client-{index}").rng
+        self._session: RecordingSession | None = None
+        self._coord: Coordinator | None = None
+        self._gone: list[Coordinator] = []
+
+    async def _bind(self) -> RecordingSession:
+        dep = self.sim.dep
+        while True:
+            live = [h.coord for h in dep.live if all(h.coord is not g for g in self._gone)]
+            if live:
+                break
+            await dep.wait_changed()
+        coord = live[self.index % len(live)]
+        if coord is not self._coord or self._session is None:
+            if self._session is None:
+                self._session = RecordingSession(coord.connect(), self.sim.recorder, client=self.name)
+            else:
+                self._session.rebind(coord.connect())
+            self._coord = coord
+        return self._session
+
+    async def execute(self, sql: str) -> Result:
+        """Runs `sql` on this client's coordinator. If that process dies
+        meanwhile the connection drops: the statement ends `info` (the
+        recording session records a cancelled statement so) and the client
+        moves on."""
+        session = await self._bind()
+        coord = self._coord
+        assert coord is not None
+        dep = self.sim.dep
+        host = dep.host_of(coord)
+        result: Result | None = None
+        async with anyio.create_task_group() as tg:
+
+            async def drop_on_crash() -> None:
+                if host is not None:
+                    await host.killed.wait()
+                    tg.cancel_scope.cancel()
+
+            tg.start_soon(drop_on_crash)
+            try:
+                result = await session.execute(sql)
+            except InvalidUsage as exc:
+                # A decoupled coordinator stopped under the statement lets its
+                # oracle's "closed" error escape instead of answering 57P01
+                # (reported to the lead); the recording session already
+                # recorded the statement as `info`.
+                if dep.is_live(coord):
+                    raise
+                result = Result.failed(SqlError(SqlState.ADMIN_SHUTDOWN, f"connection lost: {exc}"))
+            tg.cancel_scope.cancel()
+        if result is None:
+            result = Result.failed(SqlError(SqlState.ADMIN_SHUTDOWN, "connection lost"))
+        if result.code in _GONE or not dep.is_live(coord):
+            self._gone.append(coord)
+        return result
+
+    async def jitter(self, upto: float = 0.002) -> None:
+        """Waits a random while (up to `upto` s), as a client between statements."""
+        await self.sim.rt.sleep(self.rng.uniform(0, upto))
+
+
+@final
+class Sim:
+    """A scenario's handle on its deployment: `n_clients` and `size` are the
+    run's shape (a program reads them; a user script may ignore them)."""
+
+    def __init__(
+        self, rt: Runtime, dep: Deployment, recorder: HistoryRecorder, *, n_clients: int = 2, size: int = 4
+    ) -> None:
+        self.rt, self.dep, self.recorder = rt, dep, recorder
+        self.n_clients, self.size = n_clients, size
+        self.failures: list[str] = []
+        self.restarts = 0
+        self._sessions = 0
+
+    def client(self, index: int) -> Client:
+        """Client `index` (named `c<index + 1>`)."""
+        return Client(self, index)
+
+    def clients(self, n: int | None = None) -> list[Client]:
+        """Clients 0 … n-1 (`n_clients` by default)."""
+        return [Client(self, i) for i in range(self.n_clients if n is None else n)]
+
+    def session(self, name: str | None = None) -> Client:
+        """A new client connection, recorded under `name` (default c<n>)."""
+        index = self._sessions
+        self._sessions += 1
+        return Client(self, index, name)
+
+    async def sql(self, client: Client, text: str) -> Result:
+        """Runs one statement on `client`; the result (with `.ok`, `.rows`,
+        `.error`) is for the scenario to branch on."""
+        return await client.execute(text)
+
+    async def wait(self, seconds: float) -> None:
+        await self.rt.sleep(seconds)
+
+    async def concurrently(self, *calls: Callable[[], Coroutine[Any, Any, object]]) -> None:
+        """Runs the calls concurrently and returns when all have."""
+        async with anyio.create_task_group() as tg:
+            for call in calls:
+                tg.start_soon(call)
+
+    async def restart(self) -> None:
+        """Fault: the oldest coordinator crashes and a new one opens the same
+        stores; its clients continue on the new one as fresh processes."""
+        if self.dep.live:
+            await self.dep.stop_coordinator(self.dep.live[0])
+        self.restarts += 1
+        await self.dep.start_coordinator()
+
+    def expect(self, condition: bool, message: str) -> None:
+        """Records a scenario-level failure (reported; the history is still checked)."""
+        if not condition:
+            self.failures.append(message)
+
+
+@contextlib.asynccontextmanager
+async def drive(
+    rt: Runtime,
+    config: CoordinatorConfig,
+    recorder: HistoryRecorder,
+    *,
+    switch: LatencySwitch | None = None,
+    postgres_url: str | None = None,
+    modeled: bool = False,
+    blob_url: str | None = None,
+    n_clients: int = 2,
+    size: int = 4,
+) -> AsyncIterator[Sim]:
+    """A `Sim` on a fresh deployment with its first coordinator running (see
+    `Deployment.running`); every coordinator stops on exit."""
+    async with Deployment.running(
+        rt, config, recorder, switch or LatencySwitch(), postgres_url=postgres_url, modeled=modeled,
+        blob_url=blob_url,
+    ) as dep:  # fmt: skip
+        yield Sim(rt, dep, recorder, n_clients=n_clients, size=size)
