@@ -13,13 +13,12 @@ import tempfile
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio
 
 from persist.mem import MemBlob, MemConsensus
 from sim.load.latent import LatentBlob, LatentConsensus
-from sim.runtime.urls import driver_url
+from sim.runtime.urls import driver_url, with_query_param
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -118,7 +117,7 @@ async def open_stores(
         blob = await open_blob(blob_url or f"file://{tmp}?fsync=false")
         try:
             # Named, so a pg-kill's event says whose backends it killed.
-            consensus = await open_consensus(_with_param(db, "application_name", "coordsim-consensus"))
+            consensus = await open_consensus(with_query_param(db, "application_name", "coordsim-consensus"))
             try:
                 yield Stores(blob, consensus, db)
             finally:
@@ -128,9 +127,3 @@ async def open_stores(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         await drop_database(postgres_url, db)
-
-
-def _with_param(url: str, name: str, value: str) -> str:
-    parts = urlsplit(url)
-    query = [*parse_qsl(parts.query, keep_blank_values=True), (name, value)]
-    return urlunsplit(parts._replace(query=urlencode(query)))

@@ -75,6 +75,14 @@ class _State:
 _STATE: Final = _State()
 
 
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     if _STATE.received is not None:
         _exit_now(signum)
@@ -83,7 +91,7 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
         return
     active = _STATE.active
     if active is None:
-        if asyncio.events._get_running_loop() is None:
+        if not _loop_running():
             raise Interrupted(signum)
         # A loop is running but not (or no longer) under `guard`: raising here
         # would tear through whatever callback it is in. The next `guard` to

@@ -33,6 +33,7 @@ __all__ = [
     "redact_mapping",
     "redact_text",
     "redact_url",
+    "with_query_param",
 ]
 
 #: What a secret is replaced by.
@@ -279,3 +280,11 @@ def driver_url(url: str, *, drop: Iterable[str] = ()) -> str:
     parts = urlsplit(url)
     kept = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k in keep]
     return urlunsplit(parts._replace(scheme="postgresql", query=urlencode(kept)))
+
+
+def with_query_param(url: str, name: str, value: str) -> str:
+    """`url` with `name=value` appended to its query (e.g. an `application_name`
+    that says whose connections these are)."""
+    parts = urlsplit(url)
+    query = [*parse_qsl(parts.query, keep_blank_values=True), (name, value)]
+    return urlunsplit(parts._replace(query=urlencode(query)))

@@ -4,11 +4,9 @@ Consensus in a fresh database per test, Blob in files (fewer seeds than virtual)
 
 from __future__ import annotations
 
-import uuid
 from typing import TYPE_CHECKING
 
 import anyio
-import asyncpg
 import pytest
 
 from coordinator.config import GroupCommitPolicy, named
@@ -16,6 +14,7 @@ from coordinator.environment import Environment
 from coordinator.factory import build_coordinator
 from persist.file import FileBlob
 from persist.open import open_consensus
+from sim.load.harness import fresh_database
 from sim.runtime.core import Runtime
 from tests.coordinator.harness import CONFIG_NAMES
 
@@ -31,21 +30,9 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-async def _fresh_database(pg_url: str) -> str:
-    name = f"coordsim_{uuid.uuid4().hex[:12]}"
-    conn = await asyncpg.connect(pg_url)
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    base, _, query = pg_url.partition("?")
-    root = base.rsplit("/", 1)[0]
-    return f"{root}/{name}" + (f"?{query}" if query else "")
-
-
 @pytest.fixture
 async def env(pg_url: str, tmp_path: Path) -> AsyncIterator[Environment]:
-    url = await _fresh_database(pg_url)
+    url = await fresh_database(pg_url)
     consensus = await open_consensus(url)
     try:
         yield Environment(

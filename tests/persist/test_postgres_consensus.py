@@ -7,7 +7,7 @@ import asyncio
 import socket
 import uuid
 from typing import TYPE_CHECKING, Any, TypeVar, cast
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -16,6 +16,7 @@ from persist.location import CaSResult, SeqNo, VersionedData
 from persist.postgres import PostgresConsensus
 from sim.runtime.errors import Determinate, ExternalError, Indeterminate, InvalidUsage
 from sim.runtime.pg import classify_failure
+from sim.runtime.urls import with_query_param
 from sim.services.postgres import postgres_url_from_env
 
 if TYPE_CHECKING:
@@ -32,12 +33,6 @@ def _key(tag: str) -> str:
 
 def _vd(seqno: int, data: bytes | str) -> VersionedData:
     return VersionedData(SeqNo(seqno), data.encode() if isinstance(data, str) else data)
-
-
-def _with_param(url: str, name: str, value: str) -> str:
-    parts = urlsplit(url)
-    query = [*parse_qsl(parts.query, keep_blank_values=True), (name, value)]
-    return urlunsplit(parts._replace(query=urlencode(query)))
 
 
 async def _retry_determinate(op: Callable[[], Awaitable[T]], attempts: int = 20) -> T:
@@ -343,7 +338,7 @@ async def test_terminated_backends_fail_with_external_errors_only(
 
     try:
         async with await PostgresConsensus.open(
-            _with_param(pg_serializable.url, "application_name", app), pool_size=2
+            with_query_param(pg_serializable.url, "application_name", app), pool_size=2
         ) as c:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(terminator())
