@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, final
 
 import anyio
 
-from persist.codec import Update, encode_batch
+from persist.codec import DecodedBatches, Update, encode_batch
 from persist.compaction import compact_once, plan_merge
 from persist.frontier import Frontier
 from persist.gc import collect, plan_gc
@@ -130,6 +130,8 @@ class PersistClient(TaskOwner):
         self.rt = runtime
         self.config = config
         self._machines: dict[str, Machine] = {}
+        #: Readers of this process decode each batch once.
+        self.decoded = DecodedBatches()
         self._tg: TaskGroup | None = None
         self._counters = _Counters()
         self._wake = anyio.Event()

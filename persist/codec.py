@@ -15,7 +15,8 @@ sustain thousands of appends per second with compaction keeping up.
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING, NamedTuple
+from collections import OrderedDict
+from typing import TYPE_CHECKING, NamedTuple, final
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -25,7 +26,7 @@ from sim.runtime.errors import InvalidUsage
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["FORMAT_VERSION", "Update", "consolidate", "decode_batch", "encode_batch"]
+__all__ = ["FORMAT_VERSION", "DecodedBatches", "Update", "consolidate", "decode_batch", "encode_batch"]
 
 FORMAT_VERSION = "2"  # 1 was Parquet
 
@@ -91,3 +92,32 @@ def consolidate(updates: Iterable[Update], *, since: int | None = None) -> list[
         k = (u.key, u.value, ts)
         acc[k] = acc.get(k, 0) + u.diff
     return [Update(k, v, t, d) for (k, v, t), d in sorted(acc.items()) if d != 0]
+
+
+@final
+class DecodedBatches:
+    """Decoded batches by Blob key, the most recently used `capacity` of them.
+
+    A batch's blob never changes under its key (keys are fresh random ids, and
+    GC only deletes), so a reader that fetched the bytes again need not decode
+    them again. The fetch itself still happens: it is what proves the batch is
+    still there, and in virtual mode it carries the modeled latency.
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._cache: OrderedDict[str, tuple[Update, ...]] = OrderedDict()
+
+    def decode(self, key: str, data: bytes) -> tuple[Update, ...]:
+        """`decode_batch(data)` for the blob at `key`, decoded once."""
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            return hit
+        updates = tuple(decode_batch(data))
+        self._cache[key] = updates
+        if len(self._cache) > self.capacity:
+            self._cache.popitem(last=False)
+        return updates

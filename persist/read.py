@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, final
 
-from persist.codec import Update, consolidate, decode_batch
+from persist.codec import Update, consolidate
 from persist.frontier import Frontier
 from persist.machine import (
     LeaseExpired,
@@ -101,7 +101,7 @@ class ReadHandle:
                         self._expired = True
                         self._check()
                     raise InvalidUsage(f"shard {self.shard_id}: batch {key} vanished while held (GC bug)")
-                out.extend(u for u in decode_batch(data) if u.ts >= lo and not hi.less_equal(u.ts))
+                out.extend(u for u in self._client.decoded.decode(key, data) if u.ts >= lo and not hi.less_equal(u.ts))
         finally:
             self._reading.remove(state.seqno)
         return out

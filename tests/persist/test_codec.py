@@ -1,0 +1,40 @@
+"""Batch encoding, and the decoded-batch cache readers share."""
+
+from __future__ import annotations
+
+import pytest
+
+from persist.codec import DecodedBatches, Update, decode_batch, encode_batch
+from sim.runtime.errors import InvalidUsage
+
+
+def _batch(n: int) -> bytes:
+    return encode_batch(Update(f"k{i}".encode(), b"v", ts=i, diff=1) for i in range(n))
+
+
+def test_round_trip() -> None:
+    assert [u.ts for u in decode_batch(_batch(3))] == [0, 1, 2]
+
+
+def test_a_key_is_decoded_once_and_the_least_recent_is_evicted() -> None:
+    cache = DecodedBatches(capacity=2)
+    first = cache.decode("a", _batch(1))
+    assert cache.decode("a", b"not read again") is first  # a hit never decodes
+    cache.decode("b", _batch(2))
+    cache.decode("a", _batch(1))  # a is now the most recent
+    cache.decode("c", _batch(3))  # evicts b
+    with pytest.raises(InvalidUsage, match="not a persist batch"):
+        cache.decode("b", b"garbage")  # b was evicted: decoded again, and fails
+    assert len(cache.decode("a", b"")) == 1
+
+
+def test_a_failed_decode_is_not_cached() -> None:
+    cache = DecodedBatches()
+    with pytest.raises(InvalidUsage):
+        cache.decode("x", b"garbage")
+    assert len(cache.decode("x", _batch(2))) == 2
+
+
+def test_capacity_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="capacity"):
+        DecodedBatches(capacity=0)
