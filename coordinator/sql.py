@@ -15,7 +15,8 @@ change together and read best side by side.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Final, NamedTuple
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Final, NamedTuple, final
 
 from controllers.transform import sql_literal
 from coordinator.statements import (
@@ -44,7 +45,7 @@ from coordinator.statements import (
 if TYPE_CHECKING:
     from coordinator.statements import Statement, Value
 
-__all__ = ["parse", "parse_script", "render"]
+__all__ = ["StatementCache", "parse", "parse_script", "render"]
 
 _TYPES: Final = {
     "int": ColumnType.INT,
@@ -108,6 +109,31 @@ def parse(sql: str) -> Statement:
     if len(statements) != 1:
         raise SqlError(SqlState.SYNTAX_ERROR, f"expected one statement, got {len(statements)}")
     return statements[0]
+
+
+@final
+class StatementCache:
+    """`parse` for texts a client sends again and again, parsed once each (the
+    most recently used `capacity` of them). Statements are frozen values, so
+    one parse can serve every execution of the same text; a text that fails to
+    parse is not kept, and fails again."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self._parsed: OrderedDict[str, Statement] = OrderedDict()
+
+    def parse(self, sql: str) -> Statement:
+        hit = self._parsed.get(sql)
+        if hit is not None:
+            self._parsed.move_to_end(sql)
+            return hit
+        stmt = parse(sql)
+        self._parsed[sql] = stmt
+        if len(self._parsed) > self.capacity:
+            self._parsed.popitem(last=False)
+        return stmt
 
 
 def parse_script(sql: str) -> list[Statement]:

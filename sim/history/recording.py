@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
 
+from coordinator.sql import StatementCache
 from coordinator.statements import Select, SqlState
 from sim.history.model import HistoryError, Kind, Status
 
@@ -136,6 +137,7 @@ class RecordingSession:
         self.recorder = recorder
         self.client = client
         self.process = recorder.fresh_process()
+        self._parsed = StatementCache()
 
     def rebind(self, session: Session) -> None:
         """Continues on another coordinator's session (after a restart), as a
@@ -144,9 +146,7 @@ class RecordingSession:
         self.process = self.recorder.fresh_process()
 
     async def execute(self, statement: Statement | str) -> Result:
-        from coordinator.sql import parse
-
-        stmt = parse(statement) if isinstance(statement, str) else statement
+        stmt = self._parsed.parse(statement) if isinstance(statement, str) else statement
         try:
             op = statement_op(stmt)
         except HistoryError:
