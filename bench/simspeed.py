@@ -101,19 +101,21 @@ def _per_op(workload: str, config: str, ops: int) -> tuple[float, float]:
     """Callbacks and timers per operation over the whole run (warm-up levels
     included: they do the same work per operation)."""
     counts = Counts()
+    cfg = _config(workload, config, ops)
     with _counting(counts), tempfile.TemporaryDirectory() as tmp:
-        out = run_pair(_config(workload, config, ops), config, workload, Path(tmp) / "trace")
-    total = sum(r.ops for r in out.rows) + 20  # + the warm-up operations
+        out = run_pair(cfg, config, workload, Path(tmp) / "trace")
+    total = sum(r.ops for r in out.rows) + cfg.warmup_ops
     return counts.callbacks / total, counts.timers / total
 
 
 def _profile(workload: str, config: str, ops: int, top: int) -> list[str]:
     prof = cProfile.Profile()
+    cfg = _config(workload, config, ops)
     with tempfile.TemporaryDirectory() as tmp:
         prof.enable()
-        out = run_pair(_config(workload, config, ops), config, workload, Path(tmp) / "trace")
+        out = run_pair(cfg, config, workload, Path(tmp) / "trace")
         prof.disable()
-    total_ops = sum(r.ops for r in out.rows) + 20
+    total_ops = sum(r.ops for r in out.rows) + cfg.warmup_ops
     stats = pstats.Stats(prof)
     rows: list[tuple[float, int, str]] = []
     for (path, line, func), (_cc, ncalls, tottime, _ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]

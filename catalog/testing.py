@@ -37,6 +37,7 @@ from catalog.objects import (
     canonical,
 )
 from catalog.transaction import CatalogError
+from sim.runtime.conformance import ConformanceFailure, expect
 from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
@@ -58,13 +59,6 @@ OpenCatalog: TypeAlias = Callable[[], AbstractAsyncContextManager[DurableCatalog
 NewLocation: TypeAlias = Callable[[], OpenCatalog]
 
 
-class ConformanceFailure(AssertionError):
-    """An implementation broke the `DurableCatalog` contract."""
-
-
-def _expect(cond: bool, what: str) -> None:
-    if not cond:
-        raise ConformanceFailure(what)
 
 
 async def _raises(exc: type[BaseException], what: str, call: Callable[[], Awaitable[object]]) -> BaseException:
@@ -152,33 +146,33 @@ async def check_catalog(new_location: NewLocation, *, concurrent_openers: bool =
 
 async def _lifecycle(location: OpenCatalog) -> None:
     async with location() as c:
-        _expect(not await c.is_initialized(), "a fresh catalog is not initialized")
-        _expect(await c.fetch_upper() == 0, "a fresh catalog's upper is 0")
-        _expect(c.epoch() is None, "epoch() is None before open")
-        _expect(await c.get_deploy_generation() is None, "no deploy generation before init")
+        expect(not await c.is_initialized(), "a fresh catalog is not initialized")
+        expect(await c.fetch_upper() == 0, "a fresh catalog's upper is 0")
+        expect(c.epoch() is None, "epoch() is None before open")
+        expect(await c.get_deploy_generation() is None, "no deploy generation before init")
         check = await c.check_open()
-        _expect(not check.initialized and check.steps == (), f"check_open on a fresh catalog: {check}")
-        _expect(await c.fetch_upper() == 0, "check_open writes nothing")
+        expect(not check.initialized and check.steps == (), f"check_open on a fresh catalog: {check}")
+        expect(await c.fetch_upper() == 0, "check_open writes nothing")
         await _raises(CatalogNotReady, "open_read_only on a fresh catalog", c.open_read_only)
         _sync_raises(InvalidUsage, "get_tables before open", c.get_tables)
         _sync_raises(InvalidUsage, "transaction before open", c.transaction)
         report = await c.open()
-        _expect(report.epoch == 1 and report.created and report.steps == (), f"first open: {report}")
-        _expect(c.epoch() == 1, "the first opener holds epoch 1")
-        _expect(await c.is_initialized(), "initialized after open")
+        expect(report.epoch == 1 and report.created and report.steps == (), f"first open: {report}")
+        expect(c.epoch() == 1, "the first opener holds epoch 1")
+        expect(await c.is_initialized(), "initialized after open")
         config = c.get_config()
-        _expect(config.get("version") == FORMAT_VERSION and config.get("epoch") == 1, f"config {config}")
-        _expect(await c.get_deploy_generation() == 0, "deploy generation 0")
-        _expect([d.name for d in c.get_databases()] == ["materialize"], "builtin database")
-        _expect([s.name for s in c.get_schemas()] == ["public", "mz_catalog"], "builtin schemas")
-        _expect([cl.name for cl in c.get_clusters()] == ["default"], "builtin cluster")
-        _expect(len(c.get_cluster_replicas()) == 1 and len(c.get_roles()) == 2, "builtin replica and roles")
-        _expect(c.get_settings().get("catalog_content_version") is not None, "content version setting")
+        expect(config.get("version") == FORMAT_VERSION and config.get("epoch") == 1, f"config {config}")
+        expect(await c.get_deploy_generation() == 0, "deploy generation 0")
+        expect([d.name for d in c.get_databases()] == ["materialize"], "builtin database")
+        expect([s.name for s in c.get_schemas()] == ["public", "mz_catalog"], "builtin schemas")
+        expect([cl.name for cl in c.get_clusters()] == ["default"], "builtin cluster")
+        expect(len(c.get_cluster_replicas()) == 1 and len(c.get_roles()) == 2, "builtin replica and roles")
+        expect(c.get_settings().get("catalog_content_version") is not None, "content version setting")
         dump = json.loads(c.dump())
-        _expect(dump.get("config") and dump.get("cluster"), "dump is JSON by kind")
+        expect(dump.get("config") and dump.get("cluster"), "dump is JSON by kind")
         await c.confirm_leadership()
         await _raises(InvalidUsage, "open twice", c.open)
-        _expect(await c.sync() == c.cached_upper == await c.fetch_upper(), "sync reaches the upper")
+        expect(await c.sync() == c.cached_upper == await c.fetch_upper(), "sync reaches the upper")
 
 
 async def _transactions(location: OpenCatalog) -> None:
@@ -195,14 +189,14 @@ async def _transactions(location: OpenCatalog) -> None:
         mv = tx.create_materialized_view(
             schema.id, "mv", "SELECT a FROM t", (Column("a", "int", False),), [table.id], cluster.id
         )
-        _expect(len({table.id, index.id, mv.id}) == 3, "item ids are unique")
+        expect(len({table.id, index.id, mv.id}) == 3, "item ids are unique")
         result = await c.commit_transaction(tx)
-        _expect(result == Appended(upper0 + 1), f"commit without oracle appends at the upper: {result}")
-        _expect(c.cached_upper == upper0 + 1, "the cache moved past the commit")
-        _expect([t.name for t in c.get_tables()] == ["t"], "table visible")
-        _expect([i.name for i in c.get_indexes()] == ["t_idx"], "index visible")
-        _expect([m.depends_on for m in c.get_materialized_views()] == [(table.id,)], "view visible")
-        _expect(len(c.get_cluster_replicas()) == 3, "replicas created with the cluster")
+        expect(result == Appended(upper0 + 1), f"commit without oracle appends at the upper: {result}")
+        expect(c.cached_upper == upper0 + 1, "the cache moved past the commit")
+        expect([t.name for t in c.get_tables()] == ["t"], "table visible")
+        expect([i.name for i in c.get_indexes()] == ["t_idx"], "index visible")
+        expect([m.depends_on for m in c.get_materialized_views()] == [(table.id,)], "view visible")
+        expect(len(c.get_cluster_replicas()) == 3, "replicas created with the cluster")
         tx = c.transaction()
         for what, code, call in (
             ("duplicate name", "42P07", lambda: tx.create_table(schema.id, "t", COLUMNS)),
@@ -214,93 +208,93 @@ async def _transactions(location: OpenCatalog) -> None:
             try:
                 call()
             except CatalogError as exc:
-                _expect(exc.code == code, f"{what}: SQLSTATE {exc.code}, expected {code}")
+                expect(exc.code == code, f"{what}: SQLSTATE {exc.code}, expected {code}")
             else:
                 raise ConformanceFailure(f"{what}: expected CatalogError {code}")
         dropped = tx.drop_item(table.id, cascade=True)
-        _expect(sorted(dropped) == sorted([table.id, index.id, mv.id]), f"cascade dropped {dropped}")
+        expect(sorted(dropped) == sorted([table.id, index.id, mv.id]), f"cascade dropped {dropped}")
         tx.drop_cluster(cluster.id)
         # Two transactions planned on the same state: only the first commits.
         stale = c.transaction()
         stale.create_table(schema.id, "other", COLUMNS)
-        _expect(isinstance(await c.commit_transaction(tx), Appended), "drop commits")
+        expect(isinstance(await c.commit_transaction(tx), Appended), "drop commits")
         before = c.state()
         result = await c.commit_transaction(stale)
-        _expect(result == Conflict(c.cached_upper), f"a stale transaction conflicts: {result}")
-        _expect(c.state() == before, "a conflicting commit writes nothing")
-        _expect(c.get_tables() == [] and len(c.get_cluster_replicas()) == 1, "drops applied")
+        expect(result == Conflict(c.cached_upper), f"a stale transaction conflicts: {result}")
+        expect(c.state() == before, "a conflicting commit writes nothing")
+        expect(c.get_tables() == [] and len(c.get_cluster_replicas()) == 1, "drops applied")
         # An explicit commit timestamp (the decoupled path) sets the upper.
         ts = c.cached_upper + 100
         t2 = await create_table(c, "t2", commit_ts=ts)
-        _expect(t2 is not None and c.cached_upper == ts + 1, "commit_ts sets the new upper")
-        _expect(t2 is not None and t2.id == mv.id + 1, "ids are never reused")
+        expect(t2 is not None and c.cached_upper == ts + 1, "commit_ts sets the new upper")
+        expect(t2 is not None and t2.id == mv.id + 1, "ids are never reused")
         snap = await c.snapshot_at(ts)
-        _expect(snap == c.state(), "snapshot at the last write equals the cache")
-        _expect(await c.snapshot_at(ts - 1) == before, "the gap before commit_ts holds the old state")
+        expect(snap == c.state(), "snapshot at the last write equals the cache")
+        expect(await c.snapshot_at(ts - 1) == before, "the gap before commit_ts holds the old state")
 
 
 async def _restart(location: OpenCatalog) -> None:
     async with location() as c:
         await c.open()
         for n in range(3):
-            _expect(await create_table(c, f"t{n}") is not None, "create")
+            expect(await create_table(c, f"t{n}") is not None, "create")
         first = c.state()
         upper = c.cached_upper
     async with location() as c:
         report = await c.open(deploy_generation=4)
-        _expect(report.epoch == 2 and not report.created and report.steps == (), f"reopen: {report}")
-        _expect(_state_without_epoch(c.state()) == _state_without_epoch(first), "reopen sees the committed objects")
-        _expect(await c.snapshot_at(upper - 1) == first, "history survives a restart")
-        _expect(await c.get_deploy_generation() == 4, "open sets the deploy generation")
+        expect(report.epoch == 2 and not report.created and report.steps == (), f"reopen: {report}")
+        expect(_state_without_epoch(c.state()) == _state_without_epoch(first), "reopen sees the committed objects")
+        expect(await c.snapshot_at(upper - 1) == first, "history survives a restart")
+        expect(await c.get_deploy_generation() == 4, "open sets the deploy generation")
         mapping = SystemObjectMapping("mz_catalog", "table", "mz_tables", 10_001, "fp1")
-        _expect(isinstance(await c.set_system_object_mappings([mapping]), Appended), "mappings")
+        expect(isinstance(await c.set_system_object_mappings([mapping]), Appended), "mappings")
         state = c.state()
     async with location() as c:
-        _expect(await c.get_deploy_generation() == 4, "the deploy generation is readable before open")
+        expect(await c.get_deploy_generation() == 4, "the deploy generation is readable before open")
         await c.open()
-        _expect(c.get_system_object_mappings() == [mapping], "system object mappings survive")
-        _expect(_state_without_epoch(c.state()) == _state_without_epoch(state), "reopen sees the committed objects")
-        _expect([t.name for t in c.get_tables()] == ["t0", "t1", "t2"], "tables survive")
+        expect(c.get_system_object_mappings() == [mapping], "system object mappings survive")
+        expect(_state_without_epoch(c.state()) == _state_without_epoch(state), "reopen sees the committed objects")
+        expect([t.name for t in c.get_tables()] == ["t0", "t1", "t2"], "tables survive")
 
 
 async def _fencing(location: OpenCatalog) -> None:
     async with location() as old, location() as new:
         await old.open()
-        _expect(await create_table(old, "before") is not None, "old writes before the new opens")
+        expect(await create_table(old, "before") is not None, "old writes before the new opens")
         await new.open()
         e_old, e_new = old.epoch(), new.epoch()
-        _expect(e_old is not None and e_new is not None and e_new > e_old, f"epochs {e_old} < {e_new}")
+        expect(e_old is not None and e_new is not None and e_new > e_old, f"epochs {e_old} < {e_new}")
         upper = await new.fetch_upper()
         tx = old.transaction()
         tx.create_table(1, "fenced", COLUMNS)
         await _raises(Fenced, "the older opener's next write", lambda: old.commit_transaction(tx))
-        _expect(await new.fetch_upper() == upper, "a fenced write writes nothing")
+        expect(await new.fetch_upper() == upper, "a fenced write writes nothing")
         await _raises(Fenced, "confirm_leadership of the older opener", old.confirm_leadership)
         # Even at the fresh upper, the older opener cannot write.
         await old.sync()
         fresh = old.cached_upper
         await _raises(Fenced, "a fenced compare_and_append at the current upper",
                       lambda: old.compare_and_append(fresh, fresh + 1, []))
-        _expect(await new.fetch_upper() == upper, "still nothing written")
+        expect(await new.fetch_upper() == upper, "still nothing written")
         await new.confirm_leadership()
-        _expect(await create_table(new, "after") is not None, "the newer opener writes")
+        expect(await create_table(new, "after") is not None, "the newer opener writes")
         names = sorted(t.name for t in new.get_tables())
-        _expect(names == ["after", "before"], f"the fenced table is absent: {names}")
+        expect(names == ["after", "before"], f"the fenced table is absent: {names}")
 
 
 async def _read_only(location: OpenCatalog) -> None:
     async with location() as writer, location() as reader:
         await writer.open()
         await reader.open_read_only()
-        _expect(reader.epoch() is None, "a read-only catalog holds no epoch")
+        expect(reader.epoch() is None, "a read-only catalog holds no epoch")
         _sync_raises(InvalidUsage, "transaction on a read-only catalog", reader.transaction)
         await _raises(InvalidUsage, "compare_and_append on a read-only catalog",
                       lambda: reader.compare_and_append(reader.cached_upper, reader.cached_upper + 1, []))
         await _raises(InvalidUsage, "confirm_leadership on a read-only catalog", reader.confirm_leadership)
         await writer.confirm_leadership()  # read-only opening does not fence
-        _expect(await create_table(writer, "t") is not None, "the writer still writes")
+        expect(await create_table(writer, "t") is not None, "the writer still writes")
         await reader.sync()
-        _expect(reader.state() == writer.state(), "sync brings a read-only cache up to date")
+        expect(reader.state() == writer.state(), "sync brings a read-only cache up to date")
 
 
 async def _concurrent_open(location: OpenCatalog) -> None:
@@ -316,8 +310,8 @@ async def _concurrent_open(location: OpenCatalog) -> None:
             for cat in (a, b, c, d):
                 tg.start_soon(open_one, cat)
     epochs = sorted(e for e, _ in reports)
-    _expect(epochs == list(range(1, n + 1)), f"concurrent openers got epochs {epochs}")
-    _expect(sum(created for _, created in reports) == 1, "exactly one opener created the catalog")
+    expect(epochs == list(range(1, n + 1)), f"concurrent openers got epochs {epochs}")
+    expect(sum(created for _, created in reports) == 1, "exactly one opener created the catalog")
 
 
 async def _ptvc(location: OpenCatalog) -> None:
@@ -327,28 +321,28 @@ async def _ptvc(location: OpenCatalog) -> None:
         states = {start - 1: c.state()}
         for n in range(4):
             t = await create_table(c, f"t{n}", commit_ts=c.cached_upper + 2 * n)
-            _expect(t is not None, "create")
+            expect(t is not None, "create")
             states[c.cached_upper - 1] = c.state()
         upper = c.cached_upper
         # Raw appends: a stale expected upper conflicts, an inconsistent one is misuse.
         bogus = CatalogUpdate("setting", canonical({"name": "x"}), canonical({"value": "y"}), upper - 1, 1)
-        _expect(await c.compare_and_append(upper - 1, upper + 1, [bogus]) == Conflict(upper),
+        expect(await c.compare_and_append(upper - 1, upper + 1, [bogus]) == Conflict(upper),
                 "compare_and_append at a stale upper")
         retract = CatalogUpdate("setting", canonical({"name": "x"}), canonical({"value": "y"}), upper, -1)
         await _raises(InvalidUsage, "retracting an absent entry", lambda: c.compare_and_append(upper, upper + 1, [retract]))
-        _expect(await c.fetch_upper() == upper, "nothing written by refused appends")
+        expect(await c.fetch_upper() == upper, "nothing written by refused appends")
         add = bogus._replace(ts=upper)
-        _expect(await c.compare_and_append(upper, upper + 1, [add]) == Appended(upper + 1), "raw append")
-        _expect(c.get_settings().get("x") == "y", "raw append visible")
+        expect(await c.compare_and_append(upper, upper + 1, [add]) == Appended(upper + 1), "raw append")
+        expect(c.get_settings().get("x") == "y", "raw append visible")
         states[upper] = c.state()
         # Snapshots at every write time, and in the gaps between them.
         for ts, state in states.items():
-            _expect(await c.snapshot_at(ts) == state, f"snapshot_at({ts})")
+            expect(await c.snapshot_at(ts) == state, f"snapshot_at({ts})")
         # subscribe_at(mid) == snapshot_at(mid) + every later change, in order.
         times = sorted(states)
         mid = times[2]
         async with await c.subscribe_at(mid) as sub:
-            _expect(sub.snapshot == states[mid], "subscription snapshot == snapshot_at")
+            expect(sub.snapshot == states[mid], "subscription snapshot == snapshot_at")
             later = upper + 10
             sub_task_events: list[Changes | Progress] = []
 
@@ -357,22 +351,22 @@ async def _ptvc(location: OpenCatalog) -> None:
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(consume)
-                _expect(await create_table(c, "late", commit_ts=later) is not None, "late create")
+                expect(await create_table(c, "late", commit_ts=later) is not None, "late create")
                 states[later] = c.state()
         replay = states[mid].copy()
         seen_ts: list[int] = []
         last_progress = mid
         for ev in sub_task_events:
             if isinstance(ev, Changes):
-                _expect(ev.ts > last_progress - 1 and ev.ts > mid, f"changes at {ev.ts} after progress {last_progress}")
+                expect(ev.ts > last_progress - 1 and ev.ts > mid, f"changes at {ev.ts} after progress {last_progress}")
                 seen_ts.append(ev.ts)
                 replay.apply(ev.updates)
-                _expect(replay == states[ev.ts], f"snapshot + changes up to {ev.ts} == snapshot_at({ev.ts})")
+                expect(replay == states[ev.ts], f"snapshot + changes up to {ev.ts} == snapshot_at({ev.ts})")
             else:
-                _expect(ev.upper > last_progress, f"progress went from {last_progress} to {ev.upper}")
+                expect(ev.upper > last_progress, f"progress went from {last_progress} to {ev.upper}")
                 last_progress = ev.upper
-        _expect(seen_ts == [t for t in sorted(states) if t > mid], f"changes at {seen_ts}")
-        _expect(replay == c.state(), "subscription reproduces the catalog")
+        expect(seen_ts == [t for t in sorted(states) if t > mid], f"changes at {seen_ts}")
+        expect(replay == c.state(), "subscription reproduces the catalog")
 
 
 async def _since(location: OpenCatalog) -> None:
@@ -384,37 +378,37 @@ async def _since(location: OpenCatalog) -> None:
         mid = upper - 2
         expected = await c.snapshot_at(mid)
         await c.downgrade_since(mid)
-        _expect(await c.since() == mid, "since after downgrade")
+        expect(await c.since() == mid, "since after downgrade")
         err = await _raises(BelowSince, "snapshot_at below the since", lambda: c.snapshot_at(mid - 1))
-        _expect("since" in str(err), f"the error names the since: {err}")
+        expect("since" in str(err), f"the error names the since: {err}")
         await _raises(BelowSince, "subscribe_at below the since", lambda: c.subscribe_at(mid - 1))
-        _expect(await c.snapshot_at(mid) == expected, "snapshot_at the since still works")
+        expect(await c.snapshot_at(mid) == expected, "snapshot_at the since still works")
         await c.downgrade_since(mid - 1)
-        _expect(await c.since() == mid, "the since never moves back")
+        expect(await c.since() == mid, "the since never moves back")
         await _raises(InvalidUsage, "a since at the upper", lambda: c.downgrade_since(upper + 5))
-        _expect(await create_table(c, "after") is not None, "writes continue after compaction")
+        expect(await create_table(c, "after") is not None, "writes continue after compaction")
 
 
 async def _migration(location: OpenCatalog) -> None:
     async with location() as c:
         report = await c.open(bootstrap=legacy_state(1))
-        _expect(report.created and report.steps == (), "bootstrap writes as is")
+        expect(report.created and report.steps == (), "bootstrap writes as is")
     async with location() as c:
         check = await c.check_open()
-        _expect(check.version == 1 and len(check.steps) == FORMAT_VERSION - 1, f"check_open on v1: {check}")
+        expect(check.version == 1 and len(check.steps) == FORMAT_VERSION - 1, f"check_open on v1: {check}")
         upper = await c.fetch_upper()
-        _expect(await c.check_open() == check and await c.fetch_upper() == upper, "check_open writes nothing")
+        expect(await c.check_open() == check and await c.fetch_upper() == upper, "check_open writes nothing")
         await _raises(CatalogNotReady, "open_read_only needing a migration", c.open_read_only)
     async with location() as c:
         report = await c.open()
-        _expect(report.migrated_from == 1 and len(report.steps) == FORMAT_VERSION - 1, f"migrating open: {report}")
+        expect(report.migrated_from == 1 and len(report.steps) == FORMAT_VERSION - 1, f"migrating open: {report}")
         tables = c.get_tables()
-        _expect([t.columns for t in tables] == [(Column("a", "int"), Column("b", "text"))], f"migrated {tables}")
-        _expect(c.get_config()["version"] == FORMAT_VERSION, "version bumped")
-        _expect([r.size for r in c.get_cluster_replicas()] == ["1"], "replica size migrated")
+        expect([t.columns for t in tables] == [(Column("a", "int"), Column("b", "text"))], f"migrated {tables}")
+        expect(c.get_config()["version"] == FORMAT_VERSION, "version bumped")
+        expect([r.size for r in c.get_cluster_replicas()] == ["1"], "replica size migrated")
     async with location() as c:
         report = await c.open()
-        _expect(report.steps == () and report.migrated_from is None, "migrations run once")
+        expect(report.steps == () and report.migrated_from is None, "migrations run once")
 
 
 async def _unsupported_version(location: OpenCatalog) -> None:
@@ -424,7 +418,7 @@ async def _unsupported_version(location: OpenCatalog) -> None:
         upper = await c.fetch_upper()
         await _raises(MigrationError, "check_open on an unsupported version", c.check_open)
         await _raises(MigrationError, "open on an unsupported version", c.open)
-        _expect(await c.fetch_upper() == upper, "a failed migration writes nothing")
+        expect(await c.fetch_upper() == upper, "a failed migration writes nothing")
 
 
 async def _misuse(location: OpenCatalog) -> None:
@@ -441,4 +435,4 @@ async def _misuse(location: OpenCatalog) -> None:
             ("negative timestamp", lambda: c.snapshot_at(-1)),
         ):
             await _raises(InvalidUsage, what, call)
-        _expect(await c.fetch_upper() == u, "misuse writes nothing")
+        expect(await c.fetch_upper() == u, "misuse writes nothing")

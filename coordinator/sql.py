@@ -15,7 +15,6 @@ change together and read best side by side.
 from __future__ import annotations
 
 import re
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Final, NamedTuple, final
 
 from controllers.transform import sql_literal
@@ -41,6 +40,7 @@ from coordinator.statements import (
     SqlState,
     Update,
 )
+from sim.runtime.lru import Lru
 
 if TYPE_CHECKING:
     from coordinator.statements import Statement, Value
@@ -119,21 +119,10 @@ class StatementCache:
     parse is not kept, and fails again."""
 
     def __init__(self, capacity: int = 256) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        self.capacity = capacity
-        self._parsed: OrderedDict[str, Statement] = OrderedDict()
+        self._lru: Lru[str, Statement] = Lru(capacity)
 
     def parse(self, sql: str) -> Statement:
-        hit = self._parsed.get(sql)
-        if hit is not None:
-            self._parsed.move_to_end(sql)
-            return hit
-        stmt = parse(sql)
-        self._parsed[sql] = stmt
-        if len(self._parsed) > self.capacity:
-            self._parsed.popitem(last=False)
-        return stmt
+        return self._lru.get(sql, lambda: parse(sql))
 
 
 def parse_script(sql: str) -> list[Statement]:

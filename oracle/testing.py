@@ -20,6 +20,7 @@ import anyio
 
 from oracle.api import MAX_TIMESTAMP, TimestampOracle, WriteTimestamp
 from oracle.spec import Operation, Violation, check
+from sim.runtime.conformance import ConformanceFailure, expect
 from sim.runtime.errors import ExternalError, InvalidUsage
 
 if TYPE_CHECKING:
@@ -51,13 +52,6 @@ PEEK: Final = str(Operation.PEEK_WRITE_TS)
 APPLY: Final = str(Operation.APPLY_WRITE)
 
 
-class ConformanceFailure(AssertionError):
-    """An oracle broke its contract."""
-
-
-def _expect(cond: bool, what: str) -> None:
-    if not cond:
-        raise ConformanceFailure(what)
 
 
 def fresh_timeline(tag: str = "t") -> str:
@@ -295,41 +289,41 @@ async def _check_scenarios(make: MakeOracle) -> None:
     """The three cases of `apply_write`, and write_ts leaving read_ts alone."""
     async with await make(fresh_timeline("scenarios")) as o:
         r0, p0 = await o.read_ts(), await o.peek_write_ts()
-        _expect(0 <= r0 <= p0, f"fresh timeline: read_ts {r0} must be <= peek_write_ts {p0}")
+        expect(0 <= r0 <= p0, f"fresh timeline: read_ts {r0} must be <= peek_write_ts {p0}")
         w1 = await o.write_ts()
-        _expect(w1.ts > p0 and w1.ts > r0, f"write_ts {w1.ts} must be > read {r0} and peek {p0}")
-        _expect(w1.advance_to == w1.ts + 1, f"advance_to {w1.advance_to} must be ts + 1")
-        _expect(await o.peek_write_ts() == w1.ts, "peek_write_ts must return the last write_ts")
-        _expect(await o.read_ts() == r0, "write_ts alone must not advance read_ts")
+        expect(w1.ts > p0 and w1.ts > r0, f"write_ts {w1.ts} must be > read {r0} and peek {p0}")
+        expect(w1.advance_to == w1.ts + 1, f"advance_to {w1.advance_to} must be ts + 1")
+        expect(await o.peek_write_ts() == w1.ts, "peek_write_ts must return the last write_ts")
+        expect(await o.read_ts() == r0, "write_ts alone must not advance read_ts")
 
         # Below read_ts: nothing changes.
         await o.apply_write(r0)
         if r0 > 0:
             await o.apply_write(r0 - 1)
-        _expect(await o.read_ts() == r0, "apply_write(<= read_ts) must not change read_ts")
-        _expect(await o.peek_write_ts() == w1.ts, "apply_write(<= read_ts) must not change write_ts")
+        expect(await o.read_ts() == r0, "apply_write(<= read_ts) must not change read_ts")
+        expect(await o.peek_write_ts() == w1.ts, "apply_write(<= read_ts) must not change write_ts")
 
         # Between read_ts and write_ts: read_ts rises to it, write_ts stays.
         w2 = await o.write_ts()
         w3 = await o.write_ts()
-        _expect(w1.ts < w2.ts < w3.ts, f"write_ts must increase: {w1.ts}, {w2.ts}, {w3.ts}")
+        expect(w1.ts < w2.ts < w3.ts, f"write_ts must increase: {w1.ts}, {w2.ts}, {w3.ts}")
         await o.apply_write(w2.ts)
         got = await o.read_ts()
-        _expect(got == w2.ts, f"apply_write({w2.ts}) between read and write: read_ts is {got}")
+        expect(got == w2.ts, f"apply_write({w2.ts}) between read and write: read_ts is {got}")
         got = await o.peek_write_ts()
-        _expect(got == w3.ts, f"apply_write between read and write changed write_ts to {got}")
+        expect(got == w3.ts, f"apply_write between read and write changed write_ts to {got}")
         await o.apply_write(w2.ts)  # idempotent
-        _expect(await o.read_ts() == w2.ts, "apply_write must be idempotent")
+        expect(await o.read_ts() == w2.ts, "apply_write must be idempotent")
 
         # Above write_ts: both rise.
         t = w3.ts + 1000
         await o.apply_write(t)
         got_r, got_p = await o.read_ts(), await o.peek_write_ts()
-        _expect(got_r == t, f"apply_write({t}) above write_ts: read_ts is {got_r}, must be {t}")
-        _expect(got_p == t, f"apply_write({t}) above write_ts: write_ts is {got_p}, must be {t}")
+        expect(got_r == t, f"apply_write({t}) above write_ts: read_ts is {got_r}, must be {t}")
+        expect(got_p == t, f"apply_write({t}) above write_ts: write_ts is {got_p}, must be {t}")
         w4 = await o.write_ts()
-        _expect(w4.ts > t, f"write_ts {w4.ts} after apply_write({t}) must be > {t}")
-        _expect(await o.read_ts() == t, "read_ts moved without apply_write")
+        expect(w4.ts > t, f"write_ts {w4.ts} after apply_write({t}) must be > {t}")
+        expect(await o.read_ts() == t, "read_ts moved without apply_write")
 
 
 async def _check_monotonic(make: MakeOracle) -> None:
@@ -338,15 +332,15 @@ async def _check_monotonic(make: MakeOracle) -> None:
         last = await o.peek_write_ts()
         for i in range(60):
             w = await o.write_ts()
-            _expect(w.ts > last, f"write_ts #{i} = {w.ts} not > previous {last}")
+            expect(w.ts > last, f"write_ts #{i} = {w.ts} not > previous {last}")
             if i % 3 == 0:
                 await o.apply_write(w.ts)
                 r = await o.read_ts()
-                _expect(r == w.ts, f"read_ts {r} after apply_write({w.ts})")
+                expect(r == w.ts, f"read_ts {r} after apply_write({w.ts})")
             last = w.ts
         r = await o.read_ts()
         nxt = await o.write_ts()
-        _expect(r < nxt.ts, f"read_ts {r} must be < a later write_ts {nxt.ts}")
+        expect(r < nxt.ts, f"read_ts {r} must be < a later write_ts {nxt.ts}")
 
 
 async def _check_concurrent(
@@ -385,7 +379,7 @@ async def _check_misuse(make: MakeOracle) -> None:
         await o2.apply_write(MAX_TIMESTAMP)
         await _expect_invalid("write_ts after apply_write(MAX_TIMESTAMP)", o2.write_ts)
         await _expect_invalid("write_ts again", o2.write_ts)
-        _expect(await o2.read_ts() == MAX_TIMESTAMP, "read_ts must stay at MAX_TIMESTAMP")
+        expect(await o2.read_ts() == MAX_TIMESTAMP, "read_ts must stay at MAX_TIMESTAMP")
     await _expect_invalid("read_ts after close", o.read_ts)
     await _expect_invalid("write_ts after close", o.write_ts)
     await _expect_invalid("apply_write after close", lambda: o.apply_write(1))
@@ -400,22 +394,22 @@ async def _check_wall_clock(
         p0 = await o.peek_write_ts()
         r0 = await o.read_ts()
         w = await o.write_ts()
-        _expect(w.ts == max(base, p0 + 1), f"write_ts {w.ts} must be max(wall {base}, {p0} + 1)")
+        expect(w.ts == max(base, p0 + 1), f"write_ts {w.ts} must be max(wall {base}, {p0} + 1)")
         w2 = await o.write_ts()
-        _expect(w2.ts == w.ts + 1, f"same wall clock: write_ts {w2.ts} must be {w.ts} + 1")
+        expect(w2.ts == w.ts + 1, f"same wall clock: write_ts {w2.ts} must be {w.ts} + 1")
         clock.advance(250)
         w3 = await o.write_ts()
-        _expect(w3.ts == max(clock.ms, w2.ts + 1), f"write_ts {w3.ts} must follow the clock to {clock.ms}")
+        expect(w3.ts == max(clock.ms, w2.ts + 1), f"write_ts {w3.ts} must follow the clock to {clock.ms}")
         clock.set(base - 60_000)  # the wall clock steps back a minute
         w4 = await o.write_ts()
-        _expect(w4.ts == w3.ts + 1, f"wall clock went back: write_ts {w4.ts} must be {w3.ts} + 1")
+        expect(w4.ts == w3.ts + 1, f"wall clock went back: write_ts {w4.ts} must be {w3.ts} + 1")
         far = clock.ms + 3_600_000
         await o.apply_write(far)
         w5 = await o.write_ts()
-        _expect(w5.ts == far + 1, f"after apply_write({far}) write_ts {w5.ts} must be {far + 1}")
+        expect(w5.ts == far + 1, f"after apply_write({far}) write_ts {w5.ts} must be {far + 1}")
         clock.set(far + 10_000)
         w6 = await o.write_ts()
-        _expect(w6.ts == far + 10_000, f"write_ts {w6.ts} must catch up with the clock {clock.ms}")
-        _expect(await o.read_ts() == far, "read_ts must be the last applied write")
-        _expect(r0 <= far, "read_ts went backwards")
+        expect(w6.ts == far + 10_000, f"write_ts {w6.ts} must catch up with the clock {clock.ms}")
+        expect(await o.read_ts() == far, "read_ts must be the last applied write")
+        expect(r0 <= far, "read_ts went backwards")
         clock.set(base)

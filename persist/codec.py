@@ -15,13 +15,13 @@ sustain thousands of appends per second with compaction keeping up.
 from __future__ import annotations
 
 import io
-from collections import OrderedDict
 from typing import TYPE_CHECKING, NamedTuple, final
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from sim.runtime.errors import InvalidUsage
+from sim.runtime.lru import Lru
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -105,19 +105,8 @@ class DecodedBatches:
     """
 
     def __init__(self, capacity: int = 4096) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity must be >= 1, got {capacity}")
-        self.capacity = capacity
-        self._cache: OrderedDict[str, tuple[Update, ...]] = OrderedDict()
+        self._lru: Lru[str, tuple[Update, ...]] = Lru(capacity)
 
     def decode(self, key: str, data: bytes) -> tuple[Update, ...]:
         """`decode_batch(data)` for the blob at `key`, decoded once."""
-        hit = self._cache.get(key)
-        if hit is not None:
-            self._cache.move_to_end(key)
-            return hit
-        updates = tuple(decode_batch(data))
-        self._cache[key] = updates
-        if len(self._cache) > self.capacity:
-            self._cache.popitem(last=False)
-        return updates
+        return self._lru.get(key, lambda: tuple(decode_batch(data)))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 import anyio
 
 from persist.location import Blob, CaSResult, Consensus, SeqNo, VersionedData
+from sim.runtime.conformance import ConformanceFailure, expect, fresh_name
 from sim.runtime.errors import Determinate, ExternalError, Indeterminate, InvalidUsage
 
 if TYPE_CHECKING:
@@ -28,17 +29,7 @@ __all__ = ["ConformanceFailure", "check_blob", "check_consensus"]
 T = TypeVar("T")
 
 
-class ConformanceFailure(AssertionError):
-    """An implementation broke its interface contract."""
 
-
-def _expect(cond: bool, what: str) -> None:
-    if not cond:
-        raise ConformanceFailure(what)
-
-
-def _fresh(tag: str) -> str:
-    return f"conformance-{tag}-{uuid.uuid4().hex[:12]}"
 
 
 async def _retry(reliable: bool, op: Callable[[], Awaitable[T]], attempts: int = 200) -> T:
@@ -90,62 +81,62 @@ async def check_blob(
 
 
 async def _blob_basics(blob: Blob, reliable: bool) -> None:
-    key = _fresh("blob")
-    _expect(await _retry(reliable, lambda: blob.get(key)) is None, "get of a missing key is None")
+    key = fresh_name("blob")
+    expect(await _retry(reliable, lambda: blob.get(key)) is None, "get of a missing key is None")
     await _retry(reliable, lambda: blob.set(key, b"one"))
-    _expect(await _retry(reliable, lambda: blob.get(key)) == b"one", "get returns what set wrote")
+    expect(await _retry(reliable, lambda: blob.get(key)) == b"one", "get returns what set wrote")
     await _retry(reliable, lambda: blob.set(key, b"two"))
-    _expect(await _retry(reliable, lambda: blob.get(key)) == b"two", "set replaces the value")
+    expect(await _retry(reliable, lambda: blob.get(key)) == b"two", "set replaces the value")
     await _retry(reliable, lambda: blob.set(key, b"two"))
-    _expect(await _retry(reliable, lambda: blob.get(key)) == b"two", "set is idempotent")
+    expect(await _retry(reliable, lambda: blob.get(key)) == b"two", "set is idempotent")
     if reliable:
-        _expect(await blob.delete(key) is True, "delete of a present key returns True")
-        _expect(await blob.delete(key) is False, "delete of a missing key returns False")
+        expect(await blob.delete(key) is True, "delete of a present key returns True")
+        expect(await blob.delete(key) is False, "delete of a missing key returns False")
     else:
         await _retry(reliable, lambda: blob.delete(key))
-    _expect(await _retry(reliable, lambda: blob.get(key)) is None, "get after delete is None")
+    expect(await _retry(reliable, lambda: blob.get(key)) is None, "get after delete is None")
 
 
 async def _blob_keys_and_listing(blob: Blob, reliable: bool) -> None:
-    prefix = _fresh("list") + "/"
+    prefix = fresh_name("list") + "/"
     suffixes = ["a", "b/c", "b/d/e", "x y", "ü-ß", "a//b", ".hidden", "..", "%41", "b/", "z" * 200]
     for s in suffixes:
         await _retry(reliable, lambda s=s: blob.set(prefix + s, s.encode()))  # type: ignore[misc]
     for s in suffixes:
         got = await _retry(reliable, lambda s=s: blob.get(prefix + s))  # type: ignore[misc]
-        _expect(got == s.encode(), f"key {prefix + s!r} round-trips")
+        expect(got == s.encode(), f"key {prefix + s!r} round-trips")
     listed = await _retry(reliable, lambda: blob.list_keys(prefix))
-    _expect(listed == sorted(prefix + s for s in suffixes), f"list_keys(prefix) is exact and sorted: {listed}")
+    expect(listed == sorted(prefix + s for s in suffixes), f"list_keys(prefix) is exact and sorted: {listed}")
     sub = await _retry(reliable, lambda: blob.list_keys(prefix + "b/"))
-    _expect(
+    expect(
         sub == sorted(prefix + s for s in suffixes if s.startswith("b/")),
         f"list_keys of a sub-prefix: {sub}",
     )
     everything = await _retry(reliable, lambda: blob.list_keys())
-    _expect(set(listed) <= set(everything), "list_keys() includes every key")
-    _expect(everything == sorted(everything), "list_keys() is sorted")
-    _expect(await _retry(reliable, lambda: blob.list_keys(_fresh("none"))) == [], "empty listing")
+    expect(set(listed) <= set(everything), "list_keys() includes every key")
+    expect(everything == sorted(everything), "list_keys() is sorted")
+    expect(await _retry(reliable, lambda: blob.list_keys(fresh_name("none"))) == [], "empty listing")
     for s in suffixes:
         await _retry(reliable, lambda s=s: blob.delete(prefix + s))  # type: ignore[misc]
-    _expect(await _retry(reliable, lambda: blob.list_keys(prefix)) == [], "deleted keys are not listed")
+    expect(await _retry(reliable, lambda: blob.list_keys(prefix)) == [], "deleted keys are not listed")
 
 
 async def _blob_values(blob: Blob, reliable: bool, large_size: int) -> None:
-    key = _fresh("values")
+    key = fresh_name("values")
     for value in (b"", bytes(range(256)) * 4, b"\x00" * 3):
         await _retry(reliable, lambda v=value: blob.set(key, v))  # type: ignore[misc]
         got = await _retry(reliable, lambda: blob.get(key))
-        _expect(got == value, f"a {len(value)}-byte value round-trips exactly")
+        expect(got == value, f"a {len(value)}-byte value round-trips exactly")
     large = uuid.uuid4().bytes * (large_size // 16 + 1)
     large = large[:large_size]
     await _retry(reliable, lambda: blob.set(key, large))
     got = await _retry(reliable, lambda: blob.get(key))
-    _expect(got == large, f"a {large_size}-byte value round-trips exactly")
+    expect(got == large, f"a {large_size}-byte value round-trips exactly")
     await _retry(reliable, lambda: blob.delete(key))
 
 
 async def _blob_concurrency(blob: Blob, reliable: bool) -> None:
-    prefix = _fresh("concurrent") + "/"
+    prefix = fresh_name("concurrent") + "/"
     key = prefix + "atomic"
     old, new = b"o" * 200_000, b"n" * 300_000
     await _retry(reliable, lambda: blob.set(key, old))
@@ -167,9 +158,9 @@ async def _blob_concurrency(blob: Blob, reliable: bool) -> None:
         tg.start_soon(reader)
         tg.start_soon(overwrite)
         tg.start_soon(reader)
-    _expect(all(v in (old, new) for v in seen), "a concurrent get sees the old or the new value, whole")
+    expect(all(v in (old, new) for v in seen), "a concurrent get sees the old or the new value, whole")
     keys = await _retry(reliable, lambda: blob.list_keys(prefix + "k"))
-    _expect(keys == [f"{prefix}k{i:03d}" for i in range(32)], "32 concurrent sets all land")
+    expect(keys == [f"{prefix}k{i:03d}" for i in range(32)], "32 concurrent sets all land")
     for k in [*keys, key]:
         await _retry(reliable, lambda k=k: blob.delete(k))  # type: ignore[misc]
 
@@ -232,75 +223,75 @@ async def _write_log(c: Consensus, reliable: bool, key: str, n: int) -> list[Ver
     for i in range(n):
         data = f"{key}:{i}".encode()
         result = await _cas(c, reliable, key, expected, data)
-        _expect(result is CaSResult.COMMITTED, f"single-writer CaS #{i} commits")
+        expect(result is CaSResult.COMMITTED, f"single-writer CaS #{i} commits")
         expected = SeqNo.minimum() if expected is None else expected.next()
         entries.append(VersionedData(expected, data))
     return entries
 
 
 async def _consensus_basics(c: Consensus, reliable: bool) -> None:
-    key = _fresh("basics")
-    _expect(await _retry(reliable, lambda: c.head(key)) is None, "head of a new key is None")
+    key = fresh_name("basics")
+    expect(await _retry(reliable, lambda: c.head(key)) is None, "head of a new key is None")
     first = VersionedData(SeqNo(0), b"first")
-    _expect(
+    expect(
         await _cas(c, reliable, key, None, b"first") is CaSResult.COMMITTED,
         "CaS(expected=None) on a new key commits",
     )
-    _expect(await _retry(reliable, lambda: c.head(key)) == first, "head is the committed entry")
-    _expect(
+    expect(await _retry(reliable, lambda: c.head(key)) == first, "head is the committed entry")
+    expect(
         await _cas(c, reliable, key, None, b"again") is CaSResult.EXPECTATION_MISMATCH,
         "CaS(expected=None) on a written key mismatches",
     )
     stale = await c.compare_and_set(key, SeqNo(5), VersionedData(SeqNo(6), b"x")) if reliable else None
-    _expect(stale in (None, CaSResult.EXPECTATION_MISMATCH), "CaS with a wrong expectation mismatches")
-    _expect(await _retry(reliable, lambda: c.head(key)) == first, "a mismatched CaS writes nothing")
+    expect(stale in (None, CaSResult.EXPECTATION_MISMATCH), "CaS with a wrong expectation mismatches")
+    expect(await _retry(reliable, lambda: c.head(key)) == first, "a mismatched CaS writes nothing")
     second = await _cas(c, reliable, key, SeqNo(0), b"second")
-    _expect(second is CaSResult.COMMITTED, "CaS at the head commits")
+    expect(second is CaSResult.COMMITTED, "CaS at the head commits")
     head = await _retry(reliable, lambda: c.head(key))
-    _expect(head == VersionedData(SeqNo(1), b"second"), "head moves to the new entry")
-    other = _fresh("basics-other")
-    _expect(await _retry(reliable, lambda: c.head(other)) is None, "keys are independent")
+    expect(head == VersionedData(SeqNo(1), b"second"), "head moves to the new entry")
+    other = fresh_name("basics-other")
+    expect(await _retry(reliable, lambda: c.head(other)) is None, "keys are independent")
     big = bytes(range(256)) * 1024
-    _expect(
+    expect(
         await _cas(c, reliable, key, SeqNo(1), big) is CaSResult.COMMITTED, "a 256 KiB entry commits"
     )
     got = await _retry(reliable, lambda: c.head(key))
-    _expect(got is not None and got.data == big, "a 256 KiB entry round-trips exactly")
+    expect(got is not None and got.data == big, "a 256 KiB entry round-trips exactly")
 
 
 async def _consensus_scan(c: Consensus, reliable: bool) -> None:
-    key = _fresh("scan")
+    key = fresh_name("scan")
     entries = await _write_log(c, reliable, key, 10)
-    _expect(await _retry(reliable, lambda: c.scan(key, SeqNo(0), 100)) == entries, "scan all")
-    _expect(await _retry(reliable, lambda: c.scan(key, SeqNo(0), 3)) == entries[:3], "scan limit")
-    _expect(await _retry(reliable, lambda: c.scan(key, SeqNo(4), 3)) == entries[4:7], "scan from")
-    _expect(await _retry(reliable, lambda: c.scan(key, SeqNo(9), 5)) == entries[9:], "scan the head")
-    _expect(await _retry(reliable, lambda: c.scan(key, SeqNo(10), 5)) == [], "scan past the head")
-    _expect(await _retry(reliable, lambda: c.scan(_fresh("none"), SeqNo(0), 5)) == [], "scan a new key")
+    expect(await _retry(reliable, lambda: c.scan(key, SeqNo(0), 100)) == entries, "scan all")
+    expect(await _retry(reliable, lambda: c.scan(key, SeqNo(0), 3)) == entries[:3], "scan limit")
+    expect(await _retry(reliable, lambda: c.scan(key, SeqNo(4), 3)) == entries[4:7], "scan from")
+    expect(await _retry(reliable, lambda: c.scan(key, SeqNo(9), 5)) == entries[9:], "scan the head")
+    expect(await _retry(reliable, lambda: c.scan(key, SeqNo(10), 5)) == [], "scan past the head")
+    expect(await _retry(reliable, lambda: c.scan(fresh_name("none"), SeqNo(0), 5)) == [], "scan a new key")
 
 
 async def _consensus_truncate(c: Consensus, reliable: bool) -> None:
-    key = _fresh("truncate")
+    key = fresh_name("truncate")
     entries = await _write_log(c, reliable, key, 10)
     if reliable:
-        _expect(await c.truncate(key, SeqNo(5)) == 5, "truncate returns the count deleted")
-        _expect(await c.truncate(key, SeqNo(5)) == 0, "truncate is idempotent")
-        _expect(await c.truncate(key, SeqNo(3)) == 0, "truncate below the low mark deletes nothing")
+        expect(await c.truncate(key, SeqNo(5)) == 5, "truncate returns the count deleted")
+        expect(await c.truncate(key, SeqNo(5)) == 0, "truncate is idempotent")
+        expect(await c.truncate(key, SeqNo(3)) == 0, "truncate below the low mark deletes nothing")
     else:
         await _retry(reliable, lambda: c.truncate(key, SeqNo(5)))
-    _expect(await _retry(reliable, lambda: c.scan(key, SeqNo(0), 100)) == entries[5:], "truncated")
+    expect(await _retry(reliable, lambda: c.scan(key, SeqNo(0), 100)) == entries[5:], "truncated")
     await _expect_invalid(
         "truncate above the head", lambda: c.truncate(key, SeqNo(11)), reliable=reliable
     )
     await _expect_invalid(
         "truncate a never-written key",
-        lambda: c.truncate(_fresh("n"), SeqNo(0)),
+        lambda: c.truncate(fresh_name("n"), SeqNo(0)),
         reliable=reliable,
     )
     await _retry(reliable, lambda: c.truncate(key, SeqNo(9)))
-    _expect(await _retry(reliable, lambda: c.scan(key, SeqNo(0), 100)) == entries[9:], "head survives")
-    _expect(await _retry(reliable, lambda: c.head(key)) == entries[9], "head after truncate")
-    _expect(
+    expect(await _retry(reliable, lambda: c.scan(key, SeqNo(0), 100)) == entries[9:], "head survives")
+    expect(await _retry(reliable, lambda: c.head(key)) == entries[9], "head after truncate")
+    expect(
         await _cas(c, reliable, key, SeqNo(9), b"after") is CaSResult.COMMITTED,
         "CaS continues after truncate",
     )
@@ -309,7 +300,7 @@ async def _consensus_truncate(c: Consensus, reliable: bool) -> None:
 async def _consensus_race(c: Consensus, reliable: bool, racers: int) -> None:
     """`racers` tasks race CaS on one key until it reaches `target` entries:
     exactly one winner per seqno, a gap-free log, every entry its winner's value."""
-    key = _fresh("race")
+    key = fresh_name("race")
     target = 3 * racers
     committed: dict[int, bytes] = {}
     attempted: dict[int, set[bytes]] = {}
@@ -342,20 +333,20 @@ async def _consensus_race(c: Consensus, reliable: bool, racers: int) -> None:
         for r in range(racers):
             tg.start_soon(racer, r)
 
-    _expect(not double_wins, f"two writers won seqnos {double_wins}")
+    expect(not double_wins, f"two writers won seqnos {double_wins}")
     log = await _retry(reliable, lambda: c.scan(key, SeqNo(0), target + 10))
-    _expect([e.seqno.value for e in log] == list(range(target)), "the raced log is gap-free")
+    expect([e.seqno.value for e in log] == list(range(target)), "the raced log is gap-free")
     for e in log:
         won = committed.get(e.seqno.value)
         if won is not None:
-            _expect(e.data == won, f"seqno {e.seqno} holds its reported winner's value")
-        _expect(e.data in attempted.get(e.seqno.value, set()), f"seqno {e.seqno} holds a value written at it")
+            expect(e.data == won, f"seqno {e.seqno} holds its reported winner's value")
+        expect(e.data in attempted.get(e.seqno.value, set()), f"seqno {e.seqno} holds a value written at it")
     if reliable:
-        _expect(sorted(committed) == list(range(target)), "every seqno had exactly one reported winner")
+        expect(sorted(committed) == list(range(target)), "every seqno had exactly one reported winner")
 
 
 async def _consensus_misuse(c: Consensus) -> None:
-    key = _fresh("misuse")
+    key = fresh_name("misuse")
     await _expect_invalid("empty key", lambda: c.head(""))
     await _expect_invalid(
         "CaS(None) must write SeqNo(0)",

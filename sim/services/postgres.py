@@ -68,13 +68,6 @@ _LINGER_S: Final = 10.0
 _REAP_S: Final = 5.0
 _POLL_S: Final = 0.02
 
-# A cluster's processes and initdb templates, as the tests inspect them
-# through this module.
-_alive = pg_processes.alive
-_cluster_pids = pg_processes.cluster_pids
-_TEMPLATE_DIRS = pg_initdb.TEMPLATE_DIRS
-
-
 def _has_pg_binaries(d: Path) -> bool:
     return all(os.access(d / name, os.X_OK) for name in ("initdb", "pg_ctl"))
 

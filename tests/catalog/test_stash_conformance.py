@@ -26,6 +26,7 @@ from catalog.api import Appended, Conflict, Fenced
 from catalog.faults import UnreliableStashStore
 from catalog.objects import CatalogState, CatalogUpdate, Config, Setting
 from catalog.stash_catalog import MemStashStore, StashStore
+from sim.runtime.conformance import ConformanceFailure, expect, fresh_name
 from sim.runtime.core import Runtime
 from sim.runtime.errors import ExternalError
 from sim.runtime.latency import LatencyModel, Uniform
@@ -45,17 +46,7 @@ T = TypeVar("T")
 GUARD_S = 10.0
 
 
-class ConformanceFailure(AssertionError):
-    """A stash store broke its contract."""
 
-
-def _expect(cond: bool, what: str) -> None:
-    if not cond:
-        raise ConformanceFailure(what)
-
-
-def _fresh(tag: str) -> str:
-    return f"conformance-{tag}-{uuid.uuid4().hex[:12]}"
 
 
 def _setting(name: str, value: str, ts: int, diff: int = 1) -> CatalogUpdate:
@@ -147,90 +138,90 @@ async def _check_log(
     store: StashStore, reliable: bool, lo: int, upper: int, log: Sequence[CatalogUpdate], what: str
 ) -> None:
     got = await _retry(reliable, lambda: store.read_log(lo))
-    _expect(got is not None, f"{what}: read_log({lo}) is None")
+    expect(got is not None, f"{what}: read_log({lo}) is None")
     assert got is not None
     got_upper, rows = got
-    _expect(got_upper == upper, f"{what}: read_log({lo}) says upper {got_upper}, must be {upper}")
-    _expect([u.ts for u in rows] == sorted(u.ts for u in rows), f"{what}: read_log({lo}) not in time order")
+    expect(got_upper == upper, f"{what}: read_log({lo}) says upper {got_upper}, must be {upper}")
+    expect([u.ts for u in rows] == sorted(u.ts for u in rows), f"{what}: read_log({lo}) not in time order")
     want = sorted(u for u in log if lo <= u.ts < upper)
-    _expect(sorted(rows) == want, f"{what}: read_log({lo}) = {rows}, must hold {want}")
+    expect(sorted(rows) == want, f"{what}: read_log({lo}) = {rows}, must hold {want}")
 
 
 async def _check_fresh(make: MakeStore, reliable: bool) -> None:
-    async with await make(_fresh("fresh")) as s:
-        _expect(await _retry(reliable, s.read_meta) == (0, 0), "a fresh environment has upper 0, since 0")
-        _expect(await _retry(reliable, s.read_state) == (0, CatalogState()), "a fresh environment is empty")
-        _expect(await _retry(reliable, lambda: s.read_log(1)) == (0, []), "a fresh environment's log is empty")
-        _expect(await _retry(reliable, lambda: s.read_log(0)) is None, "read_log(lo <= since) is None")
+    async with await make(fresh_name("fresh")) as s:
+        expect(await _retry(reliable, s.read_meta) == (0, 0), "a fresh environment has upper 0, since 0")
+        expect(await _retry(reliable, s.read_state) == (0, CatalogState()), "a fresh environment is empty")
+        expect(await _retry(reliable, lambda: s.read_log(1)) == (0, []), "a fresh environment's log is empty")
+        expect(await _retry(reliable, lambda: s.read_log(0)) is None, "read_log(lo <= since) is None")
 
 
 async def _check_appends(make: MakeStore, reliable: bool) -> None:
-    env = _fresh("appends")
+    env = fresh_name("appends")
     async with await make(env) as a, await make(env) as b:
         w = _Writer(a, reliable)
         first = [_setting("a", "1", 0), _epoch(1, 0)]
-        _expect(await w.append(0, 1, first) == Appended(1), "the first append commits")
-        _expect(await _retry(reliable, a.read_meta) == (1, 0), "append sets the upper")
+        expect(await w.append(0, 1, first) == Appended(1), "the first append commits")
+        expect(await _retry(reliable, a.read_meta) == (1, 0), "append sets the upper")
         second = [_setting("a", "1", 3, -1), _setting("a", "2", 3), _setting("b", "1", 4)]
-        _expect(await w.append(1, 5, second, epoch=1) == Appended(5), "an append at the upper commits")
+        expect(await w.append(1, 5, second, epoch=1) == Appended(5), "an append at the upper commits")
         log = first + second
         for handle in (a, b):  # every handle sees the same, consistent state
-            _expect(await _retry(reliable, handle.read_meta) == (5, 0), "read_meta after two appends")
+            expect(await _retry(reliable, handle.read_meta) == (5, 0), "read_meta after two appends")
             state = await _retry(reliable, handle.read_state)
-            _expect(state == (5, _state_at(log, 4)), f"read_state after two appends: {state}")
+            expect(state == (5, _state_at(log, 4)), f"read_state after two appends: {state}")
             await _check_log(handle, reliable, 1, 5, log, "two appends")
             await _check_log(handle, reliable, 4, 5, log, "two appends")
             await _check_log(handle, reliable, 5, 5, log, "two appends")
             for ts in range(5):
                 got = await _retry(reliable, functools.partial(handle.snapshot, ts))
-                _expect(got == _state_at(log, ts), f"snapshot({ts}) = {got}")
+                expect(got == _state_at(log, ts), f"snapshot({ts}) = {got}")
 
         other = _Writer(b, reliable)
         stale = await other.append(1, 6, [_setting("c", "1", 1)], epoch=1)
-        _expect(stale == Conflict(5), f"an append at a stale upper: {stale}, must be Conflict(5)")
+        expect(stale == Conflict(5), f"an append at a stale upper: {stale}, must be Conflict(5)")
         ahead = await other.append(7, 8, [_setting("c", "1", 7)], epoch=1)
-        _expect(ahead == Conflict(5), f"an append beyond the upper: {ahead}, must be Conflict(5)")
-        _expect(await _retry(reliable, a.read_state) == (5, _state_at(log, 4)), "a conflict wrote something")
+        expect(ahead == Conflict(5), f"an append beyond the upper: {ahead}, must be Conflict(5)")
+        expect(await _retry(reliable, a.read_state) == (5, _state_at(log, 4)), "a conflict wrote something")
         await _check_log(a, reliable, 1, 5, log, "after conflicts")
-    async with await make(_fresh("appends-other")) as elsewhere:
-        _expect(await _retry(reliable, elsewhere.read_meta) == (0, 0), "environments are independent")
+    async with await make(fresh_name("appends-other")) as elsewhere:
+        expect(await _retry(reliable, elsewhere.read_meta) == (0, 0), "environments are independent")
 
 
 async def _check_token_retries(make: MakeStore, reliable: bool) -> None:
-    env = _fresh("tokens")
+    env = fresh_name("tokens")
     async with await make(env) as a, await make(env) as b:
         w, other = _Writer(a, reliable), _Writer(b, reliable)
         log = [_epoch(1, 0)]
         await w.append(0, 1, log)
         x = [_setting("x", "1", 1)]
-        _expect(await w.append(1, 2, x) == Appended(2), "append commits")
+        expect(await w.append(1, 2, x) == Appended(2), "append commits")
         log += x
-        _expect(await w.retry_committed() == Appended(2), "a retried append (same token) is Appended")
-        _expect(await _retry(reliable, b.read_state) == (2, _state_at(log, 1)), "a retry applied twice")
+        expect(await w.retry_committed() == Appended(2), "a retried append (same token) is Appended")
+        expect(await _retry(reliable, b.read_state) == (2, _state_at(log, 1)), "a retry applied twice")
         y = [_setting("y", "1", 2)]
-        _expect(await other.append(2, 3, y) == Appended(3), "another writer appends")
+        expect(await other.append(2, 3, y) == Appended(3), "another writer appends")
         log += y
         retried = await w.retry_committed()
-        _expect(retried == Appended(2), f"a retry after the upper moved on: {retried}, must be Appended(2)")
-        _expect(await _retry(reliable, a.read_state) == (3, _state_at(log, 2)), "a late retry applied again")
+        expect(retried == Appended(2), f"a retry after the upper moved on: {retried}, must be Appended(2)")
+        expect(await _retry(reliable, a.read_state) == (3, _state_at(log, 2)), "a late retry applied again")
         await _check_log(a, reliable, 1, 3, log, "after retries")
         assert w.committed is not None
         stolen = await _Writer(b, reliable).append(1, 2, x, token=w.committed[-1])
-        _expect(stolen == Conflict(3), f"tokens are per writer: another writer's token gave {stolen}")
+        expect(stolen == Conflict(3), f"tokens are per writer: another writer's token gave {stolen}")
 
 
 async def _check_fencing(make: MakeStore, reliable: bool) -> None:
-    env = _fresh("fencing")
+    env = fresh_name("fencing")
     async with await make(env) as a, await make(env) as b:
         old, new = _Writer(a, reliable), _Writer(b, reliable)
         log = [_epoch(1, 0)]
         await old.append(0, 1, log)
         await _retry(reliable, lambda: a.confirm(1))
         await _expect_fenced("confirm(2) while the epoch row holds 1", lambda: _retry(reliable, lambda: a.confirm(2)))
-        _expect(await old.append(1, 2, [_setting("a", "1", 1)], epoch=1) == Appended(2), "the leader appends")
+        expect(await old.append(1, 2, [_setting("a", "1", 1)], epoch=1) == Appended(2), "the leader appends")
         log += [_setting("a", "1", 1)]
         bump = [_epoch(1, 2, -1), _epoch(2, 2)]  # a newer opener, as `open` writes it: unchecked
-        _expect(await new.append(2, 3, bump) == Appended(3), "the epoch bump commits")
+        expect(await new.append(2, 3, bump) == Appended(3), "the epoch bump commits")
         log += bump
         for handle in (a, b):
             await _expect_fenced("confirm(1) after the bump", functools.partial(_retry, reliable, functools.partial(handle.confirm, 1)))
@@ -243,19 +234,19 @@ async def _check_fencing(make: MakeStore, reliable: bool) -> None:
             "append at a stale upper with a fenced epoch (the epoch is checked first)",
             lambda: old.append(2, 3, [_setting("c", "1", 2)], epoch=1),
         )
-        _expect(await _retry(reliable, a.read_state) == (3, _state_at(log, 2)), "a fenced append wrote something")
+        expect(await _retry(reliable, a.read_state) == (3, _state_at(log, 2)), "a fenced append wrote something")
         retried = await old.retry_committed()
-        _expect(retried == Appended(2), f"a fenced writer's retry of a committed append: {retried}, must be Appended(2)")
-        _expect(await new.append(3, 4, [_setting("c", "1", 3)], epoch=2) == Appended(4), "the new leader appends")
-    async with await make(_fresh("no-epoch")) as s:
+        expect(retried == Appended(2), f"a fenced writer's retry of a committed append: {retried}, must be Appended(2)")
+        expect(await new.append(3, 4, [_setting("c", "1", 3)], epoch=2) == Appended(4), "the new leader appends")
+    async with await make(fresh_name("no-epoch")) as s:
         await _expect_fenced("append with an epoch where there is no epoch row",
                              lambda: _Writer(s, reliable).append(0, 1, [_setting("a", "1", 0)], epoch=1))
         await _expect_fenced("confirm where there is no epoch row", lambda: _retry(reliable, lambda: s.confirm(1)))
-        _expect(await _retry(reliable, s.read_meta) == (0, 0), "a fenced append wrote something")
+        expect(await _retry(reliable, s.read_meta) == (0, 0), "a fenced append wrote something")
 
 
 async def _check_compaction(make: MakeStore, reliable: bool) -> None:
-    env = _fresh("compaction")
+    env = fresh_name("compaction")
     async with await make(env) as a, await make(env) as b:
         w = _Writer(a, reliable)
         steps = [
@@ -271,16 +262,16 @@ async def _check_compaction(make: MakeStore, reliable: bool) -> None:
 
         async def expect_history(since: int, upper: int) -> None:
             for handle in (a, b):
-                _expect(await _retry(reliable, handle.read_meta) == (upper, since), f"read_meta after compact({since})")
+                expect(await _retry(reliable, handle.read_meta) == (upper, since), f"read_meta after compact({since})")
                 state = await _retry(reliable, handle.read_state)
-                _expect(state == (upper, _state_at(log, upper - 1)), f"compact({since}) changed the objects")
+                expect(state == (upper, _state_at(log, upper - 1)), f"compact({since}) changed the objects")
                 for ts in range(upper):
                     got = await _retry(reliable, functools.partial(handle.snapshot, ts))
                     want = None if ts < since else _state_at(log, ts)
-                    _expect(got == want, f"since {since}: snapshot({ts}) = {got}, must be {want}")
+                    expect(got == want, f"since {since}: snapshot({ts}) = {got}, must be {want}")
                 for lo in range(since + 1):
                     got_log = await _retry(reliable, functools.partial(handle.read_log, lo))
-                    _expect(got_log is None, f"since {since}: read_log({lo}) = {got_log}, must be None")
+                    expect(got_log is None, f"since {since}: read_log({lo}) = {got_log}, must be None")
                 for lo in range(since + 1, upper + 1):
                     await _check_log(handle, reliable, lo, upper, log, f"since {since}")
 
@@ -291,7 +282,7 @@ async def _check_compaction(make: MakeStore, reliable: bool) -> None:
         await _retry(reliable, lambda: b.compact(2))
         await expect_history(2, 4)  # idempotent: nothing consolidated twice
         d = [_setting("d", "1", 4)]
-        _expect(await w.append(4, 5, d) == Appended(5), "append after compaction")
+        expect(await w.append(4, 5, d) == Appended(5), "append after compaction")
         log += d
         await expect_history(2, 5)
         await _retry(reliable, lambda: b.compact(4))
@@ -302,7 +293,7 @@ async def _check_race(make: MakeStore, reliable: bool) -> None:
     """Writers race appends at the upper they just read: exactly one wins each
     upper, the log holds exactly the winners' updates, a loser's Conflict names
     an upper past the one it expected."""
-    env = _fresh("race")
+    env = fresh_name("race")
     target = 25
     async with await make(env) as s0:
         await _Writer(s0, reliable).append(0, 1, [_epoch(1, 0)])
@@ -328,14 +319,14 @@ async def _check_race(make: MakeStore, reliable: bool) -> None:
             async with anyio.create_task_group() as tg:
                 for store in handles * 3:
                     tg.start_soon(writer, store)
-        _expect(not bad_conflicts, f"Conflict(current_upper) not past the expected upper: {bad_conflicts}")
+        expect(not bad_conflicts, f"Conflict(current_upper) not past the expected upper: {bad_conflicts}")
         doubles = {u: names for u, names in winners.items() if len(names) > 1}
-        _expect(not doubles, f"two writers won one upper: {doubles}")
-        _expect(sorted(winners) == list(range(1, target)), f"uppers won: {sorted(winners)}")
+        expect(not doubles, f"two writers won one upper: {doubles}")
+        expect(sorted(winners) == list(range(1, target)), f"uppers won: {sorted(winners)}")
         got = await _retry(reliable, lambda: handles[0].read_log(1))
-        _expect(got is not None and got[0] == target, f"after the race read_log(1) says {got and got[0]}")
+        expect(got is not None and got[0] == target, f"after the race read_log(1) says {got and got[0]}")
         assert got is not None
-        _expect(
+        expect(
             [(u.ts, u.key) for u in got[1]]
             == [(ts, Setting(f"{winners[ts][0]}@{ts}", "won").key_json()) for ts in range(1, target)],
             "the log holds exactly each upper's winner",
@@ -348,7 +339,7 @@ async def _check_race(make: MakeStore, reliable: bool) -> None:
 async def _check_wait_for_change(make: MakeStore, reliable: bool) -> None:
     """Liveness only (a wait may end early): waits end after writes, and at once
     or within a poll interval when the upper has already moved."""
-    env = _fresh("wait")
+    env = fresh_name("wait")
     async with await make(env) as a, await make(env) as b:
         w = _Writer(a, reliable)
         returned: list[str] = []

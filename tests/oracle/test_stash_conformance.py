@@ -9,7 +9,6 @@ Each check uses fresh names, so runs never interfere on a shared server.
 from __future__ import annotations
 
 import functools
-import uuid
 from typing import TYPE_CHECKING, TypeAlias, final
 
 import anyio
@@ -18,6 +17,7 @@ import pytest
 
 from oracle.api import check_timeline
 from oracle.stash import Fenced, MemTimestampStash, TimestampStash, check_epoch, check_upper
+from sim.runtime.conformance import ConformanceFailure, expect, expect_raises, fresh_name
 from sim.runtime.core import Runtime
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.latency import LatencyModel, Uniform
@@ -33,29 +33,8 @@ MakeStash: TypeAlias = "Callable[[str], Awaitable[TimestampStash]]"
 _BIGINT_MAX = 2**63 - 1
 
 
-class ConformanceFailure(AssertionError):
-    """A stash broke its contract."""
 
 
-def _expect(cond: bool, what: str) -> None:
-    if not cond:
-        raise ConformanceFailure(what)
-
-
-def _fresh(tag: str) -> str:
-    return f"conformance-{tag}-{uuid.uuid4().hex[:12]}"
-
-
-async def _expect_raises(
-    error: type[Exception], what: str, op: Callable[[], Awaitable[object]]
-) -> None:
-    try:
-        await op()
-    except error:
-        return
-    except Exception as exc:
-        raise ConformanceFailure(f"{what}: expected {error.__name__}, got {exc!r}") from exc
-    raise ConformanceFailure(f"{what}: expected {error.__name__}")
 
 
 # --- The suite --------------------------------------------------------------------------
@@ -73,82 +52,82 @@ async def check_timestamp_stash(make: MakeStash) -> None:
 
 
 async def _check_epochs(make: MakeStash) -> None:
-    name = _fresh("epochs")
+    name = fresh_name("epochs")
     async with await make(name) as a, await make(name) as b:
         e1 = await a.open()
-        _expect(e1 >= 1, f"the first epoch is {e1}, must be >= 1")
+        expect(e1 >= 1, f"the first epoch is {e1}, must be >= 1")
         e2 = await a.open()
-        _expect(e2 > e1, f"open must bump the epoch: {e1} then {e2}")
+        expect(e2 > e1, f"open must bump the epoch: {e1} then {e2}")
         e3 = await b.open()
-        _expect(e3 > e2, f"open on another handle must bump past {e2}, got {e3}")
+        expect(e3 > e2, f"open on another handle must bump past {e2}, got {e3}")
         # The epoch is the token, whichever handle presents it.
         await a.confirm_leadership(e3)
         await b.confirm_leadership(e3)
         for old in (e1, e2):
-            await _expect_raises(Fenced, f"confirm_leadership({old}) after open -> {e3}",
+            await expect_raises(Fenced, f"confirm_leadership({old}) after open -> {e3}",
                                  functools.partial(a.confirm_leadership, old))
-        await _expect_raises(Fenced, "confirm_leadership of an epoch never opened",
+        await expect_raises(Fenced, "confirm_leadership of an epoch never opened",
                              lambda: a.confirm_leadership(e3 + 1))
-        async with await make(_fresh("epochs-other")) as other:
+        async with await make(fresh_name("epochs-other")) as other:
             await other.open()
         await b.confirm_leadership(e3)  # another stash's bump fences nobody here
 
 
 async def _check_uppers(make: MakeStash) -> None:
-    name = _fresh("uppers")
-    t, u = _fresh("t"), _fresh("u")
+    name = fresh_name("uppers")
+    t, u = fresh_name("t"), fresh_name("u")
     async with await make(name) as a:
         epoch = await a.open()
-        _expect(await a.read_upper(t) is None, "read_upper of a timeline never written is None")
+        expect(await a.read_upper(t) is None, "read_upper of a timeline never written is None")
         await a.write_upper(t, 5, epoch)
-        _expect(await a.read_upper(t) == 5, "read_upper returns what write_upper wrote")
+        expect(await a.read_upper(t) == 5, "read_upper returns what write_upper wrote")
         await a.write_upper(t, 3, epoch)
-        _expect(await a.read_upper(t) == 5, "write_upper never lowers the upper")
+        expect(await a.read_upper(t) == 5, "write_upper never lowers the upper")
         await a.write_upper(t, 5, epoch)
-        _expect(await a.read_upper(t) == 5, "write_upper is idempotent")
+        expect(await a.read_upper(t) == 5, "write_upper is idempotent")
         await a.write_upper(t, 9, epoch)
-        _expect(await a.read_upper(t) == 9, "write_upper raises the upper")
-        _expect(await a.read_upper(u) is None, "timelines are independent")
+        expect(await a.read_upper(t) == 9, "write_upper raises the upper")
+        expect(await a.read_upper(u) is None, "timelines are independent")
         await a.write_upper(u, 0, epoch)
-        _expect(await a.read_upper(u) == 0, "an upper of 0 is an upper, not None")
+        expect(await a.read_upper(u) == 0, "an upper of 0 is an upper, not None")
         await a.write_upper(u, _BIGINT_MAX, epoch)
-        _expect(await a.read_upper(u) == _BIGINT_MAX, "the largest upper round-trips")
-        _expect(await a.read_upper(t) == 9, "writing one timeline leaves another alone")
+        expect(await a.read_upper(u) == _BIGINT_MAX, "the largest upper round-trips")
+        expect(await a.read_upper(t) == 9, "writing one timeline leaves another alone")
     # Durable and shared: a later handle (a restarted process) sees it all,
     # before and after its own open; another stash sees none of it.
     async with await make(name) as b:
-        _expect(await b.read_upper(t) == 9, "uppers outlive the handle that wrote them")
+        expect(await b.read_upper(t) == 9, "uppers outlive the handle that wrote them")
         await b.open()
-        _expect(await b.read_upper(u) == _BIGINT_MAX, "uppers survive a newer open")
-    async with await make(_fresh("uppers-other")) as other:
-        _expect(await other.read_upper(t) is None, "stashes are independent")
+        expect(await b.read_upper(u) == _BIGINT_MAX, "uppers survive a newer open")
+    async with await make(fresh_name("uppers-other")) as other:
+        expect(await other.read_upper(t) is None, "stashes are independent")
 
 
 async def _check_fencing(make: MakeStash) -> None:
-    name = _fresh("fencing")
-    t = _fresh("t")
+    name = fresh_name("fencing")
+    t = fresh_name("t")
     async with await make(name) as a, await make(name) as b:
         ea = await a.open()
         await a.write_upper(t, 10, ea)
         await a.confirm_leadership(ea)
         eb = await b.open()
-        await _expect_raises(Fenced, "write_upper with a fenced epoch", lambda: a.write_upper(t, 20, ea))
-        _expect(await a.read_upper(t) == 10, "a fenced write_upper writes nothing")
-        await _expect_raises(Fenced, "write_upper of a new timeline with a fenced epoch",
-                             lambda: a.write_upper(_fresh("t"), 1, ea))
-        await _expect_raises(Fenced, "confirm_leadership with a fenced epoch",
+        await expect_raises(Fenced, "write_upper with a fenced epoch", lambda: a.write_upper(t, 20, ea))
+        expect(await a.read_upper(t) == 10, "a fenced write_upper writes nothing")
+        await expect_raises(Fenced, "write_upper of a new timeline with a fenced epoch",
+                             lambda: a.write_upper(fresh_name("t"), 1, ea))
+        await expect_raises(Fenced, "confirm_leadership with a fenced epoch",
                              lambda: a.confirm_leadership(ea))
         await b.confirm_leadership(eb)
         await b.write_upper(t, 15, eb)
-        _expect(await a.read_upper(t) == 15, "the new leader writes; every handle reads it")
+        expect(await a.read_upper(t) == 15, "the new leader writes; every handle reads it")
 
 
 async def _check_open_sees_every_older_write(make: MakeStash) -> None:
     """An old leader writes as fast as it can while a new one opens: every write
     the old leader saw succeed is in what the new one reads right after `open`,
     and every write after the bump is refused."""
-    name = _fresh("handover")
-    t = _fresh("t")
+    name = fresh_name("handover")
+    t = fresh_name("t")
     async with await make(name) as old, await make(name) as new:
         e_old = await old.open()
         done: list[int] = []
@@ -176,18 +155,18 @@ async def _check_open_sees_every_older_write(make: MakeStash) -> None:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(old_leader)
                 tg.start_soon(new_leader)
-        _expect(fenced.is_set(), "the old leader was never fenced")
-        _expect(
+        expect(fenced.is_set(), "the old leader was never fenced")
+        expect(
             seen_by_new == [max(done)],
             f"after open the new leader read {seen_by_new}, but the old leader's "
             f"last successful write was {max(done)}",
         )
-        _expect(await new.read_upper(t) == max(done), "a refused write left something behind")
+        expect(await new.read_upper(t) == max(done), "a refused write left something behind")
 
 
 async def _check_concurrent_opens(make: MakeStash) -> None:
-    name = _fresh("opens")
-    t = _fresh("t")
+    name = fresh_name("opens")
+    t = fresh_name("t")
     epochs: list[int] = []
     async with await make(name) as a, await make(name) as b, await make(name) as c:
 
@@ -197,22 +176,22 @@ async def _check_concurrent_opens(make: MakeStash) -> None:
         async with anyio.create_task_group() as tg:
             for stash in (a, b, c) * 4:
                 tg.start_soon(opener, stash)
-        _expect(len(set(epochs)) == len(epochs), f"concurrent opens shared epochs: {sorted(epochs)}")
+        expect(len(set(epochs)) == len(epochs), f"concurrent opens shared epochs: {sorted(epochs)}")
         current = max(epochs)
         await a.confirm_leadership(current)
         await c.write_upper(t, 1, current)
         for e in sorted(epochs)[:-1]:
-            await _expect_raises(Fenced, f"epoch {e} below the current {current}",
+            await expect_raises(Fenced, f"epoch {e} below the current {current}",
                                  functools.partial(b.confirm_leadership, e))
-            await _expect_raises(Fenced, f"write_upper with epoch {e} below the current {current}",
+            await expect_raises(Fenced, f"write_upper with epoch {e} below the current {current}",
                                  functools.partial(b.write_upper, t, 2, e))
-        _expect(await b.read_upper(t) == 1, "fenced concurrent writers wrote something")
+        expect(await b.read_upper(t) == 1, "fenced concurrent writers wrote something")
 
 
 async def _check_concurrent_writes(make: MakeStash) -> None:
     """Racing write_upper calls of the leader leave the greatest (never lowers)."""
-    name = _fresh("writes")
-    t = _fresh("t")
+    name = fresh_name("writes")
+    t = fresh_name("t")
     async with await make(name) as a, await make(name) as b:
         epoch = await a.open()
         uppers = [(i * 7919) % 101 for i in range(1, 25)]  # a scrambled order
@@ -224,28 +203,28 @@ async def _check_concurrent_writes(make: MakeStash) -> None:
             for i, upper in enumerate(uppers):
                 tg.start_soon(writer, (a, b)[i % 2], upper)
         got = await b.read_upper(t)
-        _expect(got == max(uppers), f"after racing writes the upper is {got}, must be {max(uppers)}")
+        expect(got == max(uppers), f"after racing writes the upper is {got}, must be {max(uppers)}")
 
 
 async def _check_misuse(make: MakeStash) -> None:
-    name = _fresh("misuse")
+    name = fresh_name("misuse")
     async with await make(name) as a:
         epoch = await a.open()
-        t = _fresh("t")
+        t = fresh_name("t")
         for bad_t in ("", "x" * 257):
-            await _expect_raises(InvalidUsage, f"read_upper({bad_t!r})",
+            await expect_raises(InvalidUsage, f"read_upper({bad_t!r})",
                                  functools.partial(a.read_upper, bad_t))
-            await _expect_raises(InvalidUsage, f"write_upper({bad_t!r}, ...)",
+            await expect_raises(InvalidUsage, f"write_upper({bad_t!r}, ...)",
                                  functools.partial(a.write_upper, bad_t, 1, epoch))
         for bad_u in (-1, _BIGINT_MAX + 1, True, 1.5, "7", None):
-            await _expect_raises(InvalidUsage, f"write_upper(t, {bad_u!r}, epoch)",
+            await expect_raises(InvalidUsage, f"write_upper(t, {bad_u!r}, epoch)",
                                  functools.partial(a.write_upper, t, bad_u, epoch))  # type: ignore[arg-type]
         for bad_e in (0, -1, True, 1.5, None):
-            await _expect_raises(InvalidUsage, f"write_upper(t, 1, {bad_e!r})",
+            await expect_raises(InvalidUsage, f"write_upper(t, 1, {bad_e!r})",
                                  functools.partial(a.write_upper, t, 1, bad_e))  # type: ignore[arg-type]
-            await _expect_raises(InvalidUsage, f"confirm_leadership({bad_e!r})",
+            await expect_raises(InvalidUsage, f"confirm_leadership({bad_e!r})",
                                  functools.partial(a.confirm_leadership, bad_e))  # type: ignore[arg-type]
-        _expect(await a.read_upper(t) is None, "misuse wrote something")
+        expect(await a.read_upper(t) is None, "misuse wrote something")
         await a.confirm_leadership(epoch)  # and left the epoch alone
 
 

@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 
 from sim.runtime.errors import InvalidUsage
+from sim.services import pg_processes
 from sim.services import postgres as backends
 from sim.services.postgres import (
     BackendUnavailable,
@@ -92,7 +93,7 @@ def _postmaster_pid(pg: EmbeddedPostgres) -> int:
 
 
 def _alive(pid: int) -> bool:
-    return backends._alive(pid)
+    return pg_processes.alive(pid)
 
 
 @pytest.mark.postgres
@@ -134,7 +135,7 @@ async def test_sigkilled_postmaster_restarts_with_its_data(private_pg: EmbeddedP
     finally:
         await conn.close()
     datadir = pg.datadir
-    pids = backends._cluster_pids(datadir)
+    pids = pg_processes.cluster_pids(datadir)
     assert _postmaster_pid(pg) in pids
     pg.stop()
     assert not any(_alive(p) for p in pids)
@@ -144,7 +145,7 @@ async def test_sigkilled_postmaster_restarts_with_its_data(private_pg: EmbeddedP
 @pytest.mark.postgres
 def test_stop_after_sigkill_without_restart_leaves_nothing(private_pg: EmbeddedPostgres) -> None:
     pg = private_pg
-    pids = backends._cluster_pids(pg.datadir)
+    pids = pg_processes.cluster_pids(pg.datadir)
     assert pids
     tmp = pg.datadir.parent
     assert pg.sigkill_postmaster() in pids
@@ -162,7 +163,7 @@ def test_restart_sigkills_backends_that_linger(
     `restart()` kills it and starts anyway."""
     pg = private_pg
     pm = _postmaster_pid(pg)
-    children = [p for p in backends._cluster_pids(pg.datadir) if p != pm]
+    children = [p for p in pg_processes.cluster_pids(pg.datadir) if p != pm]
     assert children
     for pid in children:
         os.kill(pid, signal.SIGSTOP)

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import asyncpg
 import pytest
 
+from sim.services import pg_initdb
 from sim.services import postgres as backends
 from sim.services.postgres import find_postgres_bindir
 
@@ -137,7 +138,7 @@ async def test_only_the_url_carries_the_password(
     hba = (pg.datadir / "pg_hba.conf").read_text()
     methods = {line.split()[-1] for line in hba.splitlines() if line.strip() and not line.startswith("#")}
     assert methods == {"scram-sha-256"}
-    for parent, _watchdog in backends._TEMPLATE_DIRS:
+    for parent, _watchdog in pg_initdb.TEMPLATE_DIRS:
         assert not (parent / "pwfile").exists()
         assert _mode(parent) == 0o700
 

@@ -27,6 +27,7 @@ from sim.history.model import Kind, Status
 from sim.nemesis.anomalies import default_spec, run_spec
 from sim.nemesis.plan import Fault, FaultKind, FaultPlan
 from sim.runtime.errors import InvalidUsage
+from sim.services import pg_processes
 from sim.services import postgres as backends
 from tests.anomalies.helpers import EXCLUDED
 
@@ -86,7 +87,7 @@ def test_decoupled_survives_a_sigkilled_postmaster(private_pg: EmbeddedPostgres)
     for seed in SEEDS:
         spec = replace(default_spec(SCENARIO, CONFIG, seed, mode="real"), faults=PLAN, size=SIZE)
         replay = f"seed {seed}; replay: {spec.command()}"
-        before = backends._cluster_pids(pg.datadir)
+        before = pg_processes.cluster_pids(pg.datadir)
         history, events = run_spec(spec, postgres_url=pg.url)
 
         excluded = EXCLUDED.get((SCENARIO, CONFIG), ())
@@ -98,9 +99,9 @@ def test_decoupled_survives_a_sigkilled_postmaster(private_pg: EmbeddedPostgres)
         detail = json.loads(fault.detail or "{}")
         assert detail["fault"] == FaultKind.PG_SIGKILL, detail
         assert detail["postmaster"] in before, (detail, before)
-        assert not backends._alive(detail["postmaster"]), replay
+        assert not pg_processes.alive(detail["postmaster"]), replay
         assert pg.running
-        assert detail["postmaster"] not in backends._cluster_pids(pg.datadir)
+        assert detail["postmaster"] not in pg_processes.cluster_pids(pg.datadir)
         assert fault.end_ns is not None
 
         ops = _ops(history)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sim.services import postgres as backends
+from sim.services import pg_processes
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -31,7 +31,7 @@ GONE_WITHIN_S = 10.0
 OWNER = textwrap.dedent(
     """
     import json, os, signal, sys
-    from sim.services import postgres as backends
+    from sim.services import pg_initdb, pg_processes
     from sim.services.postgres import EmbeddedPostgres
 
     pg = EmbeddedPostgres(fsync=False).start()
@@ -41,8 +41,8 @@ OWNER = textwrap.dedent(
         "datadir": str(pg.datadir),
         "port": pg.port,
         "postmaster": postmaster,
-        "pids": backends._cluster_pids(pg.datadir),
-        "templates": [str(d) for d, _ in backends._TEMPLATE_DIRS],
+        "pids": pg_processes.cluster_pids(pg.datadir),
+        "templates": [str(d) for d, _ in pg_initdb.TEMPLATE_DIRS],
     }), flush=True)
     signal.pause()
     """
@@ -83,7 +83,7 @@ def test_sigkilled_owner_takes_its_postgres_along() -> None:
         datadir = Path(info["datadir"])
         pids: list[int] = info["pids"]
         assert info["postmaster"] in pids
-        assert all(backends._alive(p) for p in pids)
+        assert all(pg_processes.alive(p) for p in pids)
         assert datadir.is_dir()
         assert _listening(info["port"])
     finally:
@@ -92,12 +92,12 @@ def test_sigkilled_owner_takes_its_postgres_along() -> None:
     assert owner.returncode == -signal.SIGKILL, err
 
     def gone() -> bool:
-        return not any(backends._alive(p) for p in pids) and not datadir.parent.exists()
+        return not any(pg_processes.alive(p) for p in pids) and not datadir.parent.exists()
 
     assert _wait_until(gone, GONE_WITHIN_S), (
-        f"left behind: {[p for p in pids if backends._alive(p)]}, {datadir.parent.exists()=}"
+        f"left behind: {[p for p in pids if pg_processes.alive(p)]}, {datadir.parent.exists()=}"
     )
-    assert not backends._cluster_pids(datadir)
+    assert not pg_processes.cluster_pids(datadir)
     assert not _listening(info["port"])
     for template in info["templates"]:
         assert not Path(template).exists(), template
