@@ -1,6 +1,7 @@
 """What the persist and stash catalogs share: the cache, opening (initialize or
 migrate + epoch bump in one compare-and-append), transactions, the epoch check
-before every write, and the oracle's `apply_write` after it.
+before every write, and the oracle's `apply_write` after it. (`fencing=False`
+drops the epoch check: the known-bad `KnownBad.skip_epoch_fencing`.)
 
 A backend supplies six primitives (`_recent_upper`, `_read_current`, `_load`,
 `_catch_up`, `_write`, `_after_write`) plus the pTVC reads. The invariant kept
@@ -62,8 +63,9 @@ class CachedCatalog(DurableCatalog):
     """A `DurableCatalog` over a backend that stores the update log and can
     compare-and-append to it (see the module docstring)."""
 
-    def __init__(self, rt: Runtime, oracle: TimestampOracle | None) -> None:
+    def __init__(self, rt: Runtime, oracle: TimestampOracle | None, *, fencing: bool = True) -> None:
         self._rt = rt
+        self._fencing = fencing
         self._oracle = oracle
         self._cache = CatalogState()
         self._upper = 0
@@ -128,6 +130,8 @@ class CachedCatalog(DurableCatalog):
 
     def _check_epoch(self) -> None:
         assert self._epoch is not None
+        if not self._fencing:
+            return
         current = self._cache.config("epoch")
         if current != self._epoch:
             raise Fenced(f"catalog epoch is {current}, this opener holds epoch {self._epoch}")
@@ -260,7 +264,8 @@ class CachedCatalog(DurableCatalog):
                 return Conflict(self._upper)
             self._check_epoch()
             self._cache.copy().apply(updates)  # consistent with the state it appends to?
-            result = await self._write(expected_upper, new_upper, updates, self._epoch)
+            epoch = self._epoch if self._fencing else None
+            result = await self._write(expected_upper, new_upper, updates, epoch)
             if isinstance(result, Conflict):
                 await self._catch_up(result.current_upper)
                 self._check_epoch()
@@ -272,4 +277,5 @@ class CachedCatalog(DurableCatalog):
     async def confirm_leadership(self) -> None:
         self._require("open")
         assert self._epoch is not None
-        await self._confirm(self._epoch)
+        if self._fencing:
+            await self._confirm(self._epoch)

@@ -12,6 +12,7 @@ the shape of those JSON values; older shapes are rewritten by `catalog.migration
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import operator
 import types
@@ -112,9 +113,7 @@ class CatalogObject:
             raise InvalidUsage(f"{cls.KIND} key must be an object with fields {list(cls.KEY)}, got {key}")
         if not isinstance(v, dict):
             raise InvalidUsage(f"{cls.KIND} value must be a JSON object, got {value}")
-        hints = typing.get_type_hints(cls)
-        names = [f.name for f in _fields(cls)]
-        value_names = [n for n in names if n not in cls.KEY]
+        hints, names, value_names = _schema(typing.cast("Any", cls))
         if sorted(v) != sorted(value_names):
             raise InvalidUsage(f"{cls.KIND} value must have fields {value_names}, got {sorted(v)}")
         merged = {**k, **v}
@@ -124,6 +123,28 @@ class CatalogObject:
 
 def _fields(cls: type) -> tuple[dataclasses.Field[Any], ...]:
     return dataclasses.fields(cls)
+
+
+def _decoded(cls: type[T], key: str, value: str) -> T:
+    """`cls.decode(key, value)`, memoized: objects are frozen, and every
+    catalog view decodes the whole snapshot again (a failed decode raises
+    each time; the cache keeps only results)."""
+    return typing.cast("T", _decode_memo(typing.cast("Any", cls), key, value))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _decode_memo(cls: Any, key: str, value: str) -> Any:
+    return cls.decode(key, value)
+
+
+@functools.cache
+def _schema(cls: Any) -> tuple[dict[str, Any], list[str], list[str]]:
+    """(type hints, field names, value field names) of an object class, once
+    per class: `typing.get_type_hints` re-evaluates every annotation string on
+    each call, and decoding a catalog snapshot called it per object (a sixth
+    of an anomaly run's time, issue 20)."""
+    names = [f.name for f in _fields(cls)]
+    return typing.get_type_hints(cls), names, [n for n in names if n not in cls.KEY]
 
 
 def _to_json(value: Any) -> Json:
@@ -432,7 +453,7 @@ class CatalogState:
     def objects(self, cls: type[T]) -> list[T]:
         """Every object of `cls`'s kind, sorted by key."""
         out = [
-            cls.decode(key, value) for (kind, key), value in sorted(self.entries.items()) if kind == cls.KIND
+            _decoded(cls, key, value) for (kind, key), value in sorted(self.entries.items()) if kind == cls.KIND
         ]
         if cls.KEY == ("id",):
             out.sort(key=operator.attrgetter("id"))
@@ -440,7 +461,7 @@ class CatalogState:
 
     def get(self, cls: type[T], **key: Json) -> T | None:
         value = self.entries.get((cls.KIND, canonical(key)))
-        return None if value is None else cls.decode(canonical(key), value)
+        return None if value is None else _decoded(cls, canonical(key), value)
 
     def config(self, name: str) -> int | None:
         raw = self.entries.get(("config", config_key(name)))

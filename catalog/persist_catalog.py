@@ -69,10 +69,10 @@ class PersistCatalog(CachedCatalog):
 
     def __init__(
         self, client: PersistClient, shard_id: str, write: WriteHandle, read: ReadHandle,
-        rt: Runtime, oracle: TimestampOracle | None,
+        rt: Runtime, oracle: TimestampOracle | None, *, fencing: bool = True,
     ) -> None:
         """Use `connect`."""
-        super().__init__(rt, oracle)
+        super().__init__(rt, oracle, fencing=fencing)
         self._client = client
         self.shard_id = shard_id
         self._w = write
@@ -83,12 +83,13 @@ class PersistCatalog(CachedCatalog):
     @classmethod
     async def connect(
         cls, client: PersistClient, rt: Runtime, *, shard_id: str = "catalog",
-        oracle: TimestampOracle | None = None,
+        oracle: TimestampOracle | None = None, fencing: bool = True,
     ) -> PersistCatalog:
         """seed 004's `init_persist_catalog_state`: a writer and a reader on the
-        shard; nothing is read or written until an `open*`."""
+        shard; nothing is read or written until an `open*`. `fencing=False`:
+        the known-bad variant without the epoch check."""
         write, read = await client.open(shard_id)
-        return cls(client, shard_id, write, read, rt, oracle)
+        return cls(client, shard_id, write, read, rt, oracle, fencing=fencing)
 
     def __repr__(self) -> str:
         return f"PersistCatalog({self.shard_id!r}, {self._mode_name()}, upper {self._upper})"

@@ -261,9 +261,9 @@ class StashCatalog(CachedCatalog):
 
     def __init__(
         self, store: StashStore, rt: Runtime, *, oracle: TimestampOracle | None = None,
-        retry: RetryPolicy = DEFAULT_RETRY,
+        retry: RetryPolicy = DEFAULT_RETRY, fencing: bool = True,
     ) -> None:
-        super().__init__(rt, oracle)
+        super().__init__(rt, oracle, fencing=fencing)
         self.store = store
         self._retry = retry
         # Unique per process, not drawn from `rt.rng`: two processes seeded alike

@@ -76,6 +76,11 @@ class Transaction:
     def is_empty(self) -> bool:
         return self._work.entries == self._base.entries
 
+    def overwrite(self, state: CatalogState) -> None:
+        """Makes `state` the result of this transaction, whatever its base: the
+        known-bad blind append (`KnownBad.blind_catalog_append`) and nothing else."""
+        self._work = state.copy()
+
     # --- generic edits (debug tool, migrations) ------------------------------------------
 
     def put(self, obj: CatalogObject) -> None:

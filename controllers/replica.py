@@ -32,6 +32,7 @@ above (delivery, dataflows, peeks, crash/restart) share one incarnation's state.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, TypeAlias, final
@@ -104,6 +105,10 @@ REPLICA_LATENCIES: Final[Mapping[str, Distribution]] = {
     "replica.maintain_row": Constant(5e-6),
 }
 
+#: Bounds of a replica's decoded-row and compiled-transform caches (entries).
+_CACHED_ROWS: Final = 100_000
+_CACHED_TRANSFORMS: Final = 1_000
+
 #: A "never" upper for a shard that was closed (its upper became empty).
 _NEVER: Final = 2**63 - 1
 
@@ -116,11 +121,12 @@ def replica_cost(rt: Runtime, name: str) -> float:
     return REPLICA_LATENCIES[name].sample(rt.rng)
 
 
-def evaluate(t: CompiledTransform, contents: Iterable[tuple[Row, int]]) -> PeekRows | PeekError:
-    """A peek's answer: the transform over `(row, multiplicity)` contents."""
+def evaluate(t: CompiledTransform, contents: Iterable[tuple[bytes, Row, int]]) -> PeekRows | PeekError:
+    """A peek's answer: the transform over `(key, row, multiplicity)` contents,
+    `key` being `row`'s canonical encoding (what rows are sorted by)."""
     rows: list[tuple[bytes, Row]] = []
     total = 0
-    for row, n in contents:
+    for key, row, n in contents:
         if n < 0:
             return PeekError(INTERNAL, f"invalid data: row {row!r} has multiplicity {n}")
         if not t.keep(row):
@@ -129,7 +135,7 @@ def evaluate(t: CompiledTransform, contents: Iterable[tuple[Row, int]]) -> PeekR
             total += n
         else:
             out = t.project(row)
-            rows.extend([(encode_row(out), out)] * n)
+            rows.extend([(key if t.identity else encode_row(out), out)] * n)
     if t.count:
         return PeekRows(((total,),))
     rows.sort(key=lambda r: r[0])
@@ -264,6 +270,8 @@ class Replica:
         self._dataflows: dict[int, _Dataflow] = {}
         self._peeks: dict[int, anyio.CancelScope] = {}
         self._stats = collections.Counter[str]()
+        self._rows: dict[bytes, Row] = {}
+        self._transforms: dict[tuple[Transform, tuple[str, ...]], CompiledTransform] = {}
 
     def __repr__(self) -> str:
         return f"Replica({self.cluster_id}, {self.replica_id})"
@@ -344,8 +352,8 @@ class Replica:
                 with anyio.CancelScope() as incarnation:
                     self._incarnation = incarnation
                     try:
-                        async with anyio.create_task_group() as tg:
-                            await self._serve(tg)
+                        async with anyio.create_task_group() as tg, asyncio.TaskGroup() as peeks:
+                            await self._serve(tg, peeks)
                     finally:
                         self._incarnation = None
                         self._dataflows = {}
@@ -353,7 +361,10 @@ class Replica:
 
     # --- the process ---------------------------------------------------------------------
 
-    async def _serve(self, tg: TaskGroup) -> None:
+    async def _serve(self, tg: TaskGroup, peeks: asyncio.TaskGroup) -> None:
+        """Delivers commands in order; dataflows run in `tg`, peeks in `peeks`
+        (an asyncio group: a task there costs half of one in anyio's, and a
+        replica starts one per peek)."""
         while True:
             if not self._inbox:
                 await self._inbox_event.wait()
@@ -365,9 +376,9 @@ class Replica:
                 await self._rt.sleep(wait)
                 continue  # re-check: a crash may have cleared the inbox meanwhile
             self._inbox.popleft()
-            self._handle(cmd, tg)
+            self._handle(cmd, tg, peeks)
 
-    def _handle(self, cmd: ReplicaCommand, tg: TaskGroup) -> None:
+    def _handle(self, cmd: ReplicaCommand, tg: TaskGroup, peeks: asyncio.TaskGroup) -> None:
         if isinstance(cmd, ReplicaCreateDataflow):
             if cmd.id not in self._dataflows:
                 df = _Dataflow(cmd)
@@ -391,7 +402,7 @@ class Replica:
             hold = self._dataflows.get(cmd.target_id) if cmd.shard_id is None else None
             if hold is not None:
                 hold.holds.append(cmd.as_of)  # before waiting: compaction must not pass it
-            tg.start_soon(self._peek, cmd, scope, hold)
+            peeks.create_task(self._peek(cmd, scope, hold))
         else:
             running = self._peeks.pop(cmd.peek_id, None)
             if running is not None:
@@ -516,8 +527,9 @@ class Replica:
         await self._cpu(
             replica_cost(self._rt, "replica.peek") + len(contents) * replica_cost(self._rt, "replica.peek_row")
         )
-        compiled = cmd.transform.compile(df.output_columns)
-        return evaluate(compiled, ((decode_row(k), n) for k, n in contents))
+        compiled = self._compile(cmd.transform, df.output_columns)
+        decoded = self._decoded
+        return evaluate(compiled, ((k, decoded(k), n) for k, n in contents))
 
     async def _fast_path(self, cmd: ReplicaPeek) -> PeekRows | PeekError:
         assert cmd.shard_id is not None
@@ -544,5 +556,27 @@ class Replica:
         await self._cpu(
             replica_cost(self._rt, "replica.peek") + len(snapshot) * replica_cost(self._rt, "replica.peek_row")
         )
-        compiled = cmd.transform.compile(cmd.columns)
-        return evaluate(compiled, ((decode_row(u.key), u.diff) for u in snapshot))
+        compiled = self._compile(cmd.transform, cmd.columns)
+        decoded = self._decoded
+        return evaluate(compiled, ((u.key, decoded(u.key), u.diff) for u in snapshot))
+
+    # Peeks read the same few rows and run the same few transforms over and
+    # over: decoding and compiling them once per replica saves most of a
+    # point peek's Python time. Both caches are bounded by clearing when full
+    # (deterministic, and the working set refills at once).
+
+    def _decoded(self, key: bytes) -> Row:
+        row = self._rows.get(key)
+        if row is None:
+            if len(self._rows) >= _CACHED_ROWS:
+                self._rows.clear()
+            row = self._rows[key] = decode_row(key)
+        return row
+
+    def _compile(self, transform: Transform, columns: tuple[str, ...]) -> CompiledTransform:
+        compiled = self._transforms.get((transform, columns))
+        if compiled is None:
+            if len(self._transforms) >= _CACHED_TRANSFORMS:
+                self._transforms.clear()
+            compiled = self._transforms[transform, columns] = transform.compile(columns)
+        return compiled

@@ -100,6 +100,8 @@ class CompiledTransform:
     project: Callable[[Row], Row]
     count: bool
     columns: tuple[str, ...]
+    #: `project` returns its input: an output row's encoding is its input's key.
+    identity: bool = False
 
 
 @final
@@ -150,7 +152,7 @@ class Transform:
             def project(row: Row) -> Row:
                 return tuple(row[i] for i in idx)
 
-        return CompiledTransform(keep, project, self.count, out)
+        return CompiledTransform(keep, project, self.count, out, identity=project is _same)
 
     def output_columns(self, columns: Sequence[str]) -> tuple[str, ...]:
         return self.compile(columns).columns

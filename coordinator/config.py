@@ -98,6 +98,13 @@ class KnownBad:
     fifo_event_loop: bool = False  # the event loop without its priorities
     skip_confirm_leadership: bool = False  # in-memory oracle, no fencing check on reads
     batching_joins_in_flight: bool = False  # read_ts requests join an in-flight call
+    # Issue 21's matrix: one toggle per invariant that had none.
+    no_write_lock: bool = False  # UPDATE/DELETE read-then-write without the global write lock
+    unbounded_group_commits: bool = False  # more than one group commit in flight at once
+    skip_epoch_fencing: bool = False  # catalog and oracle stash accept a deposed process
+    blind_catalog_append: bool = False  # decoupled DDL overwrites the catalog, no compare
+    coordinator_joins_read_ts: bool = False  # the coordinator shares an in-flight read_ts
+    peeks_skip_read_holds: bool = False  # peeks choose a timestamp but hold nothing
 
     def enabled(self) -> list[str]:
         """The names of the defects switched on, in declaration order."""

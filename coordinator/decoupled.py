@@ -32,10 +32,16 @@ Paths:
   periodic commit advances idle tables.
 - **Update/Delete**: under the global write lock: a peek at a linearized
   `read_ts`, then the diffs through group commit.
+
+Known-bad variants (issue 21's matrix) switch one of these rules off:
+`no_write_lock`, `unbounded_group_commits` (a commit task per batch),
+`blind_catalog_append` (DDL without its compare-and-append) and
+`coordinator_joins_read_ts` (a statement shares a read_ts already in flight).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from typing import TYPE_CHECKING, final
 
@@ -54,6 +60,7 @@ from coordinator.peeks import (
     constant_result,
     linearize,
     peek_result,
+    shared_read_ts,
 )
 from coordinator.planner import DDL, CatalogView, PeekPlan, apply_ddl
 from coordinator.running import RunningCoordinator
@@ -69,12 +76,15 @@ from coordinator.statements import (
 )
 from oracle.stash import Fenced as OracleFenced
 from sim.runtime.errors import ExternalError
+from sim.runtime.tasks import concurrently
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from anyio.abc import TaskGroup
 
+    from catalog.api import AppendResult
+    from catalog.transaction import Transaction
     from controllers.commands import ComputeResponse, DeterministicCommand
     from coordinator.config import CoordinatorConfig
     from coordinator.environment import Environment
@@ -108,6 +118,9 @@ class DecoupledCoordinator(RunningCoordinator):
         self._pending: list[PendingWrite] = []
         self._gc_wake = anyio.Event()
         self._write_lock = anyio.Lock()
+        bad = config.known_bad
+        self._table_read_ts = shared_read_ts(bad.coordinator_joins_read_ts)
+        self._catalog_read_ts = shared_read_ts(bad.coordinator_joins_read_ts)
         #: Statements in flight (insertion-ordered: shutdown cancels them in order).
         self._statements: dict[anyio.CancelScope, None] = {}
         self._running = 0
@@ -209,7 +222,7 @@ class DecoupledCoordinator(RunningCoordinator):
         """The catalog `read_ts` and a snapshot at or beyond it."""
         inc = self.incarnation
         try:
-            catalog_ts = await inc.catalog_oracle.read_ts()
+            catalog_ts = await self._catalog_read_ts(inc.catalog_oracle)
         except ExternalError as exc:
             raise SqlError(SqlState.SERIALIZATION_FAILURE, f"catalog read_ts: {exc}") from exc
         if inc.catalog.cached_upper <= catalog_ts:
@@ -222,26 +235,15 @@ class DecoupledCoordinator(RunningCoordinator):
     async def _timestamps(self) -> tuple[int, int, CatalogView]:
         """(table read_ts, catalog_ts, catalog snapshot), the two oracle calls
         pipelined (seed 000: separate oracles, requested concurrently)."""
-        read: list[int] = []
-        snapshot: list[tuple[int, CatalogView]] = []
 
-        async def table_ts() -> None:
+        async def table_ts() -> int:
             try:
-                read.append(await self.incarnation.oracle.read_ts())
+                return await self._table_read_ts(self.incarnation.oracle)
             except ExternalError as exc:
                 raise SqlError(SqlState.SERIALIZATION_FAILURE, f"read_ts: {exc}") from exc
 
-        async def catalog() -> None:
-            snapshot.append(await self._catalog_at_read_ts())
-
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(table_ts)
-                tg.start_soon(catalog)
-        except BaseExceptionGroup as group:
-            raise group.exceptions[0] from None
-        catalog_ts, view = snapshot[0]
-        return read[0], catalog_ts, view
+        read_ts, (catalog_ts, view) = await concurrently(table_ts, self._catalog_at_read_ts)
+        return read_ts, catalog_ts, view
 
     # --- DDL ---------------------------------------------------------------------------
 
@@ -256,7 +258,10 @@ class DecoupledCoordinator(RunningCoordinator):
                 return Result(catalog_ts=self._catalog_ts())
             start = self._rt.now()
             try:
-                result = await inc.catalog.commit_transaction(tx)
+                if self.config.known_bad.blind_catalog_append:
+                    result = await self._blind_append(tx)
+                else:
+                    result = await inc.catalog.commit_transaction(tx)
             except ExternalError as exc:
                 raise SqlError(SqlState.INDETERMINATE, f"catalog append: {exc}") from exc
             if not isinstance(result, Conflict):
@@ -266,6 +271,23 @@ class DecoupledCoordinator(RunningCoordinator):
             inc.emit("catalog-append", "catalog", start, ok=False, timeline=self._catalog_timeline)
             self._counts["conflicts"] += 1
         raise SqlError(SqlState.SERIALIZATION_FAILURE, f"DDL conflicted {MAX_DDL_ATTEMPTS} times")
+
+    async def _blind_append(self, tx: Transaction) -> AppendResult:
+        """Known-bad `blind_catalog_append`: writes the catalog `tx` planned as
+        a change from whatever the catalog is now (last writer wins), instead
+        of a compare-and-append at the upper it was planned at — so a DDL that
+        committed in between is silently undone. (The store's own upper check
+        still orders the bytes; only the expectation about the plan is gone.)"""
+        inc = self.incarnation
+        result: AppendResult = Conflict(inc.catalog.cached_upper)
+        for _ in range(MAX_DDL_ATTEMPTS):
+            await inc.catalog.sync()
+            blind = inc.catalog.transaction()
+            blind.overwrite(tx.state)
+            result = await inc.catalog.commit_transaction(blind)
+            if not isinstance(result, Conflict):
+                break
+        return result
 
     # --- peeks ---------------------------------------------------------------------------
 
@@ -283,7 +305,10 @@ class DecoupledCoordinator(RunningCoordinator):
         await inc.storage.wait_catalog_frontier(catalog_ts)
         at_least = 0
         for _ in range(MAX_PEEK_ATTEMPTS):
-            chosen, hold = choose_timestamp(inc.storage, inc.compute, plan, read_ts, at_least=at_least)
+            chosen, hold = choose_timestamp(
+                inc.storage, inc.compute, plan, read_ts, at_least=at_least,
+                hold=not self.config.known_bad.peeks_skip_read_holds,
+            )  # fmt: skip
             try:
                 peek_id = next(self._peek_ids)
                 inc.compute.send(
@@ -322,7 +347,8 @@ class DecoupledCoordinator(RunningCoordinator):
 
     async def _read_then_write(self, stmt: Update | Delete) -> Result:
         self._counts["writes"] += 1
-        async with self._write_lock:
+        bad = self.config.known_bad.no_write_lock
+        async with contextlib.nullcontext() if bad else self._write_lock:
             read_ts, catalog_ts, view = await self._timestamps()
             rtw = view.plan_read_then_write(stmt)
             read = await self._peek(rtw.read, read_ts, catalog_ts)
@@ -341,7 +367,6 @@ class DecoupledCoordinator(RunningCoordinator):
         """Commits pending writes (at most one commit in flight); every
         `group_commit_interval_s` without writes, an empty commit advances idle
         tables."""
-        inc = self.incarnation
         bad = self.config.known_bad
         while True:
             if not self._pending:
@@ -359,11 +384,19 @@ class DecoupledCoordinator(RunningCoordinator):
                 self.config.costs.group_commit
                 + self.config.costs.per_row * sum(len(w.updates) for w in batch)
             )
-            await group_commit(
-                inc,
-                batch,
-                apply_write_before_append=bad.apply_write_before_append,
-                stats=self._gc_stats,
-            )
-            if any(w.error is not None and w.error.code is SqlState.ADMIN_SHUTDOWN for w in batch):
-                self._fence(RuntimeError("a table append was fenced"))
+            if bad.unbounded_group_commits:
+                # Known-bad: the next batch does not wait for this commit.
+                assert self._tg is not None
+                self._tg.start_soon(self._commit_batch, batch)
+            else:
+                await self._commit_batch(batch)
+
+    async def _commit_batch(self, batch: list[PendingWrite]) -> None:
+        await group_commit(
+            self.incarnation,
+            batch,
+            apply_write_before_append=self.config.known_bad.apply_write_before_append,
+            stats=self._gc_stats,
+        )
+        if any(w.error is not None and w.error.code is SqlState.ADMIN_SHUTDOWN for w in batch):
+            self._fence(RuntimeError("a table append was fenced"))

@@ -36,7 +36,7 @@ from oracle.batching import BatchingOracle
 from oracle.memory import MemoryOracle
 from oracle.modeled import ModeledOracle, ModeledOracleRows
 from oracle.observed import ObservedOracle, OracleCall
-from oracle.stash import MemTimestampStash
+from oracle.stash import MemTimestampStash, UnfencedStash
 from persist.client import PersistClient
 from sim.runtime.tasks import AsyncExitStack
 
@@ -258,6 +258,8 @@ async def _open_oracles(
             assert env.postgres_url is not None
             stash = await PostgresTimestampStash.connect(env.postgres_url, rt, name=env.name)
             stack.push_async_callback(stash.close)
+        if config.known_bad.skip_epoch_fencing:
+            stash = UnfencedStash(stash)
         epoch = await stash.open()  # a new process: fences every older one
         a = await MemoryOracle.open(stash, realtime, rt, epoch=epoch)
         b = await MemoryOracle.open(stash, catalog_tl, rt, epoch=epoch)
@@ -294,8 +296,9 @@ async def _open_catalog(
         # The pv2 catalog: a pTVC in the `catalog` timeline; each append applies
         # its write on the catalog oracle (seed 001).
         catalog = await PersistCatalog.connect(
-            persist, rt, shard_id=CATALOG_SHARD, oracle=catalog_oracle
-        )
+            persist, rt, shard_id=CATALOG_SHARD, oracle=catalog_oracle,
+            fencing=not config.known_bad.skip_epoch_fencing,
+        )  # fmt: skip
     else:
         store: StashStore
         if env.catalog_store is not None:
@@ -306,6 +309,6 @@ async def _open_catalog(
             assert env.postgres_url is not None
             store = await PostgresStashStore.connect(env.postgres_url, rt, env=env.name)
             stack.push_async_callback(store.close)
-        catalog = StashCatalog(store, rt)
+        catalog = StashCatalog(store, rt, fencing=not config.known_bad.skip_epoch_fencing)
     stack.push_async_callback(catalog.close)
     return catalog

@@ -47,8 +47,11 @@ Paths (seed 000, seed 001, DESIGN.md §6):
   oracle round trip (seed 000 predicts these get slower with the Postgres oracle).
 
 Known-bad variants: `fifo_event_loop` (one queue in arrival order, no
-priorities) and `skip_confirm_leadership` (reply to peeks without the durable
-check, so a deposed coordinator's stale reads go unnoticed).
+priorities), `skip_confirm_leadership` (reply to peeks without the durable
+check, so a deposed coordinator's stale reads go unnoticed), `no_write_lock`
+(read-then-writes overlap), `unbounded_group_commits` (a commit per trigger
+even with the oracle's calls off the loop) and `coordinator_joins_read_ts`
+(a peek takes the answer of a read_ts already in flight).
 
 One module past 500 lines on purpose: every handler runs on the one loop and
 shares its state (queues, peeks in flight, the confirm buffer, pending
@@ -58,6 +61,7 @@ writes); what both architectures share lives in `running.py`, `peeks.py` and
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections import deque
 from dataclasses import dataclass, field
@@ -78,6 +82,7 @@ from coordinator.peeks import (
     constant_result,
     linearize,
     peek_result,
+    shared_read_ts,
 )
 from coordinator.planner import DDL, PeekPlan, ReadThenWritePlan, apply_ddl
 from coordinator.running import RunningCoordinator
@@ -172,6 +177,7 @@ class EventLoopCoordinator(RunningCoordinator):
         self._gc_in_flight = 0
         self._trigger_posted = False
         self._write_lock = anyio.Lock()
+        self._read_ts = shared_read_ts(config.known_bad.coordinator_joins_read_ts)
         self._open_requests: list[_Request] = []
         self._handler_s = 0.0  # time in handlers: CPU and every await that blocks the loop
 
@@ -371,7 +377,7 @@ class EventLoopCoordinator(RunningCoordinator):
             # timestamp back.
             async def timestamp() -> None:
                 try:
-                    ts = await inc.oracle.read_ts()
+                    ts = await self._read_ts(inc.oracle)
                 except ExternalError as exc:
                     job.deliver(
                         Result.failed(SqlError(SqlState.SERIALIZATION_FAILURE, f"read_ts: {exc}"))
@@ -391,7 +397,10 @@ class EventLoopCoordinator(RunningCoordinator):
 
     async def _send_peek(self, job: _PeekJob, oracle_ts: int) -> None:
         inc = self.incarnation
-        ts, job.hold = choose_timestamp(inc.storage, inc.compute, job.plan, oracle_ts, at_least=job.at_least)
+        ts, job.hold = choose_timestamp(
+            inc.storage, inc.compute, job.plan, oracle_ts, at_least=job.at_least,
+            hold=not self.config.known_bad.peeks_skip_read_holds,
+        )  # fmt: skip
         peek_id = next(self._peek_ids)
         job.read_ts, job.oracle_ts, job.catalog_ts = ts, oracle_ts, self._catalog_ts()
         self._peeks[peek_id] = job
@@ -515,7 +524,9 @@ class EventLoopCoordinator(RunningCoordinator):
         completion message (storage takes appends one at a time, in the order
         the loop allocated their timestamps); off-loop, a task runs all three
         steps and posts the completion."""
-        limit = self.config.commits_in_flight
+        # Known-bad `unbounded_group_commits`: no bound, as before seed 000's
+        # rollout, but with the oracle's calls wherever the config runs them.
+        limit = 0 if self.config.known_bad.unbounded_group_commits else self.config.commits_in_flight
         if (limit and self._gc_in_flight >= limit) or (not self._pending_writes and not periodic):
             return
         batch, self._pending_writes = self._pending_writes, []
@@ -593,7 +604,8 @@ class EventLoopCoordinator(RunningCoordinator):
     async def _read_then_write(self, req: _Request, rtw: ReadThenWritePlan) -> None:
         """UPDATE/DELETE under the global write lock (off the loop; each step is a
         message to it)."""
-        async with self._write_lock:
+        bad = self.config.known_bad.no_write_lock
+        async with contextlib.nullcontext() if bad else self._write_lock:
             read_done = anyio.Event()
             read: list[Result] = []
 

@@ -21,11 +21,20 @@ Answers: a replica's answer becomes rows with the plan's columns; a controller
 error keeps its SQLSTATE (`42P01` for a collection dropped under an in-flight
 peek, as Materialize does); the timestamps the peek used travel with the result
 so histories can record them.
+
+Known-bad variants (issue 21's matrix): `choose_timestamp(hold=False)` chooses
+the same timestamp but holds nothing (`peeks_skip_read_holds`), and
+`shared_read_ts(join=True)` hands a caller the answer of a `read_ts` already in
+flight — the rule `BatchingOracle` keeps, broken above the oracle, where its
+calls are observed (`coordinator_joins_read_ts`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final, TypeAlias, final
+
+import anyio
 
 from controllers.commands import PeekError, PeekResponse, PeekRows
 from coordinator.session import Result
@@ -33,6 +42,8 @@ from coordinator.statements import SelectConstant, SqlError, SqlState
 from sim.runtime.errors import ExternalError
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from controllers.compute import ComputeController
     from controllers.frontier import ReadHold
     from controllers.storage import StorageController
@@ -47,6 +58,7 @@ __all__ = [
     "constant_result",
     "linearize",
     "peek_result",
+    "shared_read_ts",
 ]
 
 #: Peeks of one statement at ever later times before giving up: each retry
@@ -60,22 +72,75 @@ _POLL_S: Final = 0.001
 
 
 def choose_timestamp(
-    storage: StorageController, compute: ComputeController, plan: PeekPlan, read_ts: int, *, at_least: int = 0
+    storage: StorageController, compute: ComputeController, plan: PeekPlan, read_ts: int, *,
+    at_least: int = 0, hold: bool = True,
 ) -> tuple[int, ReadHold | None]:
     """The peek's timestamp — the latest of `read_ts`, `at_least` and the
     collection's since — and a read hold at it; or `(that, None)` for a
     collection neither controller knows yet (the peek then answers 42P01 or
-    waits for the catalog frontier in the compute controller)."""
+    waits for the catalog frontier in the compute controller). `hold=False`
+    is the known-bad `peeks_skip_read_holds`: the same time, no hold."""
     ts = max(read_ts, at_least)
     floor = storage.read_floor(plan.collection_id)
     if floor is not None:
         ts = max(ts, floor)
-        return ts, storage.read_hold(plan.collection_id, ts)
+        return ts, storage.read_hold(plan.collection_id, ts) if hold else None
     floor = compute.read_floor(plan.collection_id)
     if floor is not None:
         ts = max(ts, floor)
-        return ts, compute.read_hold(plan.collection_id, ts)
-    return ts, None
+        return ts, compute.read_hold(plan.collection_id, ts) if hold else None
+    return ts, None  # fmt: skip
+
+
+#: How a coordinator asks an oracle for its read timestamp.
+ReadTs: TypeAlias = "Callable[[TimestampOracle], Awaitable[int]]"
+
+
+def shared_read_ts(join: bool) -> ReadTs:
+    """`oracle.read_ts()` as is, or (`join`, known-bad) through a `_Joiner`."""
+    return _Joiner() if join else _own_read_ts
+
+
+def _own_read_ts(oracle: TimestampOracle) -> Awaitable[int]:
+    return oracle.read_ts()
+
+
+@final
+@dataclass(eq=False)
+class _Call:
+    done: anyio.Event = field(default_factory=anyio.Event)
+    ts: int | None = None
+    error: Exception | None = None
+
+
+@final
+class _Joiner:
+    """Known-bad: a caller that finds a `read_ts` of the same oracle in flight
+    waits for it and takes its answer — which may predate a write the caller
+    saw acknowledged before it asked (a stale read)."""
+
+    def __init__(self) -> None:
+        self._inflight: dict[int, _Call] = {}
+
+    async def __call__(self, oracle: TimestampOracle) -> int:
+        call = self._inflight.get(id(oracle))
+        if call is not None:
+            await call.done.wait()
+            if call.ts is not None:
+                return call.ts
+            if call.error is not None:
+                raise call.error
+            # The owner was cancelled: ask ourselves.
+        call = self._inflight[id(oracle)] = _Call()
+        try:
+            call.ts = await oracle.read_ts()
+            return call.ts
+        except Exception as exc:
+            call.error = exc
+            raise
+        finally:
+            del self._inflight[id(oracle)]
+            call.done.set()
 
 
 async def linearize(oracle: TimestampOracle, rt: Runtime, chosen: int, read_ts: int) -> None:

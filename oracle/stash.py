@@ -8,6 +8,7 @@ earlier one, so a restarted oracle never hands out a timestamp twice.
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Self, final
 
@@ -19,7 +20,7 @@ from sim.runtime.errors import CoordsimError, InvalidUsage
 if TYPE_CHECKING:
     from sim.runtime.core import Runtime
 
-__all__ = ["Fenced", "MemTimestampStash", "TimestampStash"]
+__all__ = ["Fenced", "MemTimestampStash", "TimestampStash", "UnfencedStash"]
 
 
 class Fenced(CoordsimError):
@@ -147,3 +148,34 @@ class MemTimestampStash(TimestampStash):
         await self._txn()
         if epoch != self._epoch:
             raise Fenced(f"stash epoch is {self._epoch}, this process opened epoch {epoch}")
+
+
+@final
+class UnfencedStash(TimestampStash):
+    """The known-bad `KnownBad.skip_epoch_fencing`: `inner` without its fencing.
+    A write that finds a newer epoch takes the epoch back (`open`) and writes
+    anyway, and `confirm_leadership` always succeeds — so a deposed process
+    never learns it was deposed, and two oracles hand out timestamps at once."""
+
+    def __init__(self, inner: TimestampStash) -> None:
+        self.inner = inner
+        self._epoch: int | None = None
+
+    async def open(self) -> int:
+        self._epoch = await self.inner.open()
+        return self._epoch
+
+    async def read_upper(self, timeline: str) -> int | None:
+        return await self.inner.read_upper(timeline)
+
+    async def write_upper(self, timeline: str, upper: int, epoch: int) -> None:
+        try:
+            await self.inner.write_upper(timeline, upper, self._epoch or epoch)
+        except Fenced:
+            self._epoch = await self.inner.open()
+            await self.inner.write_upper(timeline, upper, self._epoch)
+
+    async def confirm_leadership(self, epoch: int) -> None:
+        # The same round trip, its answer ignored.
+        with contextlib.suppress(Fenced):
+            await self.inner.confirm_leadership(self._epoch or epoch)

@@ -256,7 +256,7 @@ class PersistClient(TaskOwner):
             await m.apply("tombstone", tombstone)
         if self.config.compaction:
             for _ in range(self.config.compactions_per_round):
-                outcome = await compact_once(m, self._compactor_id)
+                outcome = await compact_once(m, self._compactor_id, self.decoded)
                 if outcome is None:
                     break
                 if outcome:
@@ -386,6 +386,7 @@ class WriteHandle:
                 key = f"{self.shard_id}/b/{self.writer_id}/{token}"
                 size = len(data)
                 await retry_external(rt, functools.partial(blob.set, key, data), idempotent=True)
+                self._client.decoded.wrote(key, tuple(rows))
             assert lower.ts is not None
             batch = HollowBatch(key, lower.ts, upper, 0, len(rows), size)
             lease = self._m.cfg.lease_ms

@@ -110,3 +110,9 @@ class DecodedBatches:
     def decode(self, key: str, data: bytes) -> tuple[Update, ...]:
         """`decode_batch(data)` for the blob at `key`, decoded once."""
         return self._lru.get(key, lambda: tuple(decode_batch(data)))
+
+    def wrote(self, key: str, updates: tuple[Update, ...]) -> None:
+        """Records that the blob at `key` was just written as `encode_batch(updates)`,
+        so no reader on this client decodes what its writer already had (the
+        codec round-trips exactly: bytes and int64 columns)."""
+        self._lru.put(key, updates)

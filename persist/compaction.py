@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from persist.codec import Update, consolidate, decode_batch, encode_batch
+from persist.codec import DecodedBatches, Update, consolidate, decode_batch, encode_batch
 from persist.machine import Machine, apply_compaction
 from persist.state import HollowBatch
 from sim.runtime.retry import retry_external
@@ -58,9 +58,14 @@ def plan_merge(batches: Sequence[HollowBatch]) -> tuple[int, int] | None:
     return None
 
 
-async def compact_once(machine: Machine, compactor_id: str) -> bool | None:
+async def compact_once(machine: Machine, compactor_id: str, decoded: DecodedBatches | None = None) -> bool | None:
     """Plans and performs one merge on the shard. Returns None if there was
-    nothing to merge, else whether the result was applied."""
+    nothing to merge, else whether the result was applied.
+
+    Args:
+        decoded: the client's cache of decoded batches, if it has one: the
+            inputs are still fetched (their absence matters), not re-decoded.
+    """
     state = machine.state
     planned = plan_merge(state.batches)
     if planned is None:
@@ -77,7 +82,7 @@ async def compact_once(machine: Machine, compactor_id: str) -> bool | None:
         data = await retry_external(rt, functools.partial(blob.get, key), idempotent=True)
         if data is None:
             return False  # another compactor replaced it and GC already ran
-        updates.extend(decode_batch(data))
+        updates.extend(decode_batch(data) if decoded is None else decoded.decode(key, data))
     merged = consolidate(updates, since=since)
     out_key: str | None = None
     size = 0
@@ -86,6 +91,8 @@ async def compact_once(machine: Machine, compactor_id: str) -> bool | None:
         data = encode_batch(merged)
         size = len(data)
         await retry_external(rt, functools.partial(blob.set, out_key, data), idempotent=True)
+        if decoded is not None:
+            decoded.wrote(out_key, tuple(merged))
     output = HollowBatch(out_key, inputs[0].lower, inputs[-1].upper, since, len(merged), size)
     idents = tuple((b.key, b.lower) for b in inputs)
     _, refusal = await machine.apply(

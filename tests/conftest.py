@@ -50,3 +50,26 @@ def pytest_asyncio_loop_factories(
     """`@pytest.mark.virtual` async tests (or tests of a param so marked) run on
     the virtual-time loop; the rest on the stock loop (real time, real I/O)."""
     return {"loop": lambda: VirtualEventLoop() if _CHOICE.virtual else asyncio.new_event_loop()}
+
+
+# --- `--seeds N` (tests/anomalies/conftest.py uses it) ---------------------------------
+
+#: Far beyond a night's run; a typo (an extra zero or three) fails at once.
+MAX_SEEDS = 1_000_000
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--seeds",
+        type=int,
+        default=None,
+        metavar="N",
+        help="Seeds per (scenario, configuration) in the anomaly tests (default: each test's own).",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A count out of range is a usage error before any test runs."""
+    n: int | None = config.getoption("seeds", default=None)
+    if n is not None and not 1 <= n <= MAX_SEEDS:
+        raise pytest.UsageError(f"--seeds must be between 1 and {MAX_SEEDS}, got {n}")

@@ -1,5 +1,6 @@
-"""`coordsim anomalies run|list` and `coordsim shrink`: run one anomaly scenario
-for one seed and check it, or shrink a failing one to its smallest reproduction.
+"""`coordsim anomalies run|sweep|list` and `coordsim shrink`: run one anomaly
+scenario for one seed and check it, run it over many seeds on worker processes
+(sim/nemesis/sweep.py), or shrink a failing one to its smallest reproduction.
 
 Exit codes follow `coordsim check`: 0 valid, 1 invalid, 3 unknown, 2 bad input.
 """
@@ -7,17 +8,22 @@ Exit codes follow `coordsim check`: 0 valid, 1 invalid, 3 unknown, 2 bad input.
 from __future__ import annotations
 
 import contextlib
+import os
+import shlex
+import time
 from dataclasses import replace
-from pathlib import Path  # noqa: TC003 - typer reads the annotations at run time
-from typing import TYPE_CHECKING, Annotated, Final
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from sim.cli.matrix import matrix_command
 from sim.history.checker import ANOMALY_NAMES, check_history
 from sim.history.checker.verdict import Outcome
-from sim.history.traces import write_trace
+from sim.history.verdict import VERDICT_FILE, verdict_document, write_verdict
 from sim.load.config import check_int
 from sim.nemesis.anomalies import (
     MAX_CLIENTS,
@@ -30,9 +36,26 @@ from sim.nemesis.anomalies import (
     run_spec,
 )
 from sim.nemesis.plan import FaultPlan
-from sim.nemesis.shrink import shrink
+from sim.nemesis.shrink import (
+    load_scenario_file,
+    run_program,
+    script_file,
+    shrink,
+    shrink_ops,
+)
+from sim.nemesis.sweep import (
+    MAX_JOBS,
+    SUMMARY_FILE,
+    SeedResult,
+    Summary,
+    SweepWriter,
+    sweep,
+    tasks,
+    write_run_trace,
+)
 from sim.runtime.errors import InvalidUsage
-from sim.runtime.outputs import staged_dir
+from sim.runtime.outputs import atomic_write, staged_dir
+from sim.runtime.schedule import parse_schedule
 
 if TYPE_CHECKING:
     from sim.nemesis.plan import Mode
@@ -40,9 +63,14 @@ if TYPE_CHECKING:
 __all__ = ["register"]
 
 _out = Console(soft_wrap=True)
+_err = Console(stderr=True, soft_wrap=True, highlight=False)
 EXIT = {Outcome.VALID: 0, Outcome.INVALID: 1, Outcome.UNKNOWN: 3}
 #: `shrink --max-runs`: each run is a whole scenario (a second or so).
 MAX_SHRINK_RUNS: Final = 100_000
+#: Failing seeds a sweep prints (summary.json has them all).
+SHOWN_FAILING: Final = 50
+#: Seconds between progress lines when stderr is not a terminal.
+PROGRESS_EVERY_S: Final = 5.0
 
 anomalies_app = typer.Typer(help="Anomaly scenarios: run and check one scenario for one seed.")
 
@@ -69,6 +97,22 @@ _Mode = Annotated[
     typer.Option("--mode", help="virtual (deterministic, in memory) or real (Postgres: "
                  "COORDSIM_POSTGRES_URL, else an embedded throwaway cluster)."),
 ]  # fmt: skip
+
+
+_Schedule = Annotated[
+    str | None,
+    typer.Option("--schedule", help="Virtual loop's scheduling policy: fifo (asyncio's order, the "
+                 "default), random (random walk) or pct (priorities with change points; "
+                 "pct:d=DEPTH,k=STEPS), drawn from the seed."),
+]  # fmt: skip
+
+
+def _schedule(text: str | None, mode: str) -> str:
+    """The canonical policy; one other than fifo needs virtual mode."""
+    policy = parse_schedule(text or "fifo")
+    if policy != "fifo" and mode != "virtual":
+        raise InvalidUsage(f"--schedule {policy} needs virtual mode (real mode runs asyncio's own order)")
+    return policy
 
 
 def _mode(text: str) -> Mode:
@@ -98,15 +142,17 @@ def _spec(
 
 
 def _print_report(
-    spec: Spec, n_ops: int, report_names: list[str], anomalies: list[tuple[str, str, str]]
-) -> None:
-    _out.print(f"[bold]{spec.scenario}[/bold] on {spec.config}, seed {spec.seed}, {spec.mode} mode: "
-               f"{n_ops} operations, faults: {spec.faults}")  # fmt: skip
+    spec: Spec, n_ops: int, report_names: list[str], anomalies: list[tuple[str, str, str]],
+    *, schedule: str = "fifo", replay: str | None = None, what: str | None = None,
+) -> None:  # fmt: skip
+    sched = f", schedule {schedule}" if schedule != "fifo" else ""
+    _out.print(f"[bold]{escape(what or spec.scenario)}[/bold] on {spec.config}, seed {spec.seed}, "
+               f"{spec.mode} mode{sched}: {n_ops} operations, faults: {spec.faults}")  # fmt: skip
     for name, checker, explanation in anomalies:
         _out.print(f"\n[bold red]{name}[/bold red] [dim]({checker})[/dim]")
         _out.print(escape(explanation))
     _out.print(f"\nanomalies: {', '.join(report_names) or 'none'}")
-    _out.print(f"replay: {escape(spec.command())}")
+    _out.print(f"replay: {escape(replay or spec.command())}")
 
 
 def _check_postgres(mode: str) -> None:
@@ -127,37 +173,174 @@ def _check_postgres(mode: str) -> None:
 
 @anomalies_app.command("run")
 def anomalies_run(
-    scenario: Annotated[str, typer.Argument(help=f"One of: {', '.join(SCENARIOS)}.")],
-    config: _Config = "event-loop",
-    seed: _Seed = 0,
+    scenario: Annotated[
+        str | None, typer.Argument(help=f"One of: {', '.join(SCENARIOS)} (with --scenario FILE: "
+                                   "whose settings the file's program runs with).")
+    ] = None,
+    scenario_file: Annotated[
+        Path | None, typer.Option("--scenario", help="A .py scenario file (`async def scenario(sim)`, "
+                                  "e.g. written by `anomalies shrink --out`) to run instead of the "
+                                  "scenario's own program; its RUN settings are the defaults.")
+    ] = None,
+    config: Annotated[str | None, typer.Option("--config", help="Coordinator configuration name "
+                                               "(default: event-loop).")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="The seed (same seed, same history; "
+                                             "default 0).")] = None,
     known_bad: _KnownBad = None,
     clients: _Clients = None,
     size: _Size = None,
     faults: _Faults = None,
     mode: _Mode = "virtual",
+    schedule: _Schedule = None,
     out: Annotated[Path | None, typer.Option("--out", help="Write the run's trace here.")] = None,
-) -> None:
+) -> None:  # fmt: skip
     """Run one scenario for one seed and check its history (virtual mode: the
-    same seed gives the same history; real mode: the same statements and faults
-    on Postgres, in whatever interleaving the run takes)."""
-    spec = _spec(scenario, config, seed, known_bad, clients, size, faults, mode)
+    same seed and schedule give the same history; real mode: the same
+    statements and faults on Postgres, in whatever interleaving the run takes)."""
+    program = None
+    settings: dict[str, Any] = {}
+    if scenario_file is not None:
+        program, settings = load_scenario_file(scenario_file)
+        if mode != "virtual":
+            raise InvalidUsage("--scenario FILE runs in virtual mode only")
+    base = scenario if scenario is not None else settings.get("scenario")
+    if not isinstance(base, str):
+        raise InvalidUsage("name a scenario (or a --scenario FILE whose RUN names one)")
+    spec = _spec(
+        base,
+        config or str(settings.get("config", "event-loop")),
+        seed if seed is not None else settings.get("seed", 0),
+        known_bad if known_bad is not None else [str(k) for k in settings.get("known_bad", [])],
+        clients, size, faults if faults is not None else settings.get("faults"), mode,
+    )  # fmt: skip
+    policy = _schedule(schedule if schedule is not None else settings.get("schedule"), spec.mode)
+    spec = replace(spec, schedule=policy)
     _check_postgres(spec.mode)
+    replay = spec.command()
+    if scenario_file is not None:
+        replay = f"{replay} --scenario {shlex.quote(str(scenario_file))}"
     with contextlib.ExitStack() as stack:
         # Staged: an output that is not coordsim's is refused before the run,
         # and a failed or interrupted run leaves nothing under `out`.
         stage = stack.enter_context(staged_dir(out, "anomalies run")) if out is not None else None
-        history, events = run_spec(spec)
+        if program is not None:
+            history, events = run_program(spec, program, schedule=policy)
+        else:
+            history, events = run_spec(spec)
         report = check_history(history, events)
-        if stage is not None:
-            write_trace(stage, history, events, run=f"{spec.scenario}-{spec.seed}", config=spec.config,
-                        seed=spec.seed, extra_meta={"scenario": spec.scenario, "mode": spec.mode,
-                                                    "replay": spec.command()})  # fmt: skip
+        if stage is not None and out is not None:
+            write_run_trace(stage, spec, history, events)
+            doc = verdict_document(report, trace=str(out), ops=history.n)
+            write_verdict(stage / VERDICT_FILE, doc)
     shown = [(a.name, v.checker, a.explanation) for v in report.verdicts for a in v.anomalies[:2]]
-    _print_report(spec, history.n, report.names, shown)
+    what = f"{scenario_file} ({spec.scenario})" if scenario_file is not None else None
+    _print_report(spec, history.n, report.names, shown, schedule=policy, replay=replay, what=what)
     if out is not None:
         _out.print(f"trace: {escape(str(out))}")
     _out.print(f"verdict: [bold]{report.outcome.value}[/bold]")
     raise typer.Exit(EXIT[report.outcome])
+
+
+class _Progress:
+    """A bar on a terminal; elsewhere (a pipe, CI's log) a line every few seconds."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.failing = 0
+        self.t0 = time.monotonic()
+        self._last = self.t0
+        self._bar = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=_err, transient=True, disable=not _err.is_terminal,
+        )  # fmt: skip
+        self._task = self._bar.add_task("sweep", total=total)
+
+    def __enter__(self) -> _Progress:
+        self._bar.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bar.__exit__(None, None, None)
+
+    def update(self, r: SeedResult) -> None:
+        self.done += 1
+        self.failing += r.failing
+        self._bar.update(self._task, advance=1, description=f"sweep: {self.failing} failing")
+        now = time.monotonic()
+        if not _err.is_terminal and (now - self._last >= PROGRESS_EVERY_S or self.done == self.total):
+            self._last = now
+            _err.print(f"sweep: {self.done}/{self.total} seeds, {self.failing} failing, "
+                       f"{now - self.t0:.0f} s", markup=False)  # fmt: skip
+
+
+def _print_summary(summary: Summary, out: Path, seconds: float, jobs: int) -> None:
+    bad = f", known-bad: {', '.join(summary.known_bad)}" if summary.known_bad else ""
+    seeds = [r.seed for r in summary.results]
+    _out.print(f"[bold]{summary.scenario}[/bold] on {summary.config}{escape(bad)}, seeds "
+               f"{seeds[0]}..{seeds[-1]}: {len(seeds):,} runs, {summary.ops:,} operations "
+               f"in {seconds:.1f} s on {jobs} worker{'s' if jobs > 1 else ''}")  # fmt: skip
+    names = summary.by_name()
+    shown = ", ".join(f"{n} in {e['seeds']} seeds ({e['count']} in all)" for n, e in names.items())
+    _out.print(f"anomalies: {shown or 'none'}")
+    internal = sum(r.internal_errors for r in summary.results)
+    if internal:
+        _out.print(f"internal errors (XX000): {internal}")
+    unknown = [r.seed for r in summary.results if r.outcome == Outcome.UNKNOWN.value]
+    if unknown:
+        _out.print(f"unknown (a checker hit a limit): seeds {', '.join(map(str, unknown[:20]))}")
+    failing = summary.failing
+    if failing:
+        _out.print(f"\nfailing seeds ({len(failing)}):")
+    for r in failing[:SHOWN_FAILING]:
+        what = ", ".join(r.anomalies) or ("crashed: " + (r.error or "") if r.error else "")
+        if r.internal_errors:
+            what += f"{', ' if what else ''}{r.internal_errors} internal errors"
+        _out.print(f"  seed {r.seed}: {escape(what)}")
+        _out.print(f"    replay: {escape(r.replay)}")
+    if len(failing) > SHOWN_FAILING:
+        _out.print(f"  … and {len(failing) - SHOWN_FAILING} more in {SUMMARY_FILE}")
+    _out.print(f"\nsummary: {escape(str(out / SUMMARY_FILE))}")
+    _out.print(f"verdict: [bold]{summary.outcome.value}[/bold]")
+
+
+@anomalies_app.command("sweep")
+def anomalies_sweep(
+    scenario: Annotated[str, typer.Option("--scenario", help=f"One of: {', '.join(SCENARIOS)}.")],
+    config: Annotated[str, typer.Option("--config", help="Coordinator configuration name.")],
+    seeds: Annotated[int, typer.Option("--seeds", help="How many seeds to run.")],
+    known_bad: _KnownBad = None,
+    first_seed: Annotated[int, typer.Option("--first-seed", help="The first seed.")] = 0,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", "-j", help="Worker processes (default: one per core).")
+    ] = None,
+    schedule: _Schedule = None,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Output directory: summary.json, verdict.json, "
+                           "failing seeds' traces.")
+    ] = Path("coordsim-sweep"),
+) -> None:  # fmt: skip
+    """Run a scenario over many seeds (virtual mode) on worker processes,
+    check every seed with every checker, and summarize: anomalies by name and
+    each failing seed with its replay command. Exit 1 if any seed failed."""
+    work = tasks(scenario, config, seeds=seeds, first_seed=first_seed, known_bad=known_bad or [],
+                 schedule=_schedule(schedule, "virtual"))  # fmt: skip
+    n_jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+    check_int("--jobs", n_jobs, low=1, high=MAX_JOBS, unit="worker processes")
+    by_seed = {t.seed: t for t in work}
+    with staged_dir(out, "anomalies sweep") as stage:
+        writer = SweepWriter(stage, out)
+        with _Progress(len(work)) as progress:
+
+            def on_result(r: SeedResult) -> None:
+                writer.add(by_seed[r.seed], r)
+                progress.update(r)
+
+            results = sweep(work, jobs=n_jobs, on_result=on_result)
+        summary = Summary(scenario, config, work[0].known_bad, tuple(results), work[0].schedule)
+        writer.finish(summary)
+    _print_summary(summary, out, time.monotonic() - progress.t0, min(n_jobs, len(work)))
+    raise typer.Exit(EXIT[summary.outcome])
 
 
 @anomalies_app.command("list")
@@ -179,16 +362,29 @@ def shrink_command(
     anomaly: Annotated[
         str | None, typer.Option(help="Keep this anomaly (default: the most specific found).")
     ] = None,
-    max_runs: Annotated[int, typer.Option(help="At most this many scenario runs.")] = 200,
-) -> None:
-    """Shrink a failing scenario (fewer clients, operations, faults) while the
-    same anomaly still appears; print the smallest reproduction. (In real mode
-    a candidate that happens not to show the anomaly is dropped, so shrinking
-    is best effort there.)"""
+    max_runs: Annotated[int, typer.Option(help="At most this many scenario runs.")] = 400,
+    schedule: _Schedule = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write the minimal reproduction as a .py scenario "
+                                  "file here (virtual mode), replayable with `anomalies run --scenario`.")
+    ] = None,
+) -> None:  # fmt: skip
+    """Shrink a failing scenario while the same anomaly still appears. Virtual
+    mode: fewer clients, operations and faults, then delta debugging over
+    single statements, clients and fault events; writes the minimal
+    reproduction as a scenario file and prints its replay command. Real mode:
+    the first pass only, best effort (a candidate that happens not to show
+    the anomaly is dropped)."""
     spec = _spec(scenario, config, seed, known_bad, clients, size, faults, mode)
     check_int("--max-runs", max_runs, low=1, high=MAX_SHRINK_RUNS, unit="runs")
     if anomaly is not None and anomaly not in ANOMALY_NAMES:
         raise InvalidUsage(f"unknown anomaly {anomaly!r}; known: {', '.join(ANOMALY_NAMES)}")
+    policy = _schedule(schedule, spec.mode)
+    spec = replace(spec, schedule=policy)
+    if spec.mode == "virtual":
+        _shrink_ops(spec, policy, anomaly, max_runs, out)
+    if out is not None:
+        raise InvalidUsage("--out needs virtual mode (a scenario file replays deterministically)")
     _check_postgres(spec.mode)
     with contextlib.ExitStack() as stack:
         url = None
@@ -217,7 +413,50 @@ def shrink_command(
     raise typer.Exit(1)
 
 
+def _shrink_ops(spec: Spec, policy: str, anomaly: str | None, max_runs: int, out: Path | None) -> None:
+    """`shrink` in virtual mode: down to single operations, into a scenario file."""
+    if out is not None and out.exists():
+        # coordsim never overwrites a file it did not create.
+        raise InvalidUsage(f"{out} exists; name another --out")
+    if out is not None and out.suffix != ".py":
+        raise InvalidUsage(f"--out {out}: a scenario file ends in .py")
+    path = out if out is not None else Path("FILE.py")
+    result = shrink_ops(spec, schedule=policy, anomaly=anomaly, max_runs=max_runs,
+                        progress=lambda s: _out.print(f"[dim]{escape(s)}[/dim]"))  # fmt: skip
+    if result is None:
+        _out.print(f"{escape(spec.command())}: no {anomaly or 'anomaly'} to shrink")
+        raise typer.Exit(0)
+    replay = f"uv run coordsim anomalies run --scenario {shlex.quote(str(path))}"
+    text = script_file(result, replay=replay)
+    if out is not None:
+        atomic_write(out, lambda p: p.write_text(text, encoding="utf-8"))
+    shown = [
+        (a.name, v.checker, a.explanation)
+        for v in result.report.verdicts
+        for a in v.anomalies
+        if a.name == result.anomaly
+    ][:1]
+    s = result.script
+    _out.print(f"smallest reproduction of [bold]{result.anomaly}[/bold] after {result.runs} runs: "
+               f"{len(s.steps)} statements by {len(s.clients)} clients, {result.history.n} operations "
+               f"(from {result.original_ops}), faults: {s.spec.faults}")  # fmt: skip
+    for step in s.steps:
+        _out.print(f"  {step.at_s * 1000:8.3f} ms  {step.client}: {escape(step.sql)}")
+    _print_report(s.spec, result.history.n, result.report.names, shown, schedule=policy,
+                  replay=replay, what=f"{path} ({s.spec.scenario})")  # fmt: skip
+    # The first pass's result, with the scenario's own program: a reproduction
+    # that needs no file.
+    _out.print(f"coarse replay: {escape(result.coarse.command())}")
+    if out is not None:
+        _out.print(f"scenario file: {escape(str(out))}")
+    else:
+        _out.print("(pass --out FILE.py to write it as a scenario file)")
+    raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
     """Adds `anomalies` and `shrink` to the `coordsim` app (sim/cli/main.py calls this)."""
     app.add_typer(anomalies_app, name="anomalies")
+    anomalies_app.command("matrix")(matrix_command)
     app.command("shrink")(shrink_command)
+    anomalies_app.command("shrink")(shrink_command)

@@ -10,6 +10,7 @@ share, and record every statement in the history.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, final
 
 import anyio
@@ -21,14 +22,14 @@ from sim.load.deployment import Deployment, LatencySwitch
 from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Coroutine
+    from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 
     from coordinator.config import CoordinatorConfig
     from coordinator.session import Coordinator
     from sim.history.recorder import HistoryRecorder
     from sim.runtime.core import Runtime
 
-__all__ = ["Client", "Sim", "drive"]
+__all__ = ["Client", "Sim", "Step", "drive"]
 
 #: The coordinator went away under the statement, or fenced it.
 _GONE: Final = frozenset({SqlState.ADMIN_SHUTDOWN.value})
@@ -69,6 +70,9 @@ class Client:
         meanwhile the connection drops: the statement ends `info` (the
         recording session records a cancelled statement so) and the client
         moves on."""
+        sim = self.sim
+        if sim.transcript is not None:
+            sim.transcript.append(Step(self.name, self.index, sim.rt.now() - sim.t0, sql))
         session = await self._bind()
         coord = self._coord
         assert coord is not None
@@ -106,18 +110,37 @@ class Client:
 
 
 @final
+@dataclass(frozen=True)
+class Step:
+    """One statement of a scripted scenario (`Sim.play`): client `client`
+    (index `index`, which picks its coordinator) runs `sql`, starting no
+    earlier than `at_s` seconds after the scenario started."""
+
+    client: str
+    index: int
+    at_s: float
+    sql: str
+
+
+@final
 class Sim:
     """A scenario's handle on its deployment: `n_clients` and `size` are the
-    run's shape (a program reads them; a user script may ignore them)."""
+    run's shape (a program reads them; a user script may ignore them).
+
+    With `transcript` (a list), every statement a `Client` runs is appended
+    to it as a `Step`, so a run can be replayed as a script (the shrinker)."""
 
     def __init__(
-        self, rt: Runtime, dep: Deployment, recorder: HistoryRecorder, *, n_clients: int = 2, size: int = 4
-    ) -> None:
+        self, rt: Runtime, dep: Deployment, recorder: HistoryRecorder, *, n_clients: int = 2, size: int = 4,
+        transcript: list[Step] | None = None,
+    ) -> None:  # fmt: skip
         self.rt, self.dep, self.recorder = rt, dep, recorder
         self.n_clients, self.size = n_clients, size
         self.failures: list[str] = []
         self.restarts = 0
         self._sessions = 0
+        self.transcript = transcript
+        self.t0 = rt.now()
 
     def client(self, index: int) -> Client:
         """Client `index` (named `c<index + 1>`)."""
@@ -147,6 +170,40 @@ class Sim:
             for call in calls:
                 tg.start_soon(call)
 
+    async def play(
+        self, steps: Sequence[Step], *, background: int = 0, background_sql: str = "SELECT count(*) FROM t"
+    ) -> None:
+        """Runs a script: each client its steps in order, each step once its
+        `at_s` has come (clients run concurrently); meanwhile `background`
+        unrecorded readers run `background_sql` on the newest coordinator
+        until the clients are done (busy-reads' load on the read_ts batcher)."""
+        mine: dict[tuple[str, int], list[Step]] = {}
+        for step in steps:
+            mine.setdefault((step.client, step.index), []).append(step)
+        done = anyio.Event()
+
+        async def client(name: str, index: int, todo: list[Step]) -> None:
+            c = Client(self, index, name)
+            for step in todo:
+                wait = self.t0 + step.at_s - self.rt.now()
+                if wait > 0:
+                    await self.rt.sleep(wait)
+                await c.execute(step.sql)
+
+        async def reader() -> None:
+            while not done.is_set():
+                coord = self.dep.newest
+                if coord is None:
+                    await self.dep.wait_changed()
+                    continue
+                await coord.connect().execute(background_sql)
+
+        async def clients() -> None:
+            await self.concurrently(*(lambda k=k, v=v: client(k[0], k[1], v) for k, v in mine.items()))
+            done.set()
+
+        await self.concurrently(clients, *([reader] * background))
+
     async def restart(self) -> None:
         """Fault: the oldest coordinator crashes and a new one opens the same
         stores; its clients continue on the new one as fresh processes."""
@@ -173,11 +230,13 @@ async def drive(
     blob_url: str | None = None,
     n_clients: int = 2,
     size: int = 4,
+    transcript: list[Step] | None = None,
 ) -> AsyncIterator[Sim]:
     """A `Sim` on a fresh deployment with its first coordinator running (see
-    `Deployment.running`); every coordinator stops on exit."""
+    `Deployment.running`); every coordinator stops on exit. `transcript`:
+    see `Sim`."""
     async with Deployment.running(
         rt, config, recorder, switch or LatencySwitch(), postgres_url=postgres_url, modeled=modeled,
         blob_url=blob_url,
     ) as dep:  # fmt: skip
-        yield Sim(rt, dep, recorder, n_clients=n_clients, size=size)
+        yield Sim(rt, dep, recorder, n_clients=n_clients, size=size, transcript=transcript)

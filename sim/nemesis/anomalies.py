@@ -29,6 +29,7 @@ from sim.nemesis.plan import MODES, FaultKind, FaultPlan, Mode, check_plan, kind
 from sim.runtime.core import Runtime, run
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.latency import Constant, LatencyModel, LogNormal
+from sim.runtime.schedule import parse_schedule
 
 if TYPE_CHECKING:
     import random
@@ -94,6 +95,8 @@ class Scenario:
     oracle_spread: float | None = None  # sigma of oracle.pg (busy-reads: queueing at the server)
     #: The program it runs (`sim.load.scenarios.builtin.PROGRAMS`); None: its name.
     runs: str | None = None
+    #: A fixed fault plan (`FaultPlan.parse`) instead of one drawn from the seed.
+    faults: str | None = None
 
     @property
     def program(self) -> str:
@@ -152,6 +155,20 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             12,
             oracle_spread=1.0,
         ),
+        Scenario(
+            "update-race",
+            "clients add one to a shared counter row (UPDATE) or read it, concurrently",
+            4,
+            6,
+        ),
+        Scenario(
+            "slow-reads",
+            "a writer and readers over ~3 s while the replicas are 10^4 times slower for 2.5 s, "
+            "so peeks stay in flight past the compaction window",
+            3,
+            12,
+            faults="replica-slow@500ms+2500msx10000",
+        ),
     )
 }
 
@@ -189,9 +206,14 @@ class Spec:
     size: int = 4
     faults: FaultPlan = field(default_factory=FaultPlan)
     mode: Mode = "virtual"
+    #: The virtual loop's scheduling policy (`sim.runtime.schedule`).
+    schedule: str = "fifo"
 
     def __post_init__(self) -> None:
         check_plan(self.faults, self.mode)
+        object.__setattr__(self, "schedule", parse_schedule(self.schedule))  # canonical spelling
+        if self.mode != "virtual" and self.schedule != "fifo":
+            raise InvalidUsage(f"--schedule {self.schedule} needs virtual mode; real mode runs asyncio's own order")
         # Lower bounds (>= 1) are `_run`'s: the shrinker steps down to them.
         if self.clients > MAX_CLIENTS:
             raise InvalidUsage(f"--clients {self.clients} exceeds the maximum {MAX_CLIENTS} clients")
@@ -234,6 +256,8 @@ class Spec:
             parts += ["--known-bad", k.replace("_", "-")]
         parts += ["--clients", str(self.clients), "--size", str(self.size)]
         parts += ["--faults", str(self.faults)]
+        if self.schedule != "fifo":
+            parts += ["--schedule", self.schedule]
         return shlex.join(parts)
 
 
@@ -244,6 +268,7 @@ def default_spec(
     *,
     known_bad: KnownBad | None = None,
     mode: Mode = "virtual",
+    schedule: str = "fifo",
 ) -> Spec:
     """The spec `run_scenario` uses when given only a scenario, config and seed:
     the scenario's sizes and a fault plan drawn from the seed (from the fault
@@ -252,11 +277,14 @@ def default_spec(
     named(config_name)  # unknown names fail here, with the list of known ones
     if mode not in MODES:
         raise InvalidUsage(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
-    rt_rng = _plan_rng(seed)
-    plan = FaultPlan.random(
-        rt_rng, kinds_for(mode, sc.fault_kinds), count=sc.fault_count, horizon_s=sc.horizon_s
-    )
-    return Spec(name, config_name, seed, known_bad or KnownBad(), sc.clients, sc.size, plan, mode)
+    if sc.faults is not None:
+        plan = FaultPlan.parse(sc.faults)
+    else:
+        plan = FaultPlan.random(
+            _plan_rng(seed), kinds_for(mode, sc.fault_kinds), count=sc.fault_count,
+            horizon_s=sc.horizon_s,
+        )  # fmt: skip
+    return Spec(name, config_name, seed, known_bad or KnownBad(), sc.clients, sc.size, plan, mode, schedule)
 
 
 def _plan_rng(seed: int) -> random.Random:
@@ -358,5 +386,5 @@ def _run(spec: Spec, postgres_url: str | None) -> tuple[History, list[Event]]:
             tg.start_soon(Nemesis(sim.dep, spec.faults).run)
             await body(sim)
 
-    rec = run(main, seed=spec.seed, virtual=postgres_url is None, latency=latency)
+    rec = run(main, seed=spec.seed, virtual=postgres_url is None, latency=latency, schedule=spec.schedule)
     return rec.history(), rec.events()

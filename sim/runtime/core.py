@@ -4,6 +4,7 @@ down explicitly; `run` runs a program on the virtual or the stock loop."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import math
 import random
@@ -11,10 +12,14 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, Final, TypeVar, final
 
+import sniffio
+
 from sim.runtime.cpu import CorePool
+from sim.runtime.errors import InvalidUsage
 from sim.runtime.interrupts import guard
 from sim.runtime.latency import Constant, LatencyModel
 from sim.runtime.loop import VirtualEventLoop
+from sim.runtime.schedule import parse_schedule
 
 __all__ = ["Runtime", "WallClock", "run"]
 
@@ -55,18 +60,25 @@ class Runtime:
         self.rng = random.Random(_stream_seed(seed, _name))
         self.latency = latency if latency is not None else LatencyModel(default=Constant(0.0))
         self._wall_clock = wall_clock
+        # The virtual loop `run` runs this Runtime (and those derived from it)
+        # on, shared by reference; None: ask asyncio. CPython 3.11's
+        # `get_running_loop` makes a getpid() system call each time, and the
+        # clock is read tens of times per simulated statement.
+        self._bound: list[VirtualEventLoop | None] = [None]
 
     def derive(self, name: str) -> Runtime:
         """A Runtime sharing clock and models, with an independent RNG stream named
         `name`, so one component's draws never shift another's."""
         full = f"{self.name}/{name}" if self.name else name
-        return Runtime(seed=self.seed, latency=self.latency, wall_clock=self._wall_clock, _name=full)
+        child = Runtime(seed=self.seed, latency=self.latency, wall_clock=self._wall_clock, _name=full)
+        child._bound = self._bound
+        return child
 
     # Clock.
 
-    @staticmethod
-    def _loop() -> asyncio.AbstractEventLoop:
-        return asyncio.get_running_loop()
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._bound[0]
+        return loop if loop is not None else asyncio.get_running_loop()
 
     @property
     def virtual(self) -> bool:
@@ -75,7 +87,8 @@ class Runtime:
 
     def now(self) -> float:
         """Monotonic seconds (the loop's clock)."""
-        return self._loop().time()
+        loop = self._bound[0]
+        return (loop if loop is not None else asyncio.get_running_loop()).time()
 
     def now_ms(self) -> float:
         return self._loop().time() * 1000
@@ -114,7 +127,7 @@ class Runtime:
         if bits < 1:
             raise ValueError(f"bits must be >= 1, got {bits}")
         try:
-            on_virtual = isinstance(asyncio.get_running_loop(), VirtualEventLoop)
+            on_virtual = isinstance(self._loop(), VirtualEventLoop)
         except RuntimeError:  # no running loop: real time
             on_virtual = False
         value = self.rng.getrandbits(bits) if on_virtual else _SYSTEM_RANDOM.getrandbits(bits)
@@ -134,10 +147,10 @@ class Runtime:
         and slept off together once `REAL_CPU_QUANTUM_S` is owed: the total
         stays right, each cost is not inflated twentyfold.
         """
+        if self.virtual:
+            await pool.hold(seconds)
+            return
         async with pool.core():
-            if self.virtual:
-                await self.sleep(seconds)
-                return
             pool.owed_s += seconds
             if pool.owed_s >= REAL_CPU_QUANTUM_S:
                 owed, pool.owed_s = pool.owed_s, 0.0
@@ -166,12 +179,45 @@ def run(
     virtual: bool = True,
     latency: LatencyModel | None = None,
     wall_clock: WallClock | None = None,
+    schedule: str = "fifo",
 ) -> T:
-    """Runs `main(runtime)` to completion on a fresh virtual or stock loop."""
+    """Runs `main(runtime)` to completion on a fresh virtual or stock loop.
+
+    Args:
+        schedule: the virtual loop's scheduling policy (`sim.runtime.schedule`;
+            its randomness is the seed's `schedule` stream). The stock loop
+            runs asyncio's own order: any other policy is an error there.
+
+    Raises:
+        InvalidUsage: an unknown policy, or one other than fifo for the stock loop.
+    """
     rt = Runtime(seed=seed, latency=latency, wall_clock=wall_clock)
+    policy = parse_schedule(schedule)
+    if not virtual and policy != "fifo":
+        raise InvalidUsage(f"schedule {policy!r} needs the virtual loop; real mode runs asyncio's own order")
     factory: Callable[[], asyncio.AbstractEventLoop] = (
-        VirtualEventLoop if virtual else asyncio.new_event_loop
+        functools.partial(VirtualEventLoop, schedule=policy, seed=seed)
+        if virtual
+        else asyncio.new_event_loop
     )
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(guard(main(rt)))
+        loop = runner.get_loop()
+        if isinstance(loop, VirtualEventLoop):
+            rt._bound[0] = loop  # for this run only (see `Runtime.__init__`)
+        try:
+            return runner.run(_declared_asyncio(guard(main(rt))))
+        finally:
+            rt._bound[0] = None
+
+
+async def _declared_asyncio(main: Coroutine[Any, Any, T]) -> T:
+    """Awaits `main` with sniffio's context variable naming asyncio, which
+    every task it starts inherits.
+
+    anyio looks up its backend on nearly every call (a cancel scope, an
+    event, a checkpoint); without the declaration each lookup asks asyncio
+    for the running loop, and CPython 3.11 answers that with a getpid()
+    system call: up to a tenth of a virtual run's time (issue 20)."""
+    sniffio.current_async_library_cvar.set("asyncio")
+    return await main
 

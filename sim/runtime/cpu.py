@@ -63,6 +63,22 @@ class CorePool:
             finally:
                 self._busy_s += self._rt.now() - got
 
+    async def hold(self, seconds: float) -> None:
+        """Holds one core for `seconds` of virtual time: `core()` around a sleep,
+        without an async context manager's generator (the virtual loop's hot
+        path; same order of events)."""
+        rt = self._rt
+        start = rt.now()
+        await self._sem.acquire()
+        got = rt.now()
+        self._wait_s += got - start
+        self._acquisitions += 1
+        try:
+            await asyncio.sleep(seconds if seconds > 0 else 0.0)
+        finally:
+            self._busy_s += rt.now() - got
+            self._sem.release()
+
     def statistics(self) -> CorePoolStatistics:
         return CorePoolStatistics(self.name, self.cores, self._busy_s, self._acquisitions, self._wait_s)
 

@@ -185,6 +185,10 @@ class LatencyModel:
     ) -> None:
         self._dists = dict(distributions or {})
         self._default = default
+        # name -> its longest configured prefix's distribution (None: none).
+        # The model never changes after construction, and names are resolved
+        # several times per simulated statement.
+        self._resolved: dict[str, Distribution | None] = {}
 
     @classmethod
     def from_dict(cls, spec: Mapping[str, Any]) -> LatencyModel:
@@ -215,25 +219,28 @@ class LatencyModel:
     def names(self) -> list[str]:
         return sorted(self._dists)
 
+    def _configured(self, name: str) -> Distribution | None:
+        """The distribution of `name`'s longest configured dotted prefix."""
+        try:
+            return self._resolved[name]
+        except KeyError:
+            pass
+        key: str | None = name
+        while key is not None and key not in self._dists:
+            key = key.rsplit(".", 1)[0] if "." in key else None
+        found = self._resolved[name] = None if key is None else self._dists[key]
+        return found
+
     def configures(self, name: str) -> bool:
         """True iff `name` or one of its dotted prefixes has its own distribution
         (the default does not count)."""
-        key = name
-        while key not in self._dists:
-            if "." not in key:
-                return False
-            key = key.rsplit(".", 1)[0]
-        return True
+        return self._configured(name) is not None
 
     def distribution(self, name: str) -> Distribution:
         """The distribution used for `name`; `LatencySpecError` if none applies."""
-        key = name
-        while True:
-            if key in self._dists:
-                return self._dists[key]
-            if "." not in key:
-                break
-            key = key.rsplit(".", 1)[0]
+        found = self._configured(name)
+        if found is not None:
+            return found
         if self._default is not None:
             return self._default
         raise LatencySpecError(f"no latency configured for {name!r} and no default")

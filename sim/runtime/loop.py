@@ -11,6 +11,7 @@ import selectors
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, TypeVarTuple
 
 from sim.runtime import patches
+from sim.runtime.schedule import ready_queue
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Mapping
@@ -50,7 +51,8 @@ class _VirtualTask(asyncio.Task[Any]):
 
     def __init__(self, coro: Coroutine[Any, Any, Any], *, loop: VirtualEventLoop, **kw: Any):
         # Set before the base init, which already puts the task in a WeakSet.
-        self._coordsim_seq = loop._next_seq()
+        loop._seq += 1
+        self._coordsim_seq = loop._seq
         super().__init__(coro, loop=loop, **kw)
 
     def __hash__(self) -> int:
@@ -61,7 +63,8 @@ class _VirtualFuture(asyncio.Future[Any]):
     """A Future with a deterministic hash, for the same reason as `_VirtualTask`."""
 
     def __init__(self, *, loop: VirtualEventLoop):
-        self._coordsim_seq = loop._next_seq()
+        loop._seq += 1
+        self._coordsim_seq = loop._seq
         super().__init__(loop=loop)
 
     def __hash__(self) -> int:
@@ -92,9 +95,12 @@ class _SequencedTimer(asyncio.TimerHandle):
         return NotImplemented
 
     def __lt__(self, other: asyncio.TimerHandle) -> bool:
-        if isinstance(other, _SequencedTimer):
-            return self._coordsim_key < other._coordsim_key
-        return NotImplemented
+        # The heap's comparison, so the common case comes first: every timer
+        # on a virtual loop is one of these.
+        try:
+            return self._coordsim_key < other._coordsim_key  # type: ignore[attr-defined, no-any-return]
+        except AttributeError:
+            return NotImplemented
 
     def __le__(self, other: asyncio.TimerHandle) -> bool:
         if isinstance(other, _SequencedTimer):
@@ -178,13 +184,19 @@ class VirtualEventLoop(patches.PatchedSelectorEventLoop):
     cancel scopes, `asyncio.timeout` all work unchanged. Real I/O raises
     `VirtualIOError`; waiting forever raises `VirtualDeadlock`.
 
-    Determinism: callbacks run in asyncio's FIFO order; timers in (deadline,
-    scheduling order); tasks and futures hash by creation number so set
-    iteration cannot depend on memory addresses; anyio's cancel scopes deliver
-    cancellation in entry order (`patches`).
+    Determinism: callbacks run in asyncio's FIFO order, or in the order a
+    seeded scheduling policy picks (`schedule`, see `sim.runtime.schedule`);
+    timers in (deadline, scheduling order); tasks and futures hash by creation
+    number so set iteration cannot depend on memory addresses; anyio's cancel
+    scopes deliver cancellation in entry order (`patches`).
+
+    Args:
+        epoch_ms: where virtual time starts on the wall clock.
+        schedule: `fifo` (asyncio's order), `random` or `pct`.
+        seed: the run's seed, which the policy draws its own stream from.
     """
 
-    def __init__(self, *, epoch_ms: int = VIRTUAL_EPOCH_MS) -> None:
+    def __init__(self, *, epoch_ms: int = VIRTUAL_EPOCH_MS, schedule: str = "fifo", seed: int = 0) -> None:
         patches.check_asyncio()
         patches.patch_anyio(VirtualEventLoop, _thread_refused)
         self._virtual_now = 0.0
@@ -194,10 +206,11 @@ class VirtualEventLoop(patches.PatchedSelectorEventLoop):
         selector = _VirtualSelector()
         super().__init__(selector)
         selector._loop = self
-
-    def _next_seq(self) -> int:
-        self._seq += 1
-        return self._seq
+        queue = ready_queue(schedule, seed, self)
+        # fifo keeps asyncio's deque: not one instruction more per callback.
+        if queue is not None:
+            patches.replace_ready_queue(self, queue)
+        self.schedule = "fifo" if queue is None else schedule
 
     def _deadlock(self) -> VirtualDeadlock:
         return VirtualDeadlock(
@@ -207,6 +220,10 @@ class VirtualEventLoop(patches.PatchedSelectorEventLoop):
 
     def time(self) -> float:
         return self._virtual_now
+
+    def run_forever(self) -> None:
+        with patches.running(self):  # patch 7: lookups of the running loop
+            super().run_forever()
 
     def create_task(  # type: ignore[override]
         self, coro: Coroutine[Any, Any, T], *, name: str | None = None, **kwargs: Any

@@ -37,3 +37,11 @@ class Lru(Generic[K, V]):
         if len(values) > self.capacity:
             values.popitem(last=False)
         return value
+
+    def put(self, key: K, value: V) -> None:
+        """Keeps `value` for `key` (the caller knows it is what `compute` would give)."""
+        values = self._values
+        values[key] = value
+        values.move_to_end(key)
+        if len(values) > self.capacity:
+            values.popitem(last=False)

@@ -1,6 +1,6 @@
 """Every use of asyncio's and anyio's private internals, in one place.
 
-The virtual-time loop (`sim.runtime.loop`) needs five; each is documented below
+The virtual-time loop (`sim.runtime.loop`) needs seven; each is documented below
 with why it is needed, what breaks without it and the versions it was verified
 against. Missing internals raise `UnverifiedInternals` when a loop is built, and
 tests/sim/test_patches.py has a test per patched behaviour, so a library upgrade
@@ -12,9 +12,12 @@ Verified against CPython 3.11 (3.11.7) and anyio 4.16 (4.16.0).
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import heapq
 import inspect
 import math
+import threading
 from typing import TYPE_CHECKING, Any, Final
 
 from anyio._backends import _asyncio as anyio_asyncio
@@ -22,7 +25,7 @@ from anyio._backends import _asyncio as anyio_asyncio
 from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 __all__ = [
     "VERIFIED_ANYIO",
@@ -33,8 +36,13 @@ __all__ = [
     "check_asyncio",
     "check_cancel_scope",
     "check_worker_threads",
+    "current_task",
+    "get_running_loop",
+    "handle_callback",
     "next_timer",
     "patch_anyio",
+    "replace_ready_queue",
+    "running",
     "schedule_timer",
 ]
 
@@ -78,6 +86,8 @@ def check_asyncio() -> None:
     for name in _ASYNCIO_HOOKS:
         if not callable(getattr(asyncio.SelectorEventLoop, name, None)):
             raise _unverified(f"asyncio.SelectorEventLoop has no method {name}()")
+    if "_callback" not in asyncio.Handle.__slots__:
+        raise _unverified("asyncio.Handle has no _callback slot")
     if "_scheduled" not in asyncio.TimerHandle.__slots__:
         raise _unverified("asyncio.TimerHandle has no _scheduled slot")
     _asyncio_checked = True
@@ -160,6 +170,105 @@ def next_timer(loop: asyncio.AbstractEventLoop) -> asyncio.TimerHandle | None:
     """
     heap: list[asyncio.TimerHandle] = loop._scheduled  # type: ignore[attr-defined]
     return heap[0] if heap else None
+
+
+# Patch 6: the ready queue (only for a scheduling policy other than fifo).
+def replace_ready_queue(loop: asyncio.AbstractEventLoop, queue: Any) -> None:
+    """Makes `queue` the ready queue of `loop` (a fresh loop, nothing ready yet).
+
+    Why: `BaseEventLoop._run_once` takes the next callback with
+    `self._ready.popleft()` and asyncio offers no hook to choose another; a
+    scheduling policy (`sim.runtime.schedule`) replaces the deque with an
+    object doing the operations the loop uses on it (append, popleft, len,
+    truth, clear) and picking which ready callback `popleft` returns. Without
+    it: every seed runs its ready callbacks in FIFO order, so interleavings
+    that the latencies do not produce are never explored. Verified: CPython
+    3.11.7, where `_ready` is a `collections.deque` that `_call_soon`,
+    `_add_callback` and `_run_once` (due timers) append to, `_run_once` pops
+    from the left and tests for emptiness, and `close` clears.
+
+    Raises:
+        UnverifiedInternals: `loop._ready` is not the deque described.
+        InvalidUsage: callbacks are already queued (they would be lost).
+    """
+    ready = getattr(loop, "_ready", None)
+    if type(ready) is not collections.deque:
+        raise _unverified("the event loop keeps no collections.deque in _ready")
+    if ready:
+        raise InvalidUsage("the ready queue can only be replaced before anything is scheduled")
+    loop._ready = queue  # type: ignore[attr-defined]
+
+
+def handle_callback(handle: asyncio.Handle) -> Any:
+    """The callable `handle` will run (asyncio's `Handle._callback`).
+
+    Why: a scheduling policy keeps each task's steps in order, and tells a
+    task's step from other callbacks by the callback's `__self__` (the task,
+    for `Task.__step`'s and `Task.__wakeup`'s wrappers); `Handle` has no public
+    accessor. Verified: CPython 3.11.7, `events.Handle.__slots__`.
+    """
+    return handle._callback  # type: ignore[attr-defined]
+
+
+# Patch 7: running-loop lookups without a system call.
+class _RunningVirtualLoop(threading.local):
+    """The virtual loop running in this thread, if any (set by its `run_forever`)."""
+
+    loop: asyncio.AbstractEventLoop | None = None
+
+
+_RUNNING: Final = _RunningVirtualLoop()
+_get_running_loop: Final = asyncio.events.get_running_loop
+_current_task: Final = asyncio.tasks.current_task
+
+
+@contextlib.contextmanager
+def running(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """Marks `loop` as the virtual loop running in this thread for the block
+    (`VirtualEventLoop.run_forever` wraps itself in it)."""
+    previous, _RUNNING.loop = _RUNNING.loop, loop
+    try:
+        yield
+    finally:
+        _RUNNING.loop = previous
+
+
+def get_running_loop() -> asyncio.AbstractEventLoop:
+    """`asyncio.get_running_loop()`, answered from `_RUNNING` while a virtual
+    loop runs in this thread (patch 7)."""
+    loop = _RUNNING.loop
+    return loop if loop is not None else _get_running_loop()
+
+
+def current_task(loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Task[Any] | None:
+    """`asyncio.current_task(loop)`, its loop from `get_running_loop` above."""
+    return _current_task(loop if loop is not None else get_running_loop())
+
+
+def _patch_running_loop_lookups() -> None:
+    """Patch 7: the running-loop lookups of asyncio's Python code and of
+    anyio's backend go through `get_running_loop`/`current_task` above.
+
+    Why: CPython 3.11's `get_running_loop` calls getpid() on every call (it
+    checks the loop was not inherited across a fork), and asyncio's Python
+    code (`current_task`, `sleep`, locks) and anyio's cancel scopes and task
+    groups ask for the running loop dozens of times per simulated statement:
+    a system call each, about a tenth of a virtual run (issue 20). While a
+    virtual loop runs in this thread the answer is that loop (a thread-local);
+    otherwise the originals answer, unchanged. Without it: the same results,
+    slower. Verified: CPython 3.11.7 (`asyncio.events.get_running_loop`, which
+    `asyncio.tasks.current_task`, `tasks.sleep` and `mixins._LoopBoundMixin`
+    look up at call time) and anyio 4.16.0 (`anyio._backends._asyncio` binds
+    `get_running_loop` and `current_task` at import).
+    """
+    for module in (anyio_asyncio,):
+        if getattr(module, "get_running_loop", None) is not _get_running_loop or getattr(
+            module, "current_task", None
+        ) is not _current_task:
+            raise _unverified(f"{module.__name__} does not use asyncio's get_running_loop and current_task")
+    asyncio.events.get_running_loop = get_running_loop
+    anyio_asyncio.get_running_loop = get_running_loop  # type: ignore[attr-defined]
+    anyio_asyncio.current_task = current_task  # type: ignore[attr-defined]
 
 
 # --- anyio ------------------------------------------------------------------------------
@@ -270,10 +379,11 @@ def patch_anyio(
 
     def applies() -> bool:
         try:
-            return isinstance(asyncio.get_running_loop(), loop_type)
+            return isinstance(get_running_loop(), loop_type)
         except RuntimeError:  # no running loop
             return False
 
     _patch_child_scopes(applies)
     _patch_worker_threads(applies, thread_error)
+    _patch_running_loop_lookups()
     _anyio_patched_for = loop_type

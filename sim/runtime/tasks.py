@@ -2,16 +2,43 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
     from types import TracebackType
 
     from anyio.abc import TaskGroup
 
-__all__ = ['AsyncExitStack', 'TaskOwner']
+__all__ = ['AsyncExitStack', 'TaskOwner', 'concurrently']
+
+A = TypeVar("A")
+B = TypeVar("B")
+
+
+async def concurrently(first: Callable[[], Awaitable[A]], second: Callable[[], Awaitable[B]]) -> tuple[A, B]:
+    """Runs `first()` and `second()` as two tasks (started in that order) and
+    returns both results; the first to fail cancels the other and is raised
+    as itself, not in an exception group.
+
+    An `asyncio.TaskGroup`, not anyio's: per call it costs about a third
+    (18 vs 55 µs for two tasks, bench notes in issue 20), and this runs on
+    every peek. Cancellation from an enclosing anyio scope reaches both
+    tasks through the group, as with anyio's.
+    """
+    try:
+        async with asyncio.TaskGroup() as tg:
+            a = tg.create_task(_awaited(first))
+            b = tg.create_task(_awaited(second))
+    except BaseExceptionGroup as group:
+        raise group.exceptions[0] from None
+    return a.result(), b.result()
+
+
+async def _awaited(fn: Callable[[], Awaitable[A]]) -> A:
+    return await fn()
 
 # --- Owning background tasks -----------------------------------------------------------
 

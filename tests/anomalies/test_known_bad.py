@@ -4,10 +4,15 @@ being caught, the test fails (the checker or the scenario lost its teeth)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from sim.nemesis.anomalies import parse_known_bad
 from tests.anomalies.helpers import sweep
+
+if TYPE_CHECKING:
+    from tests.anomalies.conftest import Seeds
 
 pytestmark = pytest.mark.virtual
 
@@ -48,8 +53,11 @@ CAUGHT = [
 
 @pytest.mark.parametrize(("variant", "scenario", "config", "expected", "bound"), CAUGHT)
 def test_known_bad_variant_is_caught(
-    variant: str, scenario: str, config: str, expected: set[str], bound: int
+    variant: str, scenario: str, config: str, expected: set[str], bound: int, seeds: Seeds
 ) -> None:
+    # `bound` is the claim (caught within that many seeds): `--seeds N` can
+    # widen the search, never narrow it; the sweep stops at the first catch.
+    bound = max(bound, len(seeds(bound)))
     found = sweep(
         scenario, config, range(bound), known_bad=parse_known_bad([variant]),
         stop_on=frozenset(expected),

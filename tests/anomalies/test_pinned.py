@@ -28,6 +28,7 @@ from sim.runtime.core import run
 
 if TYPE_CHECKING:
     from sim.runtime.core import Runtime
+    from tests.anomalies.conftest import Seeds
 
 pytestmark = pytest.mark.virtual
 
@@ -167,7 +168,7 @@ def test_store_errors_do_not_crash_the_coordinator() -> None:
     assert check_history(history, events).outcome is Outcome.VALID
 
 
-def test_read_ts_below_since_waits_for_the_oracle() -> None:
+def test_read_ts_below_since_waits_for_the_oracle(seeds: Seeds) -> None:
     """Was: the first group commit (or one after an idle gap longer than the
     compaction window) moved a table's upper — and so, by compaction, its since —
     past a read_ts the oracle handed out before the commit's apply_write; the
@@ -177,7 +178,7 @@ def test_read_ts_below_since_waits_for_the_oracle() -> None:
     the later of read_ts and the since, held until answered, and its answer
     waits for the oracle to reach that time (coordinator/peeks.py)."""
     for config in ("event-loop", "event-loop+pg-oracle", "decoupled"):
-        for seed in range(4):
+        for seed in seeds(4):
             spec = replace(
                 default_spec("ddl-dml", config, seed), clients=2, size=2, faults=FaultPlan()
             )

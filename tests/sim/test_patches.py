@@ -318,3 +318,42 @@ def test_worker_thread_patch() -> None:
         _run(anyio.to_thread.run_sync(sum, [1, 2]), virtual=True)
     assert threading.active_count() == threads  # refused before a thread started
     assert _run(anyio.to_thread.run_sync(sum, [1, 2]), virtual=False) == 3
+
+
+# --- Patch 7: running-loop lookups --------------------------------------------------------
+
+
+def test_running_loop_lookups_answer_the_running_loop() -> None:
+    """While a virtual loop runs, the patched lookups name it; a stock loop
+    running in another thread meanwhile still gets its own; with no loop
+    running they raise as asyncio's do."""
+    seen: dict[str, Any] = {}
+
+    def other_thread() -> None:
+        async def probe() -> None:
+            loop = asyncio.get_running_loop()
+            seen["thread"] = (asyncio.events.get_running_loop() is loop, anyio_asyncio.current_task() is not None,  # type: ignore[attr-defined]
+                              type(loop).__name__)  # fmt: skip
+
+        asyncio.run(probe())
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        assert isinstance(loop, VirtualEventLoop)
+        assert asyncio.events.get_running_loop() is loop
+        assert anyio_asyncio.get_running_loop() is loop  # type: ignore[attr-defined]
+        assert anyio_asyncio.current_task() is asyncio.tasks._current_tasks.get(loop)  # type: ignore[attr-defined]
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+
+    loop = VirtualEventLoop()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert seen["thread"] == (True, True, "_UnixSelectorEventLoop")
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        asyncio.events.get_running_loop()
+    with pytest.raises(RuntimeError, match="no running event loop"):
+        anyio_asyncio.current_task()  # type: ignore[attr-defined]

@@ -1,6 +1,8 @@
 """The shipped scenario programs: seed 001's three steps (and its index
 variant), concurrent DDL + DML + reads (also the body of the crash-restart
-and split-brain runs, whose faults the nemesis adds), and busy batched reads.
+and split-brain runs, whose faults the nemesis adds), busy batched reads, and
+two that issue 21's known-bad matrix needed: racing UPDATEs and reads that
+outlive the compaction window.
 
 Each is an `async def program(sim)` against `sim.load.driver.Sim`, like a
 user's scenario file: `coordsim run <name>` and `coordsim compare -w <name>`
@@ -119,10 +121,56 @@ async def _busy_reads(sim: Sim) -> None:
     await sim.concurrently(main, *(lambda k=k: background(k) for k in range(max(0, sim.n_clients - 2))))
 
 
+async def _update_race(sim: Sim) -> None:
+    """Read-then-writes that overlap: every client, `size` times, adds one to
+    the one row of a shared counter table (`UPDATE c SET a = a + 1`) or reads
+    it. The global write lock is what serializes the updates; without it two
+    read the same row and both retract it (issue 21's `no_write_lock`)."""
+    setup = sim.client(sim.n_clients)
+    await setup.execute("CREATE TABLE c (a int)")
+    await setup.execute("INSERT INTO c VALUES (0)")
+
+    async def client(c: Client) -> None:
+        for _ in range(sim.size):
+            if c.rng.random() < 0.6:
+                await c.execute("UPDATE c SET a = a + 1")
+            else:
+                await c.execute("SELECT * FROM c")
+            await c.jitter()
+
+    await sim.concurrently(*(lambda c=c: client(c) for c in sim.clients()))
+
+
+async def _slow_reads(sim: Sim) -> None:
+    """Reads that outlive the compaction window: one client inserts a value
+    every few milliseconds while the others read the table, for `size` rounds
+    spread over about 3 s of simulated time; the scenario's fault slows the
+    replicas so a peek stays in flight past `upper - compaction_window`, the
+    case a read hold exists for (issue 21's `peeks_skip_read_holds`)."""
+    setup = sim.client(sim.n_clients)
+    await setup.execute("CREATE TABLE t (a int)")
+    writer, *readers = sim.clients(max(2, sim.n_clients))
+    gap = 3.0 / max(1, sim.size)
+
+    async def write() -> None:
+        for n in range(sim.size):
+            await writer.execute(f"INSERT INTO t VALUES ({n})")
+            await sim.wait(gap)
+
+    async def read(c: Client) -> None:
+        for _ in range(sim.size):
+            await c.execute("SELECT * FROM t")
+            await sim.wait(gap * c.rng.uniform(0.5, 1.5))
+
+    await sim.concurrently(write, *(lambda c=c: read(c) for c in readers))
+
+
 PROGRAMS: Final[dict[str, Program]] = {
     "seed001": _seed001_plain,
     "seed001-index": _seed001_index,
     "ddl-dml": _ddl_dml,
     "split-brain": _split_brain,
     "busy-reads": _busy_reads,
+    "update-race": _update_race,
+    "slow-reads": _slow_reads,
 }

@@ -1,0 +1,67 @@
+"""`coordsim anomalies matrix`: every known-bad variant on the scenario that
+exposes it (sim/nemesis/matrix.py), seeds to first detection and the anomalies
+each checker named; writes matrix.md and matrix.json. Exit 0 if every entry
+came out as it expects (caught, or not caught), 1 if one did not, 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from sim.load.config import check_int
+from sim.nemesis.matrix import COLUMNS, MATRIX_JSON, MATRIX_MD, EntryResult, rows, run_matrix, write
+from sim.nemesis.sweep import MAX_JOBS, MAX_SEEDS
+from sim.runtime.outputs import staged_dir
+
+__all__ = ["matrix_command"]
+
+_out = Console(soft_wrap=True, highlight=False)
+_err = Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+def matrix_command(
+    seeds: Annotated[
+        int, typer.Option("--seeds", help="At most this many seeds per entry (a caught one stops early).")
+    ] = 20,
+    jobs: Annotated[
+        int | None, typer.Option("--jobs", "-j", help="Worker processes (default: one per core).")
+    ] = None,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Output directory: matrix.md and matrix.json.")
+    ] = Path("coordsim-matrix"),
+) -> None:  # fmt: skip
+    """Run the known-bad matrix: for each (variant, scenario, config), the seeds
+    to its first detection or "not caught in N", and the anomalies by checker."""
+    check_int("--seeds", seeds, low=1, high=MAX_SEEDS, unit="seeds")
+    n_jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+    check_int("--jobs", n_jobs, low=1, high=MAX_JOBS, unit="worker processes")
+    command = shlex.join(["uv", "run", "coordsim", "anomalies", "matrix", *sys.argv[3:]]) \
+        if sys.argv[1:3] == ["anomalies", "matrix"] else f"coordsim anomalies matrix --seeds {seeds}"
+    t0 = time.monotonic()
+
+    def progress(r: EntryResult) -> None:
+        _err.print(f"{r.entry.label} / {r.entry.scenario} / {r.entry.config}: {r.detection()} "
+                   f"({time.monotonic() - t0:.0f} s)", markup=False)  # fmt: skip
+
+    with staged_dir(out, "anomalies matrix") as stage:
+        results = run_matrix(seeds=seeds, jobs=n_jobs, on_entry=progress)
+        write(stage, results, seeds=seeds, command=command)
+    _out.print("| " + " | ".join(COLUMNS) + " |", markup=False)
+    _out.print("|" + "---|" * len(COLUMNS), markup=False)
+    for row in rows(results):
+        _out.print("| " + " | ".join(row) + " |", markup=False)
+    bad = [r for r in results if not r.as_expected]
+    _out.print(f"\n{len(results)} entries, {sum(r.seeds for r in results):,} seeds, "
+               f"{sum(r.ops for r in results):,} operations in {time.monotonic() - t0:.1f} s "
+               f"on {n_jobs} worker{'s' if n_jobs > 1 else ''}; "
+               f"{len(bad)} not as expected", markup=False)  # fmt: skip
+    _out.print(f"written: {out / MATRIX_MD}, {out / MATRIX_JSON}", markup=False)
+    raise typer.Exit(1 if bad else 0)

@@ -1,0 +1,30 @@
+"""The known-bad `UnfencedStash` (KnownBad.skip_epoch_fencing): a deposed
+process's writes and confirms go through, where the plain stash fences them."""
+
+from __future__ import annotations
+
+import pytest
+
+from oracle.stash import Fenced, MemTimestampStash, UnfencedStash
+from sim.runtime.core import Runtime, run
+
+
+def test_plain_stash_fences_and_unfenced_does_not() -> None:
+    async def main(rt: Runtime) -> tuple[int | None, int | None]:
+        plain = MemTimestampStash(rt)
+        old = await plain.open()
+        await plain.open()  # a newer process
+        with pytest.raises(Fenced):
+            await plain.write_upper("t", 5, old)
+        with pytest.raises(Fenced):
+            await plain.confirm_leadership(old)
+
+        inner = MemTimestampStash(rt)
+        a = UnfencedStash(inner)
+        epoch_a = await a.open()
+        await UnfencedStash(inner).open()  # b deposes a
+        await a.confirm_leadership(epoch_a)  # a never learns it
+        await a.write_upper("t", 7, epoch_a)  # and writes anyway
+        return await inner.read_upper("t"), await plain.read_upper("t")
+
+    assert run(main, seed=1) == (7, None)
