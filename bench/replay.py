@@ -5,7 +5,9 @@ few planted stale reads).
 Times, on the same trace: every in-process checker (`check_history`, after
 reading the trace; the Spark job runs them all),
 and the Spark job's verification (anomalies + verdicts, no metrics) on
-`local[2]` and on `local[1]` — the scaling from one core to two. Both run
+`local[2]` and on `local[1]` — the scaling from one core to two. The trace
+is one run: the job cuts it into independent segments checked as parallel
+tasks (`sim.spark.segments`). Both run
 in one JVM, one Spark context after the other, after an untimed warm-up
 replay of a tiny trace: a fresh JVM spends tens of seconds compiling the
 job's code, which would dwarf a `--quick` run and flatter whichever master
@@ -30,13 +32,17 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-import pyarrow.parquet as pq
+# Run as a file, this directory comes first on sys.path, and bench/oracle.py
+# would shadow the `oracle` package the checkers import.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-from sim.history.checker.run import check_history
-from sim.history.traces import read_trace
-from sim.spark.job import replay
-from sim.spark.session import spark_session
-from sim.spark.synth import synth_trace
+import pyarrow.parquet as pq  # noqa: E402
+
+from sim.history.checker.run import check_history  # noqa: E402
+from sim.history.traces import read_trace  # noqa: E402
+from sim.spark.job import replay  # noqa: E402
+from sim.spark.session import spark_session  # noqa: E402
+from sim.spark.synth import synth_trace  # noqa: E402
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -88,8 +88,8 @@ def replay(
     partitions: Annotated[int | None, typer.Option("--shuffle-partitions", help="Spark shuffle partitions.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="Spark's INFO logs.")] = False,
 ) -> None:
-    """Re-verify traces with Spark (checker 3 and the join-shaped named anomalies)
-    and compare the configurations' metrics."""
+    """Re-verify traces with Spark (every in-process checker, a large run cut
+    into segments checked in parallel) and compare the configurations' metrics."""
     from sim.spark.frames import expand_traces
     from sim.spark.job import replay as run_replay
 

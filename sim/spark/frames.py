@@ -127,15 +127,15 @@ def expand_traces(paths: Sequence[str]) -> list[str]:
 META_SCHEMA: Final = "run string, config string, seed bigint, workload string, concurrency string"
 
 
-def load(spark: Any, traces: Sequence[str]) -> tuple[Any, Any, Any, Any, int]:
-    """(ops, events, meta, runs, operations) of the given trace directories.
+def load(spark: Any, traces: Sequence[str]) -> tuple[Any, Any, Any, Any, dict[str, int]]:
+    """(ops, events, meta, runs, run_ops) of the given trace directories.
 
     `meta` has one row per trace: run, config, seed, workload, concurrency —
     the last two from meta.json's extra fields when a producer wrote them
     (`coordsim compare` does), else derived from the run name. The meta.json
     files are read once (by the driver when local, else by Spark) into a
     local relation, so its consumers do not re-read them. `runs` numbers the
-    runs (run, rid), and `operations` is the sum of the `ops` fields.
+    runs (run, rid), and `run_ops` maps each run to its `ops` field.
 
     Raises:
         HistoryError: a trace of another schema version.
@@ -163,7 +163,10 @@ def load(spark: Any, traces: Sequence[str]) -> tuple[Any, Any, Any, Any, int]:
     ]  # fmt: skip
     meta = spark.createDataFrame(rows, META_SCHEMA)
     runs = spark.createDataFrame([(r, i) for i, r in enumerate(sorted({r[0] for r in rows}))], "run string, rid bigint")
-    return ops, events, meta, runs, sum(int(m.get("ops") or 0) for m in metas)
+    run_ops: dict[str, int] = {}
+    for m in metas:
+        run_ops[str(m["run"])] = run_ops.get(str(m["run"]), 0) + int(m.get("ops") or 0)
+    return ops, events, meta, runs, run_ops
 
 
 def prepare(ops: Any) -> Any:

@@ -74,22 +74,29 @@ def replay(
     *,
     with_metrics: bool = True,
     native: bool | None = None,
+    group_ops: int | None = None,
 ) -> ReplayResult:
     """Replays `traces` (trace directories) on `spark`, writing the outputs
     under `out` (nothing written when None: only the counts are computed).
     `native`: decide checkers 1 (join-shaped) and 3 with the native Spark
     plans rather than per run in-process (default `verify.NATIVE_FORM`).
+    `group_ops`: runs above it are checked in groups of independent segments
+    of about that many operations (`segments.GROUP_OPS`).
 
     Raises:
         HistoryError: a path holds no trace, or one of another schema version.
     """
     from sim.spark.frames import Kept, expand_traces, load
     from sim.spark.metrics import metrics
+    from sim.spark.segments import GROUP_OPS
     from sim.spark.verify import NATIVE_FORM, anomalies, verdicts
+
+    group_ops = GROUP_OPS if group_ops is None else group_ops
 
     t0 = time.perf_counter()
     dirs = expand_traces(traces)
-    ops, events, meta, runs, n_ops = load(spark, dirs)
+    ops, events, meta, runs, run_ops = load(spark, dirs)
+    n_ops = sum(run_ops.values())
     keep = Kept(spark)
     partitions = _partitions(spark, n_ops)
     conf = {**REPLAY_CONF, "spark.sql.shuffle.partitions": str(partitions)}
@@ -97,7 +104,7 @@ def replay(
         conf["spark.sql.codegen.wholeStage"] = "false"
     with _sql_conf(spark, conf):
         try:
-            an, checks = anomalies(ops, runs, keep, partitions, events,
+            an, checks = anomalies(ops, runs, keep, partitions, events, run_ops=run_ops, group_ops=group_ops,
                                    native=NATIVE_FORM if native is None else native)  # fmt: skip
             if out is None:
                 an = keep(an)
@@ -163,18 +170,34 @@ def _sql_conf(spark: Any, conf: Mapping[str, str]) -> Iterator[None]:
                 spark.conf.set(k, v)
 
 
+#: Columns that name things (ids, seeds): printed as they are, not as measures.
+_NAMES: Final = frozenset({"run", "config", "seed", "workload", "concurrency", "op_id", "verdict"})
+
+
+def number(v: Any) -> str:
+    """The report's one number format (compare's): thousands separated, two
+    decimals for a measured fraction, none for a count; never an exponent."""
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:,.2f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
 def _md_table(rows: Sequence[dict[str, Any]], cols: Sequence[str]) -> list[str]:
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            # One format for every measured number (no exponents): three
-            # decimals, as many integer digits as it has.
-            return f"{v:.3f}"
+    def cell(c: str, v: Any) -> str:
+        if v is None:
+            return "—"
         if isinstance(v, list):
             return ", ".join(str(x) for x in v)
-        return "" if v is None else str(v).replace("|", "\\|")
+        if c in _NAMES:
+            return str(v).replace("|", "\\|")
+        return number(v).replace("|", "\\|")
 
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    out += ["| " + " | ".join(cell(r.get(c)) for c in cols) + " |" for r in rows]
+    out += ["| " + " | ".join(cell(c, r.get(c)) for c in cols) + " |" for r in rows]
     return out
 
 
@@ -186,101 +209,28 @@ def write_report(
     metric_rows: Sequence[dict[str, Any]],
     window_rows: Sequence[dict[str, Any]],
 ) -> None:
-    """report.md and the PNG plots (matplotlib's Agg backend: no display)."""
+    """report.md and the PNG plots (`plots`; matplotlib's Agg backend)."""
     from sim.history.checker.verdict import ANOMALY_NAMES
+    from sim.spark.metrics import WINDOW_MS
+    from sim.spark.plots import concurrency_key, plot
 
     out.mkdir(parents=True, exist_ok=True)
+    order = sorted(verdict_rows, key=lambda r: (str(r.get("config")), str(r.get("workload")),
+                                                concurrency_key(r.get("concurrency")), str(r["run"])))  # fmt: skip
     lines = ["# Trace replay", "", "## Verdicts", ""]
-    lines += _md_table(verdict_rows, ["run", "config", "seed", "workload", "concurrency", "ops",
-                                      "verdict", "anomalies", *ANOMALY_NAMES, "replay_skipped"])  # fmt: skip
-    lines += ["", f"## Anomalies ({anomalies_total}; first {min(anomalies_total, REPORT_ROWS)} shown)", ""]
+    lines += _md_table(order, ["run", "config", "seed", "workload", "concurrency", "ops",
+                               "verdict", "anomalies", *ANOMALY_NAMES, "replay_skipped"])  # fmt: skip
+    lines += ["", f"## Anomalies ({anomalies_total:,}; first {min(anomalies_total, REPORT_ROWS)} shown)", ""]
     lines += _md_table(anomaly_rows, ["run", "anomaly", "checker", "op_id", "ops", "detail"])
     if metric_rows:
         cols = [c for c in metric_rows[0] if c not in ("duration_s",)]
         lines += ["", "## Comparison (per configuration x workload x concurrency)", ""]
-        metric_rows = sorted(metric_rows, key=lambda r: (r["config"], r["workload"], _conc_key(r["concurrency"])))
+        metric_rows = sorted(metric_rows, key=lambda r: (r["workload"], r["config"], concurrency_key(r["concurrency"])))
         lines += _md_table(metric_rows, cols)
-        lines += ["", "Metric definitions: docs/metrics.md (`oracle_api_calls_per_op` is not compare's "
-                  "`oracle q/op`)."]  # fmt: skip
-        lines += ["", "![throughput](throughput.png)", "![latency](latency.png)",
-                  "![per-second throughput](windows.png)"]  # fmt: skip
-        _plots(out, metric_rows, window_rows)
+        lines += ["", "Every column is defined in docs/metrics.md (the names `coordsim compare` uses where "
+                  "the two measure the same thing).", ""]  # fmt: skip
+        lines += [f"![{p.stem}]({p.name})" for p in plot(out, metric_rows, window_rows, WINDOW_MS)]
     (out / "report.md").write_text("\n".join(lines) + "\n")
-
-
-def _conc_key(c: Any) -> tuple[int, float, str]:
-    """Concurrency sorts as a number ("1" < "4" < "16"); a non-number ("-")
-    after the numbers."""
-    try:
-        return (0, float(c), "")
-    except (TypeError, ValueError):
-        return (1, 0.0, str(c))
-
-
-def _series(metric_rows: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    """One line per configuration x workload, its points by concurrency."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for r in metric_rows:
-        out.setdefault(f"{r['config']} / {r['workload']}", []).append(r)
-    for pts in out.values():
-        pts.sort(key=lambda r: _conc_key(r["concurrency"]))
-    return dict(sorted(out.items()))
-
-
-def _plots(out: Path, metric_rows: Sequence[dict[str, Any]], window_rows: Sequence[dict[str, Any]]) -> None:
-    """Line plots by concurrency, one line per configuration x workload (the
-    look of compare's plots); a run without a numeric concurrency is a
-    single point at its position after the numbers."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    series = _series(metric_rows)
-    concs = sorted({r["concurrency"] for r in metric_rows}, key=_conc_key)
-    pos = {c: i for i, c in enumerate(concs)}
-
-    def finish(fig: Any, ax: Any, name: str, ylabel: str, title: str) -> None:
-        ax.set_xticks(range(len(concs)), [str(c) for c in concs])
-        ax.set_xlabel("concurrency (clients)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
-        ax.grid(True, alpha=0.3)
-        if series:
-            ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        fig.savefig(out / name, dpi=100, bbox_inches="tight")
-        plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for label, pts in series.items():
-        ax.plot([pos[r["concurrency"]] for r in pts], [r["throughput_ops_s"] or 0 for r in pts],
-                marker="o", label=label)  # fmt: skip
-    finish(fig, ax, "throughput.png", "ok operations / s", "Throughput by concurrency")
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for label, pts in series.items():
-        xs = [pos[r["concurrency"]] for r in pts]
-        (line,) = ax.plot(xs, [r["latency_p50_ms"] or 0 for r in pts], marker="o", label=f"{label} p50")
-        ax.plot(xs, [r["latency_p99_ms"] or 0 for r in pts], marker="^", linestyle="--",
-                color=line.get_color(), label=f"{label} p99")  # fmt: skip
-    finish(fig, ax, "latency.png", "latency (ms)", "Latency by concurrency (p50 solid, p99 dashed)")
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    wins: dict[str, dict[int, int]] = {}
-    for w in window_rows:
-        s = wins.setdefault(f"{w['config']} / {w['workload']} c={w['concurrency']}", {})
-        s[w["second"]] = s.get(w["second"], 0) + w["ops"]
-    for name, per_s in sorted(wins.items()):
-        secs = sorted(per_s)
-        ax.plot(secs, [per_s[x] for x in secs], marker=".", label=name)
-    ax.set_xlabel("second of the run")
-    ax.set_ylabel("ok operations completed")
-    ax.set_title("Throughput per 1-s window (summed over runs)")
-    ax.grid(True, alpha=0.3)
-    if wins:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.savefig(out / "windows.png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,16 +2,10 @@
 the comparison of the configurations rests on, computed where the traces are.
 
 Definitions (the tests recompute them with pyarrow and must agree):
-- latency: `complete_ns - invoke_ns` of `ok` operations, in ms; percentiles by
-  `percentile_approx` with an accuracy that makes them exact below a million
-  operations per group (the smallest latency with at least p of them ≤ it);
-- throughput: `ok` operations / the sum over runs of (last completion - first
-  invoke);
-- throughput per 1-s window: `ok` operations by the second (since the run's
-  first invoke) they completed in;
-- `oracle_api_calls_per_op`: internal events of kind `oracle.*` / operations
-  (API calls, not compare's backing queries: docs/metrics.md);
-- group-commit batch sizes: `batch_size` of `group-commit` events (mean, max).
+The names and definitions are docs/metrics.md's (shared with `coordsim
+compare` where the two measure the same thing); the tests recompute them
+with pyarrow and must agree. Windows are `WINDOW_MS` long: a virtual-mode
+level lasts a fraction of a second.
 
 A trace of `coordsim compare` holds one workload on one configuration at
 several concurrency levels (its meta.json lists them): its clients are named
@@ -25,16 +19,20 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-__all__ = ["GROUP", "PERCENTILES", "metrics"]
+__all__ = ["GROUP", "PERCENTILES", "WINDOW_MS", "metrics"]
 
 GROUP: Final = ("config", "workload", "concurrency")
-PERCENTILES: Final = (0.5, 0.95, 0.99)
+#: Percentile -> column, compare's names (`results.csv`).
+PERCENTILES: Final = {0.5: "p50_ms", 0.99: "p99_ms", 0.999: "p999_ms"}
 ACCURACY: Final = 1_000_000
+#: Width of a throughput window.
+WINDOW_MS: Final = 100
 
 
 def metrics(ops: Any, events: Any, meta: Any) -> tuple[Any, Any]:
     """(comparison, windows): one row per group, and one row per group, run and
-    second with the operations completed in it."""
+    window (`window_ms`, its start since the level's first invoke) with the
+    ok operations completed in it."""
     from pyspark.sql import functions as F
 
     levels = F.col("concurrency").startswith("[")  # a compare trace: one run per level
@@ -59,6 +57,7 @@ def metrics(ops: Any, events: Any, meta: Any) -> tuple[Any, Any]:
     lat = o.groupBy(*GROUP).agg(
         F.count("*").alias("ops"),
         F.sum(ok.cast("long")).alias("ok_ops"),
+        F.sum((F.col("status") == "fail").cast("long")).alias("errors"),
         F.percentile_approx(F.when(ok, lat_ms), list(PERCENTILES), ACCURACY).alias("p"),
         F.max(F.when(ok, lat_ms)).alias("latency_max_ms"),
         F.avg(F.when(ok, lat_ms)).alias("latency_mean_ms"),
@@ -81,8 +80,9 @@ def metrics(ops: Any, events: Any, meta: Any) -> tuple[Any, Any]:
     )
     windows = (
         o.filter(ok).join(per_run.select(*unit, "start_ns"), list(unit))
-        .withColumn("second", F.floor((F.col("complete_ns") - F.col("start_ns")) / 1e9).cast("long"))
-        .groupBy(*GROUP, "run", "second").agg(F.count("*").alias("ops"))
+        .withColumn("window_ms", (F.floor((F.col("complete_ns") - F.col("start_ns")) / (WINDOW_MS * 1_000_000))
+                                  * WINDOW_MS).cast("long"))
+        .groupBy(*GROUP, "run", "window_ms").agg(F.count("*").alias("ops"))
     )  # fmt: skip
     wstats = windows.groupBy(*GROUP).agg(
         F.min("ops").alias("window_ops_min"), F.max("ops").alias("window_ops_max"),
@@ -94,9 +94,9 @@ def metrics(ops: Any, events: Any, meta: Any) -> tuple[Any, Any]:
         .join(wstats, list(GROUP), "left")
         .fillna({"oracle_calls": 0, "group_commits": 0})
         .select(
-            *GROUP, "runs", "ops", "ok_ops", "duration_s",
+            *GROUP, "runs", "ops", "ok_ops", "errors", "duration_s",
             (F.col("ok_ops") / F.col("duration_s")).alias("throughput_ops_s"),
-            *[F.col("p")[i].alias(f"latency_p{round(q * 100)}_ms") for i, q in enumerate(PERCENTILES)],
+            *[F.col("p")[i].alias(name) for i, name in enumerate(PERCENTILES.values())],
             "latency_mean_ms", "latency_max_ms",
             "window_ops_min", "window_ops_mean", "window_ops_max",
             (F.col("oracle_calls") / F.col("ops")).alias("oracle_api_calls_per_op"),
@@ -104,4 +104,4 @@ def metrics(ops: Any, events: Any, meta: Any) -> tuple[Any, Any]:
         )
         .orderBy(*GROUP)
     )  # fmt: skip
-    return comp, windows.orderBy(*GROUP, "run", "second")
+    return comp, windows.orderBy(*GROUP, "run", "window_ms")

@@ -1,5 +1,5 @@
-"""Sweeps on Spark: N seeds of one scenario as N Spark tasks, each running its
-simulation in-process in virtual mode and writing its trace, then one replay
+"""Sweeps on Spark: N seeds of one scenario as Spark tasks, each seed
+simulated in-process in virtual mode and written as a trace, then one replay
 of them all — the way a simulation farm runs thousands of seeds.
 
 Traces go to a directory every executor can write (local for `local[*]`; a
@@ -8,12 +8,16 @@ shared filesystem on a cluster).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["run_seed", "simulate"]
+__all__ = ["TASKS_PER_CORE", "run_seed", "simulate"]
+
+#: Tasks per core of the sweep: enough that a slow seed does not leave a core
+#: idle at the end, few enough that scheduling is not the cost.
+TASKS_PER_CORE: Final = 8
 
 
 def run_seed(
@@ -37,8 +41,10 @@ def run_seed(
 def simulate(
     spark: Any, out: str, scenario: str, config: str, seeds: Sequence[int], known_bad: Sequence[str] = ()
 ) -> list[tuple[int, str, int]]:
-    """Runs `seeds` as Spark tasks (one seed per task); the trace directories
-    come back to the driver (a few bytes each), sorted by seed."""
+    """Runs `seeds` as Spark tasks (a few seeds per task: `TASKS_PER_CORE`
+    tasks per core, so a thousand seeds are not a thousand schedulings); the
+    trace directories come back to the driver (a few bytes each), sorted by
+    seed."""
     from sim.nemesis.anomalies import SCENARIOS, parse_known_bad
     from sim.spark.session import SparkUnavailable
 
@@ -46,6 +52,7 @@ def simulate(
         raise SparkUnavailable(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
     parse_known_bad(list(known_bad))  # bad names fail here, not in a task
     kb = tuple(known_bad)
-    rdd = spark.sparkContext.parallelize(list(seeds), max(1, len(seeds)))
+    cores = max(1, int(spark.sparkContext.defaultParallelism))
+    rdd = spark.sparkContext.parallelize(list(seeds), max(1, min(len(seeds), cores * TASKS_PER_CORE)))
     rows = rdd.map(lambda s: run_seed(out, scenario, config, s, kb)).collect()
     return sorted(rows)

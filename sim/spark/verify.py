@@ -13,18 +13,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from sim.history.checker.verdict import ANOMALY_NAMES
+from sim.history.checker.verdict import ANOMALY_NAMES, MAX_REPORTED
+from sim.spark import segments
 from sim.spark.frames import elements, prepare, read_facts, table_ops
-from sim.spark.inproc import COVERED
+from sim.spark.inproc import COVERED, inproc_results, with_row_order
 from sim.spark.named import named_parts
 from sim.spark.replay import annotate, has_cut_off_ddl, replay_parts
+from sim.spark.segments import GROUP_OPS
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from sim.spark.frames import Kept
 
 __all__ = ["COVERED", "anomalies", "verdicts"]
-
-
 
 #: Which form decides checker 1's join-shaped anomalies and checker 3, the
 #: two checkers that have both. Measured (local[2], 2 shared cores, 4 synthetic
@@ -42,7 +44,15 @@ ANOMALY_COLS: Final = ("run", "anomaly", "checker", "op_id", "ops", "detail")
 
 
 def anomalies(
-    ops: Any, runs: Any, keep: Kept, partitions: int, events: Any = None, *, native: bool = NATIVE_FORM
+    ops: Any,
+    runs: Any,
+    keep: Kept,
+    partitions: int,
+    events: Any = None,
+    *,
+    native: bool = NATIVE_FORM,
+    run_ops: Mapping[str, int] | None = None,
+    group_ops: int = GROUP_OPS,
 ) -> tuple[Any, Any]:
     """One row per anomaly: run, anomaly, checker, op_id (the op it is about),
     ops (every op id involved, in the in-process explanation's order), detail.
@@ -56,17 +66,13 @@ def anomalies(
     With `events`, the in-process checkers run per run too (`inproc`), and
     the second frame has one row per (run, checker) that ran: checker,
     outcome, skipped, count (else it is None). With `events` and not
-    `native`, every checker runs in-process per run and no native plan runs."""
+    `native`, every checker runs in-process — per run, or per group of
+    segments for the runs of `run_ops` (run -> operations) above `group_ops`
+    (`segments`) — and no native plan runs."""
     from functools import reduce
 
     if events is not None and not native:
-        from pyspark.sql import functions as F
-
-        from sim.spark.inproc import inproc_results, with_row_order
-
-        res = keep(inproc_results(with_row_order(ops), events, native=False))
-        return (res.where(F.col("anomaly").isNotNull()).select(*ANOMALY_COLS),
-                res.where(F.col("anomaly").isNull()).select("run", "checker", "outcome", "skipped", "count"))  # fmt: skip
+        return _inproc(with_row_order(ops), events, keep, partitions, run_ops or {}, group_ops)
 
     p = prepare(ops)
     tops = table_ops(p, partitions)
@@ -79,14 +85,59 @@ def anomalies(
     if events is not None:
         from pyspark.sql import functions as F
 
-        from sim.spark.inproc import inproc_results, with_row_order
-
         res = keep(inproc_results(with_row_order(ops), events, native=True))
         cols = parts[0].columns
         parts.append(res.where(F.col("anomaly").isNotNull()).select(
             *[F.col(c).cast(parts[0].schema[c].dataType).alias(c) for c in cols]))  # fmt: skip
         checks = res.where(F.col("anomaly").isNull()).select("run", "checker", "outcome", "skipped", "count")
     return reduce(lambda a, b: a.unionByName(b), parts), checks
+
+
+def _inproc(
+    ops: Any, events: Any, keep: Kept, partitions: int, run_ops: Mapping[str, int], group_ops: int
+) -> tuple[Any, Any]:
+    """Every checker in-process; a cut run's groups merged into one verdict
+    per checker. A cut run whose checker reported more anomalies than a
+    whole-run check keeps (`MAX_REPORTED`), or could not decide on a segment,
+    is checked again whole, so what is kept is what `check_history` keeps."""
+    from pyspark.sql import functions as F
+
+    plan = segments.plan(ops, run_ops, partitions, group_ops=group_ops)
+    conf = ops.sparkSession.conf
+    before = conf.get("spark.sql.shuffle.partitions")
+    conf.set("spark.sql.shuffle.partitions", str(plan.partitions))  # a task per group (`Plan.slots`)
+    try:
+        res = keep(inproc_results(ops, events, native=False, plan=plan))
+    finally:
+        conf.set("spark.sql.shuffle.partitions", before)
+    if plan.runs:
+        cut = F.col("run").isin(list(plan.runs))
+        redo = [r["run"] for r in res.where(cut & F.col("anomaly").isNull()).groupBy("run", "checker").agg(
+            F.sum("count").alias("n"), F.max((F.col("outcome") == "unknown") & ~F.col("skipped")).alias("u"))
+            .where((F.col("n") > MAX_REPORTED) | F.col("u")).select("run").distinct().collect()]  # fmt: skip
+        if redo:
+            whole = inproc_results(ops.where(F.col("run").isin(redo)), events.where(F.col("run").isin(redo)),
+                                   native=False)  # fmt: skip
+            res = keep(res.where(~F.col("run").isin(redo)).unionByName(whole))
+    an = res.where(F.col("anomaly").isNotNull()).select(*ANOMALY_COLS)
+    c = res.where(F.col("anomaly").isNull())
+    merged = c.groupBy("run", "checker").agg(
+        F.sum("count").alias("count"),
+        F.max((F.col("outcome") == "unknown") & ~F.col("skipped")).alias("undecided"),
+        F.max(F.col("outcome") == "unknown").alias("any_unknown"),
+        F.min("skipped").alias("skipped"),
+        F.first("detail", ignorenulls=True).alias("detail"),
+    )
+    # As `Collector.verdict` on the whole run: invalid iff an anomaly; a
+    # segment that found nothing to judge decides nothing if another did.
+    outcome = (
+        F.when(F.col("count") > 0, "invalid")
+        .when(F.col("undecided") | (F.col("skipped") & F.col("any_unknown")), "unknown")
+        .otherwise("valid")
+    )
+    checks = merged.select("run", "checker", outcome.alias("outcome"),
+                           (F.col("skipped") & (F.col("count") == 0)).alias("skipped"), "count")  # fmt: skip
+    return an, checks
 
 
 def verdicts(ops: Any, anomalies_df: Any, meta: Any, checks: Any = None) -> Any:

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.spark.conftest import GOLDEN
+from tests.spark.expected import in_process, spark_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
@@ -55,7 +56,10 @@ def test_replay_on_a_standalone_cluster(
     # The spark-submit recipe of docs/guide.md, with the zip and a copy of
     # job.py outside the checkout.
     zpath = tmp_path / "coordsim.zip"
-    files = subprocess.run(["git", "ls-files", "coordinator", "oracle", "catalog", "persist", "controllers", "sim"],
+    # git's files, and new ones not yet committed (what the recipe zips
+    # once they are): not stray files git ignores.
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "coordinator", "oracle",
+                            "catalog", "persist", "controllers", "sim"],
                            cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
     with zipfile.ZipFile(zpath, "w") as z:
         for f in files:
@@ -70,4 +74,24 @@ def test_replay_on_a_standalone_cluster(
         cwd=tmp_path, env=_env(python=True), capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert res.returncode == 1, res.stdout + res.stderr[-3000:]
+    assert "Traceback" not in res.stderr, res.stderr[-3000:]
     assert _verdicts(out2) == got
+
+
+def test_sweep_on_a_standalone_cluster(spark_cluster: str, tmp_path: Path) -> None:
+    # The seeds run as tasks on the cluster's executors (their own JVMs and
+    # Python workers), writing traces to a directory all of them share (this
+    # machine's disk), then one replay of them all on the same cluster.
+    out = tmp_path / "sweep"
+    res = subprocess.run(
+        [str(Path(sys.executable).parent / "coordsim"), "sweep", "--seeds", "4", "--config", "decoupled",
+         "--scenario", "seed001", "--spark", spark_cluster, "--out", str(out)],
+        cwd=ROOT, env=_env(python=False), capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert res.returncode in (0, 1), res.stdout + res.stderr[-3000:]
+    traces = sorted((out / "traces").iterdir())
+    assert [t.name[-5:] for t in traces] == ["s0000", "s0001", "s0002", "s0003"]
+    want = set().union(*(in_process(t) for t in traces))
+    assert spark_rows(out) == want
+    assert res.returncode == (1 if want else 0)
+    assert "simulated 4 seeds" in res.stdout

@@ -74,3 +74,71 @@ def test_native_plans_equal_the_in_process_checkers(
         want, _ = in_process_report(t)
         assert {r for r in got if r[0] == t.name} == want, t.name
     assert set().union(*spark_checkers(tmp_path).values()) == set(CHECKERS)
+
+
+def _regress(trace: Path, n: int, *, first: bool = False) -> int:
+    """Sets timestamps to 1 in the trace's last chunks (rows past the first
+    three quarters): below what earlier segments reached, a timestamp
+    regression across a cut. `first`: only the earliest-invoked op there, so
+    nothing of its own segment completed before it began and only the carry
+    row (`segments.append_carries`) can bound it; else the read_ts of `n`
+    reads. Returns the op id of the first op changed."""
+    import pyarrow as pa
+
+    f = trace / "ops.parquet"
+    t = pq.read_table(f)
+    cols = {c: t[c].to_pylist() for c in ("read_ts", "write_ts", "catalog_ts", "invoke_ns")}
+    late = range(3 * t.num_rows // 4, t.num_rows)
+    if first:
+        i = min(late, key=lambda i: (cols["invoke_ns"][i], i))
+        changed = [(c, i) for c in ("read_ts", "write_ts", "catalog_ts") if cols[c][i] is not None]
+        assert changed, "the earliest op carries no timestamp: pick another seed"
+    else:
+        changed = [("read_ts", i) for i in late if cols["read_ts"][i] is not None][:n]
+        assert len(changed) == n
+    for c, i in changed:
+        cols[c][i] = 1
+    for c in ("read_ts", "write_ts", "catalog_ts"):
+        t = t.set_column(t.schema.get_field_index(c), c, pa.array(cols[c], pa.int64()))
+    pq.write_table(t, f)
+    return int(t["op_id"][changed[0][1]].as_py())
+
+
+def test_cut_runs_equal_the_in_process_checkers(spark: Any, tmp_path: Path) -> None:
+    # Runs cut into segments (`sim.spark.segments`) on several tasks: the
+    # planted stale reads, a timestamp regression across a cut (the carry
+    # rows), and one with more anomalies than a checker keeps (checked again
+    # whole) give what `check_history` gives on the whole run.
+    from sim.spark import segments
+    from sim.spark.frames import load
+    from sim.spark.inproc import with_row_order
+    from sim.spark.job import replay
+    from sim.spark.synth import synth_trace
+
+    traces = [synth_trace(tmp_path / "cut-planted", 6000, seed=5, chunk=1000, planted=3, run="cut-planted"),
+              synth_trace(tmp_path / "cut-regress", 6000, seed=6, chunk=1000, planted=0, run="cut-regress"),
+              synth_trace(tmp_path / "cut-many", 6000, seed=7, chunk=1000, planted=0, run="cut-many")]  # fmt: skip
+    regressed = _regress(traces[1], 1, first=True)
+    _regress(traces[2], 30)
+    ops, _, _, _, run_ops = load(spark, [str(t) for t in traces])
+    plan = segments.plan(with_row_order(ops), run_ops, 2, group_ops=1000)
+    assert set(plan.runs) == {t.name for t in traces}
+    groups = set(plan.carries)
+    assert len(groups) >= 3 * 4, groups  # every run in several groups
+    assert all(plan.carries[(r, g)] for r, g in groups if g > 0)
+    # Each group has a task of its own.
+    assert plan.partitions == len(groups) == len(set(plan.slots.values()))
+    replay(spark, [str(t) for t in traces], tmp_path / "out", with_metrics=False, group_ops=1000)
+    got = spark_rows(tmp_path / "out")
+    checks = {(r["run"], r["checker"]): r for r in pq.read_table(tmp_path / "out" / "checks.parquet").to_pylist()}
+    for t in traces:
+        want, ran = in_process_report(t, capped=t.name == "cut-many")
+        assert want, t.name
+        assert {r for r in got if r[0] == t.name} == want, t.name
+        assert ran == set(CHECKERS) == {c for r, c in checks if r == t.name}
+    # The op no op of its own segment bounds is flagged, naming an op of an
+    # earlier segment: the carry row's.
+    flagged = [r for r in got if r[0] == "cut-regress" and r[2][-1:] == (regressed,) and len(r[2]) == 2]
+    assert flagged, sorted(r for r in got if r[0] == "cut-regress")
+    assert all(r[2][0] < regressed for r in flagged)
+    assert checks[("cut-many", "replay")]["count"] > 20

@@ -15,6 +15,7 @@ import pytest
 
 from sim.history.checker.run import check_history
 from sim.history.traces import read_trace
+from sim.spark.metrics import WINDOW_MS
 from tests.spark.conftest import CRASH_RUN, GOLDEN, GOLDEN_RUNS
 from tests.spark.expected import in_process, spark_rows
 
@@ -61,8 +62,9 @@ def test_golden_verdicts(golden_out: Path) -> None:
     assert bad["workload"] == "ddl-dml"
     assert bad["concurrency"] == "4"
     assert (golden_out / "report.md").read_text().count("seed001-") >= 2
-    for png in ("throughput.png", "latency.png", "windows.png"):
+    for png in ("ddl-dml-throughput.png", "ddl-dml-latency.png", "ddl-dml-windows.png"):
         assert (golden_out / png).stat().st_size > 1000
+        assert f"]({png})" in (golden_out / "report.md").read_text()
 
 
 def _ops() -> pa.Table:
@@ -81,11 +83,12 @@ def test_metrics_equal_pyarrow(golden_out: Path) -> None:
     s = pc.sort_indices(lat)
     sorted_lat = pc.take(lat, s).to_pylist()
     n = len(sorted_lat)
-    for q in (50, 95, 99):
+    for q, name in ((0.5, "p50_ms"), (0.99, "p99_ms"), (0.999, "p999_ms")):
         # percentile_approx (exact at this size): the smallest value with at
-        # least q% of the values at or below it.
-        assert m[f"latency_p{q}_ms"] == pytest.approx(sorted_lat[max(0, math.ceil(q / 100 * n) - 1)])
+        # least q of the values at or below it.
+        assert m[name] == pytest.approx(sorted_lat[max(0, math.ceil(q * n) - 1)])
     assert m["ok_ops"] == ok.num_rows
+    assert m["errors"] == pc.sum(pc.equal(ops["status"].cast(pa.string()), "fail").cast(pa.int64())).as_py()
     assert m["ops"] == ops.num_rows
     assert m["latency_max_ms"] == pytest.approx(sorted_lat[-1])
     dur = 0.0
@@ -98,7 +101,7 @@ def test_metrics_equal_pyarrow(golden_out: Path) -> None:
         start = pc.min(t["invoke_ns"]).as_py()
         dur += (pc.max(t["complete_ns"]).as_py() - start) / 1e9
         okr = t.filter(pc.equal(t["status"].cast(pa.string()), "ok"))
-        sec = pc.floor(pc.divide(pc.subtract(okr["complete_ns"], start).cast(pa.float64()), 1e9))
+        sec = pc.floor(pc.divide(pc.subtract(okr["complete_ns"], start).cast(pa.float64()), WINDOW_MS * 1e6))
         windows += [c["counts"] for c in pc.value_counts(sec).to_pylist()]
         ev = pq.read_table(GOLDEN / r / "events.parquet")
         kinds = ev["kind"].cast(pa.string())

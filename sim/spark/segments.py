@@ -1,0 +1,212 @@
+"""Cutting a large run into segments that the in-process checkers can judge
+one at a time, in parallel, with the verdicts they give the whole run.
+
+A cut at time T is sound when no table has operations on both sides and
+every determinate operation before it completed before every operation
+after it began (an `info` one counts at its invoke: it never precedes
+anything in real time). Then no precedence edge of checker 2 points back
+across the cut, so its cycles lie within a segment; checkers 1 and 3 work
+per table, except 3's timestamps-vs-real-time sweep, for which every earlier
+segment is "completed before": each segment gets the op carrying the largest
+earlier timestamp of each timeline (`carry`) appended as an extra row without
+a table, so the sweep flags and names exactly what it flags on the whole run.
+Consecutive segments are grouped to about `GROUP_OPS` operations per task.
+
+What a segment cannot reproduce is a checker's cap on kept anomalies
+(`MAX_REPORTED`, checker 2's cycles): a run whose segments report more than
+that in all is checked again whole (`verify.anomalies`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, final
+
+from sim.history.checker.run import LINEAR_MAX_OPS
+from sim.spark.frames import DDL_KINDS
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from sim.history.model import History
+
+__all__ = ["GROUP_OPS", "Plan", "append_carries", "key_column", "plan"]
+
+#: Runs larger than this are cut, and a task checks at least this many ops
+#: (or one segment): a few seconds of checking, so scheduling is not the cost.
+GROUP_OPS: Final = 100_000
+#: The carry rows' fields, in `History` row order.
+_CARRY: Final = ("op_id", "process", "kind", "invoke_ns", "complete_ns", "status", "read_ts", "write_ts",
+                 "catalog_ts", "client")  # fmt: skip
+
+
+@final
+@dataclass(frozen=True)
+class Plan:
+    """Which runs are cut (`runs`: run -> its op count); per cut run the
+    invoke time each group starts at (`starts`, ascending: every op of a
+    segment was invoked within its segment's span, and spans are disjoint,
+    so an op's invoke time alone places it); per (run, grp) its carry rows
+    and its `slot`, the key of its Spark group: chosen so that each group has
+    a partition of its own among `partitions`, the largest first."""
+
+    runs: Mapping[str, int] = field(default_factory=dict)
+    starts: Mapping[str, list[int]] = field(default_factory=dict)
+    carries: Mapping[tuple[str, int], list[dict[str, Any]]] = field(default_factory=dict)
+    slots: Mapping[tuple[str, int], int] = field(default_factory=dict)
+    partitions: int = 0
+
+    def assign(self, ops: Any) -> Any:
+        """`ops` with `grp` and `slot`: a run that is not cut is one group,
+        keyed by a hash of its name (spread as before)."""
+        from pyspark.sql import functions as F
+
+        grp = F.lit(0).cast("long")
+        slot = F.xxhash64("run")
+        for run, starts in self.starts.items():
+            g = F.lit(0).cast("long")
+            for b in starts[1:]:
+                g = g + (F.col("invoke_ns") >= F.lit(b)).cast("long")
+            mine = F.col("run") == run
+            grp = F.when(mine, g).otherwise(grp)
+            slot = F.when(mine, F.element_at(F.array(*[F.lit(self.slots[(run, i)]) for i in range(len(starts))]),
+                                             (g + 1).cast("int"))).otherwise(slot)  # fmt: skip
+        return ops.withColumn("grp", grp.cast("long")).withColumn("slot", slot.cast("long"))
+
+    def assign_events(self, events: Any) -> Any:
+        """Events go to group 0 of their run."""
+        from pyspark.sql import functions as F
+
+        slot = F.xxhash64("run")
+        for run in self.starts:
+            slot = F.when(F.col("run") == run, F.lit(self.slots[(run, 0)])).otherwise(slot)
+        return events.withColumn("grp", F.lit(0).cast("long")).withColumn("slot", slot.cast("long"))
+
+
+def key_column() -> Any:
+    """What keeps ops together: their table, or the op alone if it has none
+    (a name cannot start with NUL, so the two never meet)."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.col("object"), F.concat(F.lit("\0"), F.col("op_id").cast("string")))
+
+
+def plan(ops: Any, run_ops: Mapping[str, int], partitions: int, *, group_ops: int = GROUP_OPS) -> Plan:
+    """Segments and groups of the runs above `group_ops` (and checker 5's
+    limit, so that it is skipped on them as on the whole run). `ops` has
+    `_row` (`inproc.with_row_order`). One Spark job over a few columns of
+    those runs' ops; one row per segment reaches the driver."""
+    from pyspark.sql import Window as W
+    from pyspark.sql import functions as F
+
+    big = {r: n for r, n in sorted(run_ops.items()) if n > max(group_ops, LINEAR_MAX_OPS)}
+    if not big:
+        return Plan(partitions=partitions)
+    st, kind = F.col("status").cast("string"), F.col("kind").cast("string")
+    info = (st == "info") | F.col("complete_ns").isNull()
+    end = F.when(info, F.col("invoke_ns")).otherwise(F.col("complete_ns"))
+
+    def carry(ts: Any, cond: Any, drop: tuple[str, ...]) -> Any:
+        # The largest timestamp; of those, the earliest to complete, then the
+        # first row: the op `_sweep` names (`first_at`).
+        cols = [F.lit(None).cast("long").alias(c) if c in drop else
+                (kind if c == "kind" else st if c == "status" else F.col(c)).alias(c) for c in _CARRY]  # fmt: skip
+        return F.max(F.when(cond, F.struct(ts.alias("ts"), (-F.col("complete_ns")).alias("ne"),
+                                           (-F.col("_row")).alias("nr"), *cols)))  # fmt: skip
+
+    dts = F.greatest("read_ts", "write_ts")
+    data = (st == "ok") & dts.isNotNull() & F.col("complete_ns").isNotNull()
+    cat = F.col("catalog_ts").isNotNull() & ~info & (~kind.isin(*DDL_KINDS) | (st == "ok"))
+    by_lo = W.partitionBy("run").orderBy("lo", "key")
+    segs = (
+        ops.filter(F.col("run").isin(list(big)))
+        .groupBy(F.col("run").cast("string").alias("run"), key_column().alias("key"))
+        .agg(F.min("invoke_ns").alias("lo"), F.max(end).alias("hi"), F.count(F.lit(1)).alias("n"),
+             carry(dts, data, ("catalog_ts",)).alias("d"),
+             carry(F.col("catalog_ts"), cat, ("read_ts", "write_ts")).alias("c"))
+        .withColumn("prev", F.max("hi").over(by_lo.rowsBetween(W.unboundedPreceding, -1)))
+        .withColumn("seg", F.sum((F.col("prev").isNull() | (F.col("prev") < F.col("lo"))).cast("long"))
+                    .over(by_lo.rowsBetween(W.unboundedPreceding, 0)))
+        .groupBy("run", "seg").agg(F.min("lo").alias("lo"), F.sum("n").alias("n"), F.max("d").alias("d"),
+                                   F.max("c").alias("c"))
+        .collect()
+    )  # fmt: skip
+    by_run: dict[str, list[Any]] = {}
+    for r in segs:
+        by_run.setdefault(r["run"], []).append(r)
+    starts: dict[str, list[int]] = {}
+    carries: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    sizes: dict[tuple[str, int], int] = {}
+    for run, rows in by_run.items():
+        rows.sort(key=lambda r: int(r["lo"]))
+        best: dict[str, Any] = {"d": None, "c": None}
+        pending: dict[str, Any] = {"d": None, "c": None}
+        grp, filled = -1, group_ops
+        for r in rows:
+            if filled >= group_ops:  # a new group starts at this segment
+                grp, filled = grp + 1, 0
+                starts.setdefault(run, []).append(int(r["lo"]))
+                for tl in ("d", "c"):
+                    best[tl] = _later(best[tl], pending[tl])
+                carries[(run, grp)] = [b.asDict() for b in best.values() if b is not None]
+            filled += int(r["n"])
+            sizes[(run, grp)] = filled
+            for tl in ("d", "c"):
+                pending[tl] = _later(pending[tl], r[tl])
+    parts = max(partitions, len(sizes))
+    order = sorted(sizes, key=lambda k: (-sizes[k], k))
+    return Plan(big, starts, carries, dict(zip(order, _slots(ops.sparkSession, parts)[: len(order)], strict=True)), parts)
+
+
+def _later(a: Any, b: Any) -> Any:
+    """Of two carry candidates, the one `_sweep` would name."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return b if (b["ts"], b["ne"], b["nr"]) > (a["ts"], a["ne"], a["nr"]) else a
+
+
+def _slots(spark: Any, partitions: int) -> list[int]:
+    """Keys landing in partitions 0, 1, … of a hash shuffle into
+    `partitions` (Spark's own hash, asked of Spark), so that a groupBy on
+    them gives each group its own task, in this order."""
+    from pyspark.sql import functions as F
+
+    first: dict[int, int] = {}
+    base, span = 1 << 40, 64 * partitions
+    while len(first) < partitions:  # 64 tries per partition: a second round is rare
+        rows = spark.range(base, base + span).select("id", F.pmod(F.hash("id"), F.lit(partitions)).alias("p"))
+        for r in rows.collect():
+            first.setdefault(int(r["p"]), int(r["id"]))
+        base += span
+    return [first[p] for p in range(partitions)]
+
+
+def append_carries(h: History, rows: list[dict[str, Any]]) -> None:
+    """Appends the carry rows to `h` (validated before): each names no table,
+    so only the timestamp sweeps and checker 2's real-time chain see it, and it
+    completed before every row of `h` began, so it bounds them all and is
+    bounded by none."""
+    from sim.history.model import KIND_CODE, NONE, STATUSES, Kind
+
+    status = {s.value: i for i, s in enumerate(STATUSES)}
+    for r in rows:
+        h.op_id.append(r["op_id"])
+        h.process.append(r["process"])
+        h.kind.append(KIND_CODE[Kind(r["kind"])])
+        h.obj.append(-1)
+        h.invoke.append(r["invoke_ns"])
+        h.complete.append(r["complete_ns"])
+        h.status.append(status[r["status"]])
+        h.el_off.append(len(h.el))
+        h.res_off.append(len(h.res))
+        h.count.append(NONE)
+        h.args.append(None)
+        h.error_code.append(None)
+        h.error.append(None)
+        for f in ("read_ts", "write_ts", "catalog_ts"):
+            getattr(h, f).append(NONE if r[f] is None else r[f])
+        h.client.append(r["client"])
+        h.n += 1
+
