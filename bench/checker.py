@@ -22,14 +22,20 @@ from __future__ import annotations
 import argparse
 import gc
 import resource
+import sys
 import time
+from pathlib import Path
 
-from sim.history.checker.blackbox import check_blackbox
-from sim.history.checker.generate import GenConfig, generate
-from sim.history.checker.named import check_named
-from sim.history.checker.replay import check_replay
-from sim.history.checker.verdict import Outcome
-from sim.history.model import READ, validate
+# Run as a file, this directory comes first on sys.path, and bench/oracle.py
+# would shadow the `oracle` package the checkers import.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
+from sim.history.checker.blackbox import check_blackbox  # noqa: E402
+from sim.history.checker.generate import GenConfig, generate  # noqa: E402
+from sim.history.checker.named import check_named  # noqa: E402
+from sim.history.checker.replay import check_replay  # noqa: E402
+from sim.history.checker.verdict import Outcome  # noqa: E402
+from sim.history.model import READ, validate  # noqa: E402
 
 
 def _reset_peak_rss() -> bool:

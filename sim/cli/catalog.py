@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path  # noqa: TC003 - typer reads the annotations at runtime
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Final, TypeVar
 
 import typer
@@ -21,7 +21,7 @@ from catalog.open import open_catalog
 from sim.runtime.core import Runtime, run
 from sim.runtime.errors import CoordsimError, InvalidUsage
 from sim.runtime.outputs import atomic_write, claim_file
-from sim.runtime.urls import redact_text
+from sim.runtime.urls import parse_url, redact_text
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -70,7 +70,24 @@ def _check_target(target: Path) -> None:
         raise InvalidUsage(f"cannot write {target}: directory {parent} is not writable")
 
 
+def _missing_blob_dir(location: str) -> Path | None:
+    """The directory of a `?blob=file:///dir` that does not exist, else None.
+
+    Opening the catalog would create it (and an empty catalog), so a mistyped
+    path would print an empty dump, exit 0 and leave a directory behind."""
+    blob = parse_url(location).params.get("blob", "")
+    if blob.startswith("file://"):
+        directory = Path(parse_url(blob).path)
+        if not directory.is_dir():
+            return directory
+    return None
+
+
 def _run(location: str, op: Callable[[DurableCatalog], Awaitable[T]]) -> T:
+    missing = _missing_blob_dir(location)
+    if missing is not None:
+        raise InvalidUsage(f"no catalog at {redact_text(location)}: blob directory {missing} does not exist")
+
     async def main(rt: Runtime) -> T:
         async with open_catalog(location, rt) as catalog:
             return await op(catalog)
@@ -139,6 +156,9 @@ def upgrade_check_cmd(
 ) -> None:
     """Check whether this binary could open (upgrade) the catalog; writes nothing.
     Exit 0 if it could, 1 if not."""
+    if _missing_blob_dir(location) is not None:  # opening would create it: writes nothing
+        typer.echo("catalog is not initialized: opening would create it")
+        return
     sizes = None
     if cluster_replica_sizes is not None:
         sizes = frozenset(s.strip() for s in cluster_replica_sizes.split(",") if s.strip())

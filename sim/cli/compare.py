@@ -65,7 +65,7 @@ WorkloadsOpt = Annotated[str | None, typer.Option("--workloads", "-w", help="Com
 ConcOpt = Annotated[str | None, typer.Option("--concurrency", help="Comma-separated client counts, e.g. 1,4,16.")]
 OpsOpt = Annotated[int | None, typer.Option("--ops", help="Instead of --duration: operations per window at concurrency 1 (scaled with sqrt(clients)).")]
 RateOpt = Annotated[float | None, typer.Option("--rate", help="Open loop: Poisson arrivals per second (latency from intended start).")]
-SeedOpt = Annotated[int | None, typer.Option("--seed", help="Seed (every configuration gets the same).")]
+SeedOpt = Annotated[int | None, typer.Option("--seed", help="Seed of the first pass (pass k runs with seed + k - 1); each configuration runs with these same seeds, so they face the same random draws.")]
 OutOpt = Annotated[str | None, typer.Option("--output", "-o", help="Output directory.")]
 ProfileOpt = Annotated[str | None, typer.Option("--latency-profile", help="Latency profile TOML/JSON (virtual mode).")]
 DurationOpt = Annotated[float | None, typer.Option("--duration", "-T", help="Seconds of each measurement window (virtual mode: simulated seconds). Default: 1 real, 0.2 virtual.")]

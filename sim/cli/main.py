@@ -27,6 +27,7 @@ from sim.cli.calibrate import register as register_calibrate
 from sim.cli.catalog import catalog_app
 from sim.cli.check import register as register_check
 from sim.cli.compare import register as register_compare
+from sim.cli.export import register as register_export
 from sim.cli.spark import register as register_spark
 from sim.cli.validate import register as register_validate
 from sim.runtime import interrupts
@@ -41,7 +42,6 @@ app = typer.Typer(
     "vs the decoupled, timestamp-driven design.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
 )
 location_app = typer.Typer(help="Blob and Consensus locations (mem://, file://, s3://, postgres://).")
 postgres_app = typer.Typer(help="The embedded throwaway PostgreSQL server.")
@@ -50,6 +50,7 @@ app.add_typer(postgres_app, name="postgres")
 register_check(app)
 register_anomalies(app)
 register_compare(app)
+register_export(app)
 register_calibrate(app)
 register_spark(app)
 register_validate(app)
@@ -175,13 +176,22 @@ def doctor() -> None:
             table.add_row("postgres", "missing", str(exc))
     s3 = os.environ.get(S3_ENDPOINT_ENV)
     table.add_row("s3", "ok" if s3 else "local", redact_url(s3) if s3 else "tests start a local S3 server (moto)")
-    java = shutil.which("java")
-    if java:
+    # The java Spark's launcher starts: $JAVA_HOME/bin/java if JAVA_HOME is
+    # set (even when it is wrong), else the first on PATH.
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if java and os.access(java, os.X_OK):
         proc = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
         first = (proc.stderr or proc.stdout).splitlines()[:1]
-        table.add_row("java (spark)", "ok", first[0] if first else java)
+        if proc.returncode == 0:
+            table.add_row("java (spark)", "ok", first[0] if first else java)
+        else:
+            table.add_row("java (spark)", "broken", f"{java} -version exited {proc.returncode}")
+    elif home:
+        table.add_row("java (spark)", "missing", f"JAVA_HOME={home} has no bin/java, and Spark starts that one: "
+                      "fix or unset JAVA_HOME")  # fmt: skip
     else:
-        table.add_row("java (spark)", "missing", "install a JRE 17 for the Spark replay job")
+        table.add_row("java (spark)", "missing", "install a JRE 17 or 21 for the Spark replay job")
     _out.print(table)
     if not ok:
         raise typer.Exit(1)

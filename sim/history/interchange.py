@@ -5,7 +5,10 @@ and ours can read theirs. The dialect is documented in docs/histories.md.
 EDN is event-per-line: an `:invoke` and its completion (`:ok`, `:fail`,
 `:info`) are separate maps paired by process, as in Jepsen. Reading checks the
 pairing (every completion matches an invoke of its process; a process does
-nothing after `:info`) and reports the offending event's `:index`.
+nothing after `:info`) and reports the offending event's `:index`. It streams
+(`read_edn`): memory grows with the operations, not with the text. Jepsen's
+`#jepsen.history.Op{...}` records read as events; a trace's internal events
+travel as `:coordsim` `:event`s, so an exported trace checks as the trace does.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from sim.history.edn import Keyword, dumps, kw, loads_all
+from sim.history.edn import CHUNK_CHARS, Keyword, Symbol, Tagged, dumps, iter_forms, kw
 from sim.history.model import (
     ADD,
     INFO,
@@ -29,13 +32,22 @@ from sim.history.model import (
     HistoryBuilder,
     HistoryError,
     Kind,
+    Status,
     validate,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Iterator, Sequence
 
-__all__ = ["DEFAULT_TABLE", "ERROR_NAMES", "history_from_edn", "history_to_edn", "history_to_porcupine", "read_edn"]
+__all__ = [
+    "DEFAULT_TABLE",
+    "ERROR_NAMES",
+    "OP_RECORD_TAG",
+    "history_from_edn",
+    "history_to_edn",
+    "history_to_porcupine",
+    "read_edn",
+]
 
 #: SQLSTATE <-> the keyword Jepsen-style histories use for it.
 ERROR_NAMES: Final = {
@@ -51,12 +63,7 @@ ERROR_NAMES: Final = {
 _ERROR_CODES: Final = {v: k for k, v in ERROR_NAMES.items()}
 #: The table of a Jepsen history whose ops name none (the plain set workload).
 DEFAULT_TABLE: Final = "set"
-_TS_KEYS: Final = (("read-ts", 0), ("write-ts", 1), ("catalog-ts", 2))
 _K = kw
-
-
-def _get(m: dict[Any, Any], key: str) -> Any:
-    return m.get(Keyword(key))
 
 
 def _name(v: Any, where: str) -> str:
@@ -78,8 +85,10 @@ def _int(v: Any, where: str) -> int:
 
 
 def _to_json(v: Any) -> Any:
-    if isinstance(v, Keyword):
+    if isinstance(v, Keyword | Symbol):
         return v.name
+    if isinstance(v, Tagged):
+        return dumps(v)  # JSON has no tags: kept as its EDN text
     if isinstance(v, dict):
         return {str(_to_json(k)): _to_json(x) for k, x in v.items()}
     if isinstance(v, tuple | list):
@@ -123,127 +132,219 @@ def _split_value(kind: Kind, v: Any, where: str) -> tuple[str | None, tuple[int,
     return obj, (), None
 
 
-def history_from_edn(forms: Sequence[Any], *, source: str = "EDN") -> tuple[History, list[Event]]:
+def _split_fast(kind: Kind, v: Any) -> tuple[str | None, tuple[int, ...], Any] | None:
+    """`_split_value` for the common shapes (`["t" 5]`, `["t" nil]`, `"t"`),
+    or None to take the general path (which also words the errors)."""
+    if type(v) is tuple and len(v) == 2:
+        obj, rest = v
+        if type(obj) is str:
+            if kind is Kind.ADD:
+                if type(rest) is int and NONE < rest < _I64:
+                    return obj, (rest,), None
+            elif rest is None:
+                return obj, (), None
+    elif type(v) is str and kind is not Kind.ADD:
+        return v, (), None
+    return None
+
+
+def _where(source: str, index: int) -> str:
+    return f"{source}: event :index {index}"
+
+
+def _ts(v: Any, source: str, index: int, key: Keyword) -> int:
+    return v if type(v) is int and NONE < v < _I64 else _int(v, f"{_where(source, index)}: {key}")
+
+
+def _read_result(v: Any, where: str) -> tuple[int, ...]:
+    """The sorted elements of an `:ok` read's `:value`."""
+    res = v if isinstance(v, frozenset) else v[1] if isinstance(v, tuple) and len(v) > 1 else None
+    if not isinstance(res, frozenset | tuple):
+        raise HistoryError(f"{where}: an :ok :read needs :value [table #{{elements}}]")
+    if not res:
+        return ()
+    if set(map(type, res)) == _JUST_INT and min(res) > NONE and max(res) < _I64:
+        return tuple(sorted(res))  # checked at C speed; the element only on failure
+    return tuple(sorted(_int(x, f"{where}: read element") for x in res))
+
+
+def _error(err: Any) -> tuple[str | None, str | None]:
+    """(code, message) of a completion's `:error`."""
+    if isinstance(err, tuple) and err:
+        head = err[0]
+        if head == _K_SQLSTATE and len(err) > 1:
+            return str(err[1]), str(err[2]) if len(err) > 2 else None
+        hn = head.name if isinstance(head, Keyword) else str(head)
+        return _ERROR_CODES.get(hn, hn), " ".join(str(x) for x in err[1:]) or None
+    if isinstance(err, Keyword):
+        return _ERROR_CODES.get(err.name, err.name), None
+    return None, str(err)
+
+
+_I64: Final = 2**63
+_JUST_INT: Final = {int}
+_K_INDEX, _K_TIME, _K_TYPE, _K_PROCESS, _K_F, _K_VALUE = map(kw, ("index", "time", "type", "process", "f", "value"))
+_K_ERROR, _K_COUNT, _K_CLIENT, _K_SQLSTATE = map(kw, ("error", "count", "client", "sqlstate"))
+_K_READ_TS, _K_WRITE_TS, _K_CATALOG_TS = map(kw, ("read-ts", "write-ts", "catalog-ts"))
+_INVOKE: Final = -1
+#: `:type` -> the status of a completion (`_INVOKE` for an invoke).
+_TYPE_CODE: Final = {kw("invoke"): _INVOKE, kw("ok"): OK, kw("fail"): 1, kw("info"): INFO}
+_KIND_OF: Final = {kw(k.value): k for k in Kind}
+#: Jepsen's own history.edn prints each operation as this record.
+OP_RECORD_TAG: Final = "jepsen.history.Op"
+
+
+def history_from_edn(forms: Iterable[Any], *, source: str = "EDN") -> tuple[History, list[Event]]:
     """Pairs Jepsen events into operations; nemesis events become `fault`
-    events. Raises `HistoryError` naming the event on malformed input, and on
-    no events at all (an empty or truncated file, not an empty history)."""
-    if not forms:
-        raise HistoryError(f"{source}: no events (an empty file is not a history)")
+    events. `forms` may be a stream (`iter_forms`): only the invokes still
+    pending are held, and rows are built as completions arrive. Raises
+    `HistoryError` naming the event on malformed input, and on no events at
+    all (an empty or truncated file, not an empty history)."""
     b = HistoryBuilder()
-    open_: dict[Any, tuple[int, dict[Any, Any], int, int]] = {}  # process -> (index, invoke, time)
-    dead: dict[Any, int] = {}
-    rows: list[list[Any]] = []
+    add_row = b.add_row
+    # process -> (index, invoke, time, op id, kind)
+    open_: dict[int, tuple[int, dict[Any, Any], int, int, Kind]] = {}
+    dead: dict[int, int] = {}
+    # Op ids follow invoke order, as a live recorder's do; rows are added in
+    # that order, so a completed op waits here while an earlier one is open.
+    waiting: dict[int, tuple[Any, ...]] = {}
+    next_row = 0
+    n_ops = 0
     events: list[Event] = []
-    pids: dict[Any, int] = {}
-    for pos, m in enumerate(forms):
-        if not isinstance(m, dict):
-            raise HistoryError(f"{source}: form {pos} is not a map: {dumps(m)[:60]}")
-        index = _get(m, "index")
-        index = pos if index is None else _int(index, f"{source}: form {pos}: :index")
-        where = f"{source}: event :index {index}"
-        t = _get(m, "time")
-        t = index if t is None else _int(t, f"{where}: :time")
-        typ = _get(m, "type")
-        proc = _get(m, "process")
-        if not isinstance(typ, Keyword) or typ.name not in ("invoke", "ok", "fail", "info"):
-            raise HistoryError(f"{where}: :type must be :invoke, :ok, :fail or :info")
-        if isinstance(proc, Keyword):
-            events.append(Event(seq=len(events), kind="fault", component=proc.name, start_ns=t,
-                                end_ns=t, detail=json.dumps(_to_json(m), sort_keys=True)))  # fmt: skip
-            continue
-        if isinstance(proc, bool) or not isinstance(proc, int):
-            raise HistoryError(f"{where}: :process must be an integer (or :nemesis)")
-        _int(proc, f"{where}: :process")
-        f = _get(m, "f")
-        if not isinstance(f, Keyword):
-            raise HistoryError(f"{where}: :f must be a keyword")
-        try:
-            kind = Kind(f.name)
-        except ValueError as exc:
-            raise HistoryError(f"{where}: unknown :f :{f.name}") from exc
-        if typ.name == "invoke":
+    pos = -1
+    for pos, form in enumerate(forms):
+        m = form
+        if type(m) is not dict:
+            if isinstance(m, Tagged) and m.tag == OP_RECORD_TAG and isinstance(m.value, dict):
+                m = m.value
+            elif not isinstance(m, dict):
+                raise HistoryError(f"{source}: form {pos} is not a map: {dumps(m)[:60]}")
+        get = m.get
+        index = get(_K_INDEX)
+        if index is None:
+            index = pos
+        elif type(index) is not int or not NONE < index < _I64:
+            index = _int(index, f"{source}: form {pos}: :index")
+        t = get(_K_TIME)
+        if t is None:
+            t = index
+        elif type(t) is not int or not NONE < t < _I64:
+            t = _int(t, f"{_where(source, index)}: :time")
+        typ = get(_K_TYPE)
+        status = _TYPE_CODE.get(typ) if type(typ) is Keyword else None
+        if status is None:
+            raise HistoryError(f"{_where(source, index)}: :type must be :invoke, :ok, :fail or :info")
+        proc = get(_K_PROCESS)
+        if type(proc) is not int:
+            if proc is _K_INTERNAL and get(_K_F) is _K_EVENT:
+                events.append(_event_from_edn(get(_K_VALUE), t, len(events), _where(source, index)))
+                continue
+            if isinstance(proc, Keyword):
+                events.append(Event(seq=len(events), kind="fault", component=proc.name, start_ns=t,
+                                    end_ns=t, detail=json.dumps(_to_json(m), sort_keys=True)))  # fmt: skip
+                continue
+            if isinstance(proc, bool) or not isinstance(proc, int):
+                raise HistoryError(f"{_where(source, index)}: :process must be an integer (or :nemesis)")
+        if not NONE < proc < _I64:
+            _int(proc, f"{_where(source, index)}: :process")
+        f = get(_K_F)
+        if type(f) is not Keyword:
+            raise HistoryError(f"{_where(source, index)}: :f must be a keyword")
+        kind = _KIND_OF.get(f)
+        if kind is None:
+            raise HistoryError(f"{_where(source, index)}: unknown :f :{f.name}")
+        if status == _INVOKE:
             if proc in dead:
                 raise HistoryError(
-                    f"{where}: process {proc} invokes after its op at :index {dead[proc]} "
+                    f"{_where(source, index)}: process {proc} invokes after its op at :index {dead[proc]} "
                     "ended :info (use a fresh process)"
                 )
             if proc in open_:
                 raise HistoryError(
-                    f"{where}: process {proc} invokes while its op at :index {open_[proc][0]} is pending"
+                    f"{_where(source, index)}: process {proc} invokes while its op at :index "
+                    f"{open_[proc][0]} is pending"
                 )
-            open_[proc] = (index, m, t, len(pids))
-            pids[len(pids)] = index  # op ids follow invoke order, as a live recorder's do
+            open_[proc] = (index, m, t, n_ops, kind)
+            n_ops += 1
             continue
         pending = open_.pop(proc, None)
         if pending is None:
-            raise HistoryError(f"{where}: :{typ.name} for process {proc}, which has no pending invoke")
-        inv_index, inv, inv_t, pid = pending
-        if _get(inv, "f") != f:
-            raise HistoryError(f"{where}: completes :{f.name} but process {proc} invoked {dumps(_get(inv, 'f'))}")
+            raise HistoryError(
+                f"{_where(source, index)}: {dumps(typ)} for process {proc}, which has no pending invoke"
+            )
+        _, inv, inv_t, pid, inv_kind = pending
+        if inv_kind is not kind:
+            raise HistoryError(
+                f"{_where(source, index)}: completes :{f.name} but process {proc} invoked "
+                f"{dumps(inv.get(_K_F))}"
+            )
         if t < inv_t:
-            raise HistoryError(f"{where}: :time {t} is before its invoke's {inv_t}")
-        obj, els, args = _split_value(kind, _get(inv, "value"), where)
-        status = {"ok": 0, "fail": 1, "info": 2}[typ.name]
+            raise HistoryError(f"{_where(source, index)}: :time {t} is before its invoke's {inv_t}")
+        inv_value = inv.get(_K_VALUE)
+        split = _split_fast(kind, inv_value) or _split_value(kind, inv_value, _where(source, index))
+        obj, els, args = split
         if status == INFO:
             dead[proc] = index
         result: tuple[int, ...] | None = None
-        if kind == Kind.READ and status == OK:
-            v = _get(m, "value")
-            res = v if isinstance(v, frozenset) else v[1] if isinstance(v, tuple) and len(v) > 1 else None
-            if not isinstance(res, frozenset | tuple):
-                raise HistoryError(f"{where}: an :ok :read needs :value [table #{{elements}}]")
-            result = tuple(sorted(_int(x, f"{where}: read element") for x in res))
+        if status == OK and kind is Kind.READ:
+            result = _read_result(get(_K_VALUE), _where(source, index))
         code = msg = None
-        err = _get(m, "error")
-        if status != OK and err is not None:
-            if isinstance(err, tuple) and err:
-                head = err[0]
-                if head == Keyword("sqlstate") and len(err) > 1:
-                    code = str(err[1])
-                    msg = str(err[2]) if len(err) > 2 else None
-                else:
-                    hn = head.name if isinstance(head, Keyword) else str(head)
-                    code = _ERROR_CODES.get(hn, hn)
-                    msg = " ".join(str(x) for x in err[1:]) or None
-            elif isinstance(err, Keyword):
-                code = _ERROR_CODES.get(err.name, err.name)
-            else:
-                msg = str(err)
-        ts = [NONE, NONE, NONE]
-        for key, k in _TS_KEYS:
-            v = _get(m, key)
-            if v is not None:
-                ts[k] = _int(v, f"{where}: :{key}")
-        count = _get(m, "count")
-        client = _get(inv, "client")
-        rows.append([pid, proc, KIND_CODE[kind], obj, inv_t, t, status, els, result,
-                     NONE if count is None else _int(count, f"{where}: :count"),
-                     None if args is None else json.dumps(args, sort_keys=True),
-                     code, msg, ts[0], ts[1], ts[2], None if client is None else str(client)])  # fmt: skip
-    for proc, (inv_index, inv, inv_t, pid) in sorted(open_.items(), key=lambda x: x[1][3]):
-        f = _get(inv, "f")
-        assert isinstance(f, Keyword)
-        kind = Kind(f.name)
-        obj, els, args = _split_value(kind, _get(inv, "value"), f"{source}: event :index {inv_index}")
-        rows.append([pid, proc, KIND_CODE[kind], obj, inv_t, NONE, INFO, els, None, NONE,
-                     None if args is None else json.dumps(args, sort_keys=True),
-                     None, None, NONE, NONE, NONE, None])  # fmt: skip
-    rows.sort(key=lambda r: r[0])
-    for r in rows:
-        b.add_row(*r)
+        if status != OK:
+            err = get(_K_ERROR)
+            if err is not None:
+                code, msg = _error(err)
+        read_ts, write_ts, catalog_ts = get(_K_READ_TS), get(_K_WRITE_TS), get(_K_CATALOG_TS)
+        read_ts = NONE if read_ts is None else _ts(read_ts, source, index, _K_READ_TS)
+        write_ts = NONE if write_ts is None else _ts(write_ts, source, index, _K_WRITE_TS)
+        catalog_ts = NONE if catalog_ts is None else _ts(catalog_ts, source, index, _K_CATALOG_TS)
+        count = get(_K_COUNT)
+        if count is not None:
+            count = _int(count, f"{_where(source, index)}: :count")
+        client = inv.get(_K_CLIENT)
+        row: tuple[Any, ...] = (pid, proc, KIND_CODE[kind], obj, inv_t, t, status, els, result,
+               NONE if count is None else count,
+               None if args is None else json.dumps(args, sort_keys=True),
+               code, msg, read_ts, write_ts, catalog_ts, None if client is None else str(client))  # fmt: skip
+        if pid != next_row:
+            waiting[pid] = row
+            continue
+        add_row(*row)
+        next_row += 1
+        while waiting:
+            later = waiting.pop(next_row, None)
+            if later is None:
+                break
+            add_row(*later)
+            next_row += 1
+    if pos < 0:
+        raise HistoryError(f"{source}: no events (an empty file is not a history)")
+    for proc, (inv_index, inv, inv_t, pid, kind) in open_.items():
+        obj, els, args = _split_value(kind, inv.get(_K_VALUE), _where(source, inv_index))
+        waiting[pid] = (pid, proc, KIND_CODE[kind], obj, inv_t, NONE, INFO, els, None, NONE,
+                        None if args is None else json.dumps(args, sort_keys=True),
+                        None, None, NONE, NONE, NONE, None)  # fmt: skip
+    for pid in sorted(waiting):
+        add_row(*waiting[pid])
+    events.sort(key=lambda e: e.seq)  # stable: a history without :seq keeps file order
     h = b.build()
     validate(h)
     return h, events
 
 
-def read_edn(path: Path | str) -> tuple[History, list[Event]]:
+def read_edn(path: Path | str, *, chunk_chars: int = CHUNK_CHARS) -> tuple[History, list[Event]]:
+    """The history in the EDN file at `path`, read `chunk_chars` characters
+    at a time (memory grows with the operations, not with the text)."""
     p = Path(path)
+
+    def chunks() -> Iterator[str]:
+        with p.open(encoding="utf-8") as f:
+            while chunk := f.read(chunk_chars):
+                yield chunk
+
     try:
-        text = p.read_text(encoding="utf-8")
+        return history_from_edn(iter_forms(chunks()), source=str(p))
     except (OSError, UnicodeDecodeError) as exc:
         raise HistoryError(f"{p}: unreadable: {exc}") from exc
-    try:
-        return history_from_edn(loads_all(text), source=str(p))
     except HistoryError as exc:
         if str(exc).startswith(str(p)):
             raise
@@ -264,17 +365,85 @@ def _invoke_value(h: History, i: int) -> Any:
     return name
 
 
-def history_to_edn(h: History) -> str:
-    """One event map per line, ordered by time (an invoke before a completion
-    at the same instant, so equal times never read as real-time order)."""
-    evs: list[tuple[int, int, int, str]] = []
+#: Internal events (`Event`: oracle calls, group commits, faults) travel in
+#: EDN as `:info` events of this non-client process, as a nemesis's do in
+#: Jepsen, so checkers that read only integer processes skip them.
+_K_INTERNAL: Final = kw("coordsim")
+_K_EVENT: Final = kw("event")
+_EVENT_INTS: Final = ("seq", "end-ns", "ts", "batch-size")
+_EVENT_STRS: Final = ("kind", "component", "timeline", "actor", "detail")
+
+
+def _event_to_edn(e: Event) -> str:
+    v: dict[Any, Any] = {_K("seq"): e.seq, _K("kind"): e.kind, _K("component"): e.component}
+    for key, x in (("end-ns", e.end_ns), ("ts", e.ts), ("batch-size", e.batch_size), ("timeline", e.timeline),
+                   ("actor", e.actor), ("detail", e.detail)):  # fmt: skip
+        if x is not None:
+            v[_K(key)] = x
+    if e.status != Status.OK:
+        v[_K("status")] = _K(Status(e.status).value)
+    if e.ops:
+        v[_K("ops")] = tuple(e.ops)
+    return _line({_K("type"): _K("info"), _K("process"): _K_INTERNAL, _K("f"): _K_EVENT, _K("value"): v})
+
+
+def _event_from_edn(v: Any, t: int, seq: int, where: str) -> Event:
+    """The `Event` an internal event's `:value` describes (see `_event_to_edn`)."""
+    if not isinstance(v, dict):
+        raise HistoryError(f"{where}: a :coordsim :event needs a map :value")
+    got: dict[str, Any] = {}
+    for key in _EVENT_INTS:
+        x = v.get(Keyword(key))
+        if x is not None:
+            got[key] = _int(x, f"{where}: :{key}")
+    for key in _EVENT_STRS:
+        x = v.get(Keyword(key))
+        if x is not None and not isinstance(x, str):
+            raise HistoryError(f"{where}: :{key} must be a string, got {dumps(x)[:40]}")
+        got[key] = x
+    if got["kind"] is None or got["component"] is None:
+        raise HistoryError(f"{where}: a :coordsim :event needs :kind and :component")
+    st = v.get(Keyword("status"), Keyword("ok"))
+    if not isinstance(st, Keyword) or st.name not in {s.value for s in Status}:
+        raise HistoryError(f"{where}: :status must be :ok, :fail or :info")
+    ops = v.get(Keyword("ops"), ())
+    if not isinstance(ops, tuple):
+        raise HistoryError(f"{where}: :ops must be a vector of op ids")
+    return Event(
+        seq=got.get("seq", seq), kind=got["kind"], component=got["component"], start_ns=t,
+        end_ns=got.get("end-ns"), status=Status(st.name), timeline=got["timeline"], ts=got.get("ts"),
+        batch_size=got.get("batch-size"), actor=got["actor"],
+        ops=tuple(_int(x, f"{where}: :ops") for x in ops), detail=got["detail"],
+    )  # fmt: skip
+
+
+def history_to_edn(h: History, events: Sequence[Event] = ()) -> str:
+    """One event map per line, ordered by time: at one instant, invokes come
+    before completions, so equal times never read as real-time order — except
+    that a process's next invoke comes right after its own completion (a
+    process has one operation at a time, and a reader pairs by process).
+    `events` (a trace's internal-event table) follow their instant's client
+    events, as `:coordsim` `:event`s, so `history_from_edn` gives them back."""
+    evs: list[tuple[int, int, int, int, str]] = []
+    # Ties are broken by invoke order (`rank`), so a chain of a process's
+    # operations at one instant reads invoke, complete, invoke, complete...
+    rank = [0] * h.n
+    after: dict[int, int] = {}  # op -> the rank of its process's op that completed as it was invoked
+    last: dict[int, int] = {}  # process -> its latest op so far, in invoke order
+    for r, i in enumerate(sorted(range(h.n), key=lambda i: (h.invoke[i], h.op_id[i]))):
+        rank[i] = r
+        prev = last.get(h.process[i])
+        if prev is not None and h.complete[prev] == h.invoke[i]:
+            after[i] = rank[prev]
+        last[h.process[i]] = i
     for i in range(h.n):
         k = KINDS[h.kind[i]]
         base: dict[Any, Any] = {_K("process"): h.process[i], _K("f"): _K(k.value)}
         inv = {_K("type"): _K("invoke"), **base, _K("value"): _invoke_value(h, i)}
         if h.client[i] is not None:
             inv[_K("client")] = h.client[i]
-        evs.append((h.invoke[i], 0, i, _line(inv)))
+        prev = after.get(i)
+        evs.append((h.invoke[i], 0, rank[i], 0, _line(inv)) if prev is None else (h.invoke[i], 1, prev, 1, _line(inv)))
         if h.complete[i] == NONE:
             continue
         st = STATUSES[h.status[i]]
@@ -295,10 +464,12 @@ def history_to_edn(h: History) -> str:
         for key, col in (("read-ts", h.read_ts), ("write-ts", h.write_ts), ("catalog-ts", h.catalog_ts)):
             if col[i] != NONE:
                 done[_K(key)] = col[i]
-        evs.append((h.complete[i], 1, i, _line(done)))
-    evs.sort(key=lambda x: (x[0], x[1], x[2]))
+        evs.append((h.complete[i], 1, rank[i], 0, _line(done)))
+    for e in events:
+        evs.append((e.start_ns, 2, e.seq, 0, _event_to_edn(e)))
+    evs.sort()
     out = []
-    for index, (t, _, _, body) in enumerate(evs):
+    for index, (t, _, _, _, body) in enumerate(evs):
         out.append(f"{{:index {index}, :time {t}, {body}}}")
     return "\n".join(out) + ("\n" if out else "")
 

@@ -30,8 +30,10 @@ def java_problem() -> str | None:
     4 needs Java 17 or 21; a missing `java` is the usual failure on a fresh
     machine and the JVM's own error for it is a page of stack trace."""
     home = os.environ.get("JAVA_HOME")
-    if home and os.path.exists(os.path.join(home, "bin", "java")):
-        return None
+    if home:  # Spark's launcher starts $JAVA_HOME/bin/java, even when it is wrong
+        if os.access(os.path.join(home, "bin", "java"), os.X_OK):
+            return None
+        return f"JAVA_HOME={home} has no bin/java, and Spark starts that one: fix or unset JAVA_HOME"
     if shutil.which("java") is None:
         return "no Java runtime: Spark needs Java 17 or 21 (e.g. apt-get install -y openjdk-17-jre-headless)"
     return None

@@ -144,6 +144,21 @@ def test_bad_location_is_exit_2(tmp_path: Path) -> None:
         assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_a_missing_blob_directory_is_exit_2_and_creates_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "typo"
+    location = f"persist+postgres://u@h/db?blob=file://{missing}"
+    for args in (("dump",), ("edit", "setting", '{"name": "x"}', '{"value": "y"}'), ("delete", "table", '{"id": 1}')):
+        result = cli(args[0], "--location", location, *args[1:])
+        assert result.exit_code == 2, result.output
+        assert result.stderr.strip().splitlines() == [
+            f"coordsim: invalid input: no catalog at {location}: blob directory {missing} does not exist"
+        ]
+    result = cli("upgrade-check", "--location", location)
+    assert result.exit_code == 0, result.output
+    assert "not initialized" in result.stdout
+    assert not missing.exists()
+
+
 def test_upgrade_check(url: str) -> None:
     result = cli("upgrade-check", "--location", url)
     assert result.exit_code == 0

@@ -252,8 +252,12 @@ def _missing(h: History, t: TableIndex, e: array[int], col: Collector) -> None:
     for r, xs in stale.items():
         x = xs[0]
         a = t.writer[x]
-        later = ("no later read shows it either (a lost write)" if x in lost
-                 else "a later read shows it was not lost")  # fmt: skip
+        if x in lost:
+            later = "no later read shows it either (a lost write)"
+        elif last_inv.get(x, -1) > inv[r]:
+            later = "a later read shows it, so it was not lost"
+        else:  # only reads that began before this one show it
+            later = "a read that began after the acknowledgement shows it, so it was not lost"
         col.add(
             "stale-read",
             (a, r),

@@ -175,7 +175,8 @@ def describe(h: History, i: int) -> str:
         what = f"{k} {els[0] if len(els) == 1 else _elems(els)} to {name}"
     st = h.status[i]
     if st == FAIL:
-        what += f" failed {h.error_code[i]}"
+        code = h.error_code[i]
+        what += " failed" if code is None else f" failed {code}"
     elif st == INFO:
         what += " indeterminate"
     return f"op {h.op_id[i]} ({STATUSES[st]}, process {h.process[i]}: {what})"

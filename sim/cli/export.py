@@ -1,0 +1,166 @@
+"""`coordsim export TRACE --format edn|porcupine|csv [-o PATH]`: a recorded
+history in the formats established checkers read (Jepsen/Elle EDN, Porcupine
+JSON) or a spreadsheet does (CSV).
+
+It never replaces a file coordsim did not write: an EDN file it wrote carries
+`EDN_SIGNATURE` on its first line and is replaced; JSON and CSV have no room
+for such a mark, so an existing file of theirs is refused. Several traces
+under TRACE go into a directory, claimed by the rule of every coordsim output.
+"""
+
+from __future__ import annotations
+
+import csv
+import enum
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Final
+
+import typer
+
+from sim.history.interchange import history_to_edn, history_to_porcupine, read_edn
+from sim.history.model import KINDS, NONE, STATUSES, HistoryError
+from sim.history.traces import read_trace
+from sim.runtime.errors import InvalidUsage
+from sim.runtime.outputs import atomic_write, claim_file, staged_dir
+from sim.spark.frames import expand_traces
+
+if TYPE_CHECKING:
+    from sim.history.model import Event, History
+
+__all__ = ["CSV_COLUMNS", "EDN_SIGNATURE", "Format", "export", "register"]
+
+#: The first line of an EDN file `export` wrote (an EDN comment): what lets a
+#: later export replace it.
+EDN_SIGNATURE: Final = "; written by coordsim export"
+CSV_COLUMNS: Final = (
+    "op_id", "process", "client", "kind", "object", "elements", "args", "invoke_ns", "complete_ns",
+    "status", "error_code", "error", "result", "count", "read_ts", "write_ts", "catalog_ts",
+)  # fmt: skip
+
+
+class Format(enum.StrEnum):
+    edn = "edn"
+    porcupine = "porcupine"
+    csv = "csv"
+
+
+_EXTENSION: Final = {Format.edn: "edn", Format.porcupine: "json", Format.csv: "csv"}
+
+
+def _bad_input(msg: str) -> typer.Exit:
+    line = " ".join(msg.split())  # one line, whatever a library's message spans
+    print(f"coordsim: invalid input: {line}", file=sys.stderr)  # noqa: T201 - the CLI's error channel
+    return typer.Exit(2)
+
+
+def _int_or_empty(v: int) -> str:
+    return "" if v == NONE else str(v)
+
+
+def _csv_write(h: History, path: Path) -> None:
+    """One row per operation; lists as space-separated integers, absent values empty."""
+    with path.open("w", encoding="utf-8", newline="") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(CSV_COLUMNS)
+        for i in range(h.n):
+            res = h.result(i)
+            w.writerow((
+                h.op_id[i], h.process[i], h.client[i] or "", KINDS[h.kind[i]].value, h.name(i) or "",
+                " ".join(map(str, h.elements(i))), h.args[i] or "", h.invoke[i], _int_or_empty(h.complete[i]),
+                STATUSES[h.status[i]].value, h.error_code[i] or "", h.error[i] or "",
+                "" if res is None else " ".join(map(str, res)), _int_or_empty(h.count[i]),
+                _int_or_empty(h.read_ts[i]), _int_or_empty(h.write_ts[i]), _int_or_empty(h.catalog_ts[i]),
+            ))  # fmt: skip
+
+
+def _write(h: History, events: list[Event], fmt: Format, path: Path, source: str) -> None:
+    if fmt is Format.csv:
+        atomic_write(path, lambda p: _csv_write(h, p))
+        return
+    if fmt is Format.edn:
+        text = f"{EDN_SIGNATURE} from {' '.join(source.split())}\n" + history_to_edn(h, events)
+    else:
+        text = history_to_porcupine(h)  # client operations only: Porcupine models no internal events
+    atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
+
+
+def _claim(path: Path, fmt: Format) -> None:
+    """Refuses `path` unless writing it loses nothing (see the module docstring)."""
+    if fmt is Format.edn:
+        claim_file(path, EDN_SIGNATURE)
+    elif path.exists() or path.is_symlink():
+        raise InvalidUsage(
+            f"{path} exists; coordsim replaces only an EDN file it wrote ({fmt.value} files carry no "
+            "mark of who wrote them), so choose another name"
+        )
+
+
+def _read(path: Path) -> tuple[History, list[Event]]:
+    if path.is_file():
+        return read_edn(path)
+    trace = read_trace(path)
+    return trace.history, trace.events
+
+
+def export(
+    trace: Annotated[
+        Path,
+        typer.Argument(
+            help="A trace directory, a directory holding traces below it (a run's output), or an EDN history.",
+        ),
+    ],
+    fmt: Annotated[
+        Format,
+        typer.Option("--format", "-f", help="edn (Jepsen/Elle), porcupine (JSON) or csv (one row per operation)."),
+    ] = Format.edn,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o",
+            help="File to write, or a directory when TRACE holds several traces "
+            "(default: TRACE's name with the format's extension, in the working directory).",
+        ),
+    ] = None,
+) -> None:
+    """Export a recorded history for established checkers: EDN for Jepsen/Elle/Knossos (internal events as `:coordsim` events, so `coordsim check` on the file gives the trace's verdict), Porcupine JSON, or CSV. Prints the path of every file written.
+
+    Example: coordsim export coordsim-run/trace --format porcupine -o history.json
+    """
+    try:
+        if not trace.exists():
+            raise HistoryError(f"{trace}: no such trace directory or EDN file")
+        found = [Path(t) for t in expand_traces([str(trace)])] if trace.is_dir() else [trace]
+        ext = _EXTENSION[fmt]
+        name = trace.absolute().name if trace.is_dir() else trace.stem
+        if len(found) == 1:
+            target = output if output is not None else Path(f"{name}.{ext}")
+            if target.is_dir():
+                target = target / f"{name}.{ext}"
+            _claim(target, fmt)  # before reading: refuse early
+            h, events = _read(found[0])
+            _write(h, events, fmt, target, str(found[0]))
+            written = [target]
+        else:
+            out_dir = output if output is not None else Path(f"{name}-{fmt.value}")
+            root = Path(os.path.abspath(trace))  # as `expand_traces` names them (`..` resolved)
+            written = []
+            with staged_dir(out_dir, "export") as stage:
+                for t in found:
+                    rel = t.relative_to(root)
+                    h, events = _read(t)
+                    (stage / rel.parent).mkdir(parents=True, exist_ok=True)
+                    _write(h, events, fmt, stage / rel.parent / f"{rel.name}.{ext}", str(t))
+                    written.append(out_dir / rel.parent / f"{rel.name}.{ext}")
+    except (HistoryError, InvalidUsage) as exc:
+        raise _bad_input(str(exc)) from exc
+    except OSError as exc:
+        raise _bad_input(f"cannot write {output or 'the export'}: {exc.strerror or exc}") from exc
+    for p in written:
+        print(p)  # noqa: T201 - the paths are the output; plain, so scripts can read them
+
+
+def register(app: typer.Typer) -> None:
+    """Adds `export` to the `coordsim` app (sim/cli/main.py calls this)."""
+    app.command("export")(export)
