@@ -211,7 +211,6 @@ def plot(directory: Path, rows: Sequence[LevelRow]) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FixedFormatter, FixedLocator
 
     paths = []
     for wl in _workloads(rows):
@@ -237,11 +236,7 @@ def plot(directory: Path, rows: Sequence[LevelRow]) -> list[Path]:
                     drawn = ax.plot([x for x, _ in pts50], [y for _, y in pts50], marker="o", label=f"{cfg} p50")
                     ax.plot([x for x, _ in pts99], [y for _, y in pts99], linestyle="--", marker=".",
                             color=drawn[0].get_color(), label=f"{cfg} p99")  # fmt: skip
-            ax.set_xscale("log", base=2)
-            ax.xaxis.set_major_locator(FixedLocator(levels))
-            ax.xaxis.set_major_formatter(FixedFormatter([str(c) for c in levels]))
-            ax.xaxis.set_minor_locator(FixedLocator([]))
-            ax.set_xlabel("concurrent clients")
+            concurrency_axis(ax, levels)
             if kind == "throughput":
                 ax.set_ylabel("operations / s (mean, 95% CI)")
                 ax.set_ylim(bottom=0)
@@ -254,6 +249,19 @@ def plot(directory: Path, rows: Sequence[LevelRow]) -> list[Path]:
             ax.legend(fontsize="small", loc="best")
             paths.append(save_figure(fig, directory / f"{wl}-{kind}.png"))
     return paths
+
+
+def concurrency_axis(ax: Any, levels: Sequence[int]) -> None:
+    """A log2 x axis of concurrent clients, ticked and labelled at exactly
+    the measured levels (1, 4, 16, … rather than 2⁰, 2², …): the look that
+    compare's and replay's plots share."""
+    from matplotlib.ticker import FixedFormatter, FixedLocator
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(list(levels)))
+    ax.xaxis.set_major_formatter(FixedFormatter([str(c) for c in levels]))
+    ax.xaxis.set_minor_locator(FixedLocator([]))
+    ax.set_xlabel("concurrent clients")
 
 
 def save_figure(fig: Any, path: Path) -> Path:

@@ -58,7 +58,8 @@ def plot(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import FixedFormatter, FixedLocator
+
+    from sim.compare.report import concurrency_axis
 
     paths: list[Path] = []
     workloads = sorted({str(r["workload"]) for r in metric_rows} | {str(w["workload"]) for w in window_rows})
@@ -79,11 +80,7 @@ def plot(
                     (line,) = ax.plot([x for x, _ in p50], [y for _, y in p50], marker="o", label=f"{cfg} p50")
                     ax.plot([x for x, _ in p99], [y for _, y in p99], linestyle="--", marker=".",
                             color=line.get_color(), label=f"{cfg} p99")  # fmt: skip
-            ax.set_xscale("log", base=2)
-            ax.xaxis.set_major_locator(FixedLocator(levels))
-            ax.xaxis.set_major_formatter(FixedFormatter([str(c) for c in levels]))
-            ax.xaxis.set_minor_locator(FixedLocator([]))
-            ax.set_xlabel("concurrent clients")
+            concurrency_axis(ax, levels)
             if kind == "throughput":
                 ax.set_ylabel("ok operations / s")
                 ax.set_ylim(bottom=0)
