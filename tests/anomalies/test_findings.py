@@ -96,9 +96,11 @@ def test_split_brain_stale_catalog_ts_on_the_pg_oracle() -> None:
 
 
 #: Split-brain seeds on which `decoupled` never finishes (found by the nightly
-#: 10,000-seed sweep, README): a liveness hole, present before and after the
-#: issue-20 changes, not yet explained. When it is fixed this test fails:
-#: then turn it into a regression test that these seeds finish clean.
+#: 10,000-seed sweep, README), before and after the issue-20 changes. On seed
+#: 5490 both coordinators are alive at the stall, but every client has seen
+#: its connection to each drop and waits in `Client._bind` for one it has not
+#: given up on (the driver, it seems, not the design). When it is fixed this
+#: test fails: then turn it into a regression test that these seeds finish clean.
 STUCK_SPLIT_BRAIN_SEEDS = (2266, 5149, 5292, 5490, 7299, 7465, 8584)
 
 
