@@ -107,12 +107,9 @@ _Schedule = Annotated[
 ]  # fmt: skip
 
 
-def _schedule(text: str | None, mode: str) -> str:
-    """The canonical policy; one other than fifo needs virtual mode."""
-    policy = parse_schedule(text or "fifo")
-    if policy != "fifo" and mode != "virtual":
-        raise InvalidUsage(f"--schedule {policy} needs virtual mode (real mode runs asyncio's own order)")
-    return policy
+def _schedule(text: str | None) -> str:
+    """The canonical policy (`Spec` refuses one other than fifo in real mode)."""
+    return parse_schedule(text or "fifo")
 
 
 def _mode(text: str) -> Mode:
@@ -213,7 +210,7 @@ def anomalies_run(
         known_bad if known_bad is not None else [str(k) for k in settings.get("known_bad", [])],
         clients, size, faults if faults is not None else settings.get("faults"), mode,
     )  # fmt: skip
-    policy = _schedule(schedule if schedule is not None else settings.get("schedule"), spec.mode)
+    policy = _schedule(schedule if schedule is not None else settings.get("schedule"))
     spec = replace(spec, schedule=policy)
     _check_postgres(spec.mode)
     replay = spec.command()
@@ -324,7 +321,7 @@ def anomalies_sweep(
     check every seed with every checker, and summarize: anomalies by name and
     each failing seed with its replay command. Exit 1 if any seed failed."""
     work = tasks(scenario, config, seeds=seeds, first_seed=first_seed, known_bad=known_bad or [],
-                 schedule=_schedule(schedule, "virtual"))  # fmt: skip
+                 schedule=_schedule(schedule))  # fmt: skip
     n_jobs = jobs if jobs is not None else (os.cpu_count() or 1)
     check_int("--jobs", n_jobs, low=1, high=MAX_JOBS, unit="worker processes")
     by_seed = {t.seed: t for t in work}
@@ -379,7 +376,7 @@ def shrink_command(
     check_int("--max-runs", max_runs, low=1, high=MAX_SHRINK_RUNS, unit="runs")
     if anomaly is not None and anomaly not in ANOMALY_NAMES:
         raise InvalidUsage(f"unknown anomaly {anomaly!r}; known: {', '.join(ANOMALY_NAMES)}")
-    policy = _schedule(schedule, spec.mode)
+    policy = _schedule(schedule)
     spec = replace(spec, schedule=policy)
     if spec.mode == "virtual":
         _shrink_ops(spec, policy, anomaly, max_runs, out)

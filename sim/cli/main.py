@@ -10,7 +10,6 @@ import enum
 import importlib.metadata
 import os
 import platform
-import shutil
 import signal
 import subprocess
 import sys
@@ -176,22 +175,18 @@ def doctor() -> None:
             table.add_row("postgres", "missing", str(exc))
     s3 = os.environ.get(S3_ENDPOINT_ENV)
     table.add_row("s3", "ok" if s3 else "local", redact_url(s3) if s3 else "tests start a local S3 server (moto)")
-    # The java Spark's launcher starts: $JAVA_HOME/bin/java if JAVA_HOME is
-    # set (even when it is wrong), else the first on PATH.
-    home = os.environ.get("JAVA_HOME")
-    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
-    if java and os.access(java, os.X_OK):
+    from sim.spark.session import java_binary, java_problem
+
+    problem, java = java_problem(), java_binary()
+    if problem is not None or java is None:
+        table.add_row("java (spark)", "missing", problem or "no java")
+    else:
         proc = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
         first = (proc.stderr or proc.stdout).splitlines()[:1]
         if proc.returncode == 0:
             table.add_row("java (spark)", "ok", first[0] if first else java)
         else:
             table.add_row("java (spark)", "broken", f"{java} -version exited {proc.returncode}")
-    elif home:
-        table.add_row("java (spark)", "missing", f"JAVA_HOME={home} has no bin/java, and Spark starts that one: "
-                      "fix or unset JAVA_HOME")  # fmt: skip
-    else:
-        table.add_row("java (spark)", "missing", "install a JRE 17 or 21 for the Spark replay job")
     _out.print(table)
     if not ok:
         raise typer.Exit(1)

@@ -19,6 +19,7 @@ from sim.runtime.errors import InvalidUsage
 from sim.runtime.interrupts import guard
 from sim.runtime.latency import Constant, LatencyModel
 from sim.runtime.loop import VirtualEventLoop
+from sim.runtime.patches import get_running_loop
 from sim.runtime.schedule import parse_schedule
 
 __all__ = ["Runtime", "WallClock", "run"]
@@ -60,25 +61,20 @@ class Runtime:
         self.rng = random.Random(_stream_seed(seed, _name))
         self.latency = latency if latency is not None else LatencyModel(default=Constant(0.0))
         self._wall_clock = wall_clock
-        # The virtual loop `run` runs this Runtime (and those derived from it)
-        # on, shared by reference; None: ask asyncio. CPython 3.11's
-        # `get_running_loop` makes a getpid() system call each time, and the
-        # clock is read tens of times per simulated statement.
-        self._bound: list[VirtualEventLoop | None] = [None]
 
     def derive(self, name: str) -> Runtime:
         """A Runtime sharing clock and models, with an independent RNG stream named
         `name`, so one component's draws never shift another's."""
         full = f"{self.name}/{name}" if self.name else name
-        child = Runtime(seed=self.seed, latency=self.latency, wall_clock=self._wall_clock, _name=full)
-        child._bound = self._bound
-        return child
+        return Runtime(seed=self.seed, latency=self.latency, wall_clock=self._wall_clock, _name=full)
 
     # Clock.
 
-    def _loop(self) -> asyncio.AbstractEventLoop:
-        loop = self._bound[0]
-        return loop if loop is not None else asyncio.get_running_loop()
+    @staticmethod
+    def _loop() -> asyncio.AbstractEventLoop:
+        # Not asyncio.get_running_loop(): CPython 3.11's makes a getpid()
+        # system call, and the clock is read tens of times per statement.
+        return get_running_loop()
 
     @property
     def virtual(self) -> bool:
@@ -87,8 +83,7 @@ class Runtime:
 
     def now(self) -> float:
         """Monotonic seconds (the loop's clock)."""
-        loop = self._bound[0]
-        return (loop if loop is not None else asyncio.get_running_loop()).time()
+        return get_running_loop().time()
 
     def now_ms(self) -> float:
         return self._loop().time() * 1000
@@ -201,13 +196,7 @@ def run(
         else asyncio.new_event_loop
     )
     with asyncio.Runner(loop_factory=factory) as runner:
-        loop = runner.get_loop()
-        if isinstance(loop, VirtualEventLoop):
-            rt._bound[0] = loop  # for this run only (see `Runtime.__init__`)
-        try:
-            return runner.run(_declared_asyncio(guard(main(rt))))
-        finally:
-            rt._bound[0] = None
+        return runner.run(_declared_asyncio(guard(main(rt))))
 
 
 async def _declared_asyncio(main: Coroutine[Any, Any, T]) -> T:

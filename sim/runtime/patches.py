@@ -261,11 +261,9 @@ def _patch_running_loop_lookups() -> None:
     look up at call time) and anyio 4.16.0 (`anyio._backends._asyncio` binds
     `get_running_loop` and `current_task` at import).
     """
-    for module in (anyio_asyncio,):
-        if getattr(module, "get_running_loop", None) is not _get_running_loop or getattr(
-            module, "current_task", None
-        ) is not _current_task:
-            raise _unverified(f"{module.__name__} does not use asyncio's get_running_loop and current_task")
+    uses = (getattr(anyio_asyncio, "get_running_loop", None), getattr(anyio_asyncio, "current_task", None))
+    if uses != (_get_running_loop, _current_task):
+        raise _unverified(f"{anyio_asyncio.__name__} does not use asyncio's get_running_loop and current_task")
     asyncio.events.get_running_loop = get_running_loop
     anyio_asyncio.get_running_loop = get_running_loop  # type: ignore[attr-defined]
     anyio_asyncio.current_task = current_task  # type: ignore[attr-defined]

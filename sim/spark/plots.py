@@ -6,7 +6,6 @@ concurrency plots (it has no place on that axis) but not of `windows`."""
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
@@ -32,21 +31,6 @@ def _numeric(c: Any) -> int | None:
     return int(k[1]) if k[0] == 0 else None
 
 
-def _save(fig: Any, path: Path) -> Path:
-    """PNG under a temporary name, then renamed (nothing half-written)."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        fig.savefig(tmp, format="png")
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-        plt.close(fig)
-    return path
-
-
 def plot(
     out: Path, metric_rows: Sequence[dict[str, Any]], window_rows: Sequence[dict[str, Any]], window_ms: int
 ) -> list[Path]:
@@ -59,7 +43,7 @@ def plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from sim.compare.report import concurrency_axis
+    from sim.compare.report import concurrency_axis, save_figure
 
     paths: list[Path] = []
     workloads = sorted({str(r["workload"]) for r in metric_rows} | {str(w["workload"]) for w in window_rows})
@@ -91,7 +75,7 @@ def plot(
             ax.set_title(f"{wl}: {kind} (replayed traces)")
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize="small", loc="best")
-            paths.append(_save(fig, out / f"{wl}-{kind}.png"))
+            paths.append(save_figure(fig, out / f"{wl}-{kind}.png"))
         wins: dict[tuple[str, tuple[int, float, str]], dict[int, int]] = {}
         names: dict[tuple[str, tuple[int, float, str]], str] = {}
         for w in window_rows:
@@ -124,5 +108,5 @@ def plot(
         ax.set_title(f"{wl}: throughput over time (replayed traces)")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small", loc="best")
-        paths.append(_save(fig, out / f"{wl}-windows.png"))
+        paths.append(save_figure(fig, out / f"{wl}-windows.png"))
     return paths

@@ -25,16 +25,23 @@ class SparkUnavailable(CoordsimError):
     """No Spark session could start (no Java, or the JVM failed to launch)."""
 
 
+def java_binary() -> str | None:
+    """The java Spark's launcher starts: `$JAVA_HOME/bin/java` when JAVA_HOME
+    is set (even when it is wrong), else the first on PATH; None if neither."""
+    home = os.environ.get("JAVA_HOME")
+    return os.path.join(home, "bin", "java") if home else shutil.which("java")
+
+
 def java_problem() -> str | None:
     """Why a local Spark session cannot start, or None if Java is there. Spark
     4 needs Java 17 or 21; a missing `java` is the usual failure on a fresh
     machine and the JVM's own error for it is a page of stack trace."""
     home = os.environ.get("JAVA_HOME")
-    if home:  # Spark's launcher starts $JAVA_HOME/bin/java, even when it is wrong
-        if os.access(os.path.join(home, "bin", "java"), os.X_OK):
+    if home:
+        if os.access(java_binary() or "", os.X_OK):
             return None
         return f"JAVA_HOME={home} has no bin/java, and Spark starts that one: fix or unset JAVA_HOME"
-    if shutil.which("java") is None:
+    if java_binary() is None:
         return "no Java runtime: Spark needs Java 17 or 21 (e.g. apt-get install -y openjdk-17-jre-headless)"
     return None
 
