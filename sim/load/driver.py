@@ -33,6 +33,15 @@ __all__ = ["Client", "Sim", "Step", "drive"]
 
 #: The coordinator went away under the statement, or fenced it.
 _GONE: Final = frozenset({SqlState.ADMIN_SHUTDOWN.value})
+#: A client whose every live coordinator has dropped or fenced it tries them
+#: again after this long, doubling up to `_RECONNECT_MAX_S`, as a connection
+#: pool does. Not a measured cost: it only decides how many refused statements
+#: a deployment with no serving coordinator shows, instead of the client
+#: waiting forever for one to start (issue 21's stuck split-brain seeds, where
+#: each coordinator of two fenced the other). Both are far below a run's
+#: STUCK_AFTER_S (30 s), so such a run ends with its statements refused.
+_RECONNECT_S: Final = 0.01
+_RECONNECT_MAX_S: Final = 0.64
 
 
 @final
@@ -48,6 +57,7 @@ class Client:
         self._session: RecordingSession | None = None
         self._coord: Coordinator | None = None
         self._gone: list[Coordinator] = []
+        self._backoff = _RECONNECT_S
 
     async def _bind(self) -> RecordingSession:
         dep = self.sim.dep
@@ -55,7 +65,16 @@ class Client:
             live = [h.coord for h in dep.live if all(h.coord is not g for g in self._gone)]
             if live:
                 break
-            await dep.wait_changed()
+            if not dep.live:
+                await dep.wait_changed()  # a restart is coming, or the run is ending
+                continue
+            # Every live coordinator refused us: try them again later (they
+            # may serve by then), unless one starts or stops first.
+            with anyio.move_on_after(self._backoff) as waited:
+                await dep.wait_changed()
+            if waited.cancelled_caught:
+                self._backoff = min(2 * self._backoff, _RECONNECT_MAX_S)
+                self._gone = [g for g in self._gone if not dep.is_live(g)]
         coord = live[self.index % len(live)]
         if coord is not self._coord or self._session is None:
             if self._session is None:
@@ -102,6 +121,8 @@ class Client:
             result = Result.failed(SqlError(SqlState.ADMIN_SHUTDOWN, "connection lost"))
         if result.code in _GONE or not dep.is_live(coord):
             self._gone.append(coord)
+        elif result.ok:
+            self._backoff = _RECONNECT_S
         return result
 
     async def jitter(self, upto: float = 0.002) -> None:
