@@ -156,6 +156,13 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             oracle_spread=1.0,
         ),
         Scenario(
+            "read-after-ack",
+            "busy-reads, each read starting 1 µs after the insert it follows was acknowledged",
+            8,
+            12,
+            oracle_spread=1.0,
+        ),
+        Scenario(
             "update-race",
             "clients add one to a shared counter row (UPDATE) or read it, concurrently",
             4,

@@ -251,8 +251,10 @@ def record_script(spec: Spec, *, schedule: str = "fifo") -> tuple[Script, Histor
 
 
 def _background(spec: Spec) -> int:
-    """busy-reads runs clients - 2 unrecorded readers beside its writer and reader."""
-    return max(0, spec.clients - 2) if SCENARIOS[spec.scenario].program == "busy-reads" else 0
+    """busy-reads (and read-after-ack) runs clients - 2 unrecorded readers
+    beside its writer and reader."""
+    busy = SCENARIOS[spec.scenario].program in ("busy-reads", "read-after-ack")
+    return max(0, spec.clients - 2) if busy else 0
 
 
 _Item = TypeVar("_Item")

@@ -48,6 +48,29 @@ CAUGHT = [
         )
         for config in ("event-loop", "event-loop+pg-oracle", "decoupled")
     ),
+    # Issue 21's matrix (sim/nemesis/matrix.py has the measured bounds).
+    *(
+        pytest.param(
+            "no_write_lock", "update-race", config, {"not-strict-serializable"}, 2,
+            id=f"no-write-lock-{config}",
+        )
+        for config in ("event-loop", "event-loop+pg-oracle", "decoupled")
+    ),
+    *(
+        pytest.param(
+            "unbounded_group_commits", "ddl-dml", config, {"timestamp-regression"}, 12,
+            id=f"unbounded-group-commits-{config}",
+        )
+        for config in ("event-loop+pg-oracle", "decoupled")
+    ),
+    *(
+        pytest.param(
+            "coordinator_joins_read_ts", "read-after-ack", config,
+            {"stale-read", "not-strict-serializable", "timestamp-regression"}, 4,
+            id=f"coordinator-joins-read-ts-{config}",
+        )
+        for config in ("event-loop+pg-oracle", "decoupled")
+    ),
 ]  # fmt: skip
 
 

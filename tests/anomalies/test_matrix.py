@@ -84,6 +84,17 @@ def test_matrix_command_prints_and_writes_the_table(tmp_path: Path) -> None:
     assert result.exit_code == expected_exit
 
 
+def test_matrix_json_under_another_schedule_is_the_document_written(tmp_path: Path) -> None:
+    out = tmp_path / "m"
+    argv = ["anomalies", "matrix", "--seeds", "1", "--jobs", "2", "--schedule", "random", "-o", str(out), "--json"]
+    result = CliRunner().invoke(app, argv)
+    doc = json.loads(result.stdout)  # progress goes to stderr
+    assert doc.pop("output") == str(out)
+    assert doc == json.loads((out / MATRIX_JSON).read_text())
+    assert doc["schedule"] == "random"
+    assert result.exit_code == (0 if doc["as_expected"] else 1)
+
+
 @pytest.mark.parametrize("args", [["--seeds", "0"], ["--jobs", "0"]])
 def test_matrix_bad_input_is_one_line_and_exit_2(args: list[str], tmp_path: Path) -> None:
     run = subprocess.run(

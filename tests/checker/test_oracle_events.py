@@ -104,3 +104,40 @@ def test_read_beyond_applied_needs_the_starting_point() -> None:
 def test_a_failed_apply_write_may_have_applied() -> None:
     events = [_ev(0, A, 0, 10, 50, status=Status.FAIL), _ev(1, R, 20, 30, 50)]
     assert check_oracle_events(events, read_floors={"user": 0}).outcome == Outcome.VALID
+
+
+def _append(seq: int, start: int, end: int | None, ts: int, *, actor: str = "a",
+            status: Status = Status.OK) -> Event:  # fmt: skip
+    return Event(seq=seq, kind=str(EventKind.TABLE_APPEND), component="storage", start_ns=start,
+                 end_ns=end, status=status, timeline="user", ts=ts, actor=actor)  # fmt: skip
+
+
+def test_appends_in_write_ts_order_are_valid() -> None:
+    # Overlapping appends are fine while none starts after a later one ended
+    # (event-loop's on-loop oracle: several commits in flight, in order);
+    # another coordinator's appends are its own sequence.
+    v = check_oracle_events([
+        _append(0, 0, 10, 5), _append(1, 5, 20, 6), _append(2, 20, 30, 7),
+        _append(3, 40, 50, 3, actor="b"),
+    ])  # fmt: skip
+    assert v.outcome == Outcome.VALID, v.anomalies
+    assert v.stats["table-appends"] == 4
+
+
+def test_an_append_after_a_later_one_completed_is_a_regression() -> None:
+    # Two commits in flight whose write_ts calls overlapped: the one at 30
+    # reached storage first, so the append at 29 can only conflict.
+    v = check_oracle_events([_append(0, 0, 10, 30), _append(1, 11, 12, 29)])
+    assert v.names == ["timestamp-regression"]
+    assert v.anomalies[0].events == (0, 1)
+    assert "appends must reach storage in write_ts order" in v.anomalies[0].explanation
+
+
+def test_appends_at_one_instant_or_after_a_failed_append_bound_nothing() -> None:
+    # Same virtual instant: a trace cannot say which came first. A failed
+    # append moved no upper.
+    v = check_oracle_events([
+        _append(0, 0, 10, 30), _append(1, 10, 10, 29),
+        _append(2, 20, 25, 40, status=Status.FAIL), _append(3, 30, 35, 31),
+    ])  # fmt: skip
+    assert v.outcome == Outcome.VALID, v.anomalies

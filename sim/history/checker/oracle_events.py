@@ -16,6 +16,14 @@ table append at `ts` on that timeline (a `table-append` event) completed success
 block on the tables' uppers, so one that runs early costs latency rather than
 answers — but from then on `read_ts` names a timestamp whose data may never
 exist, which is exactly what the oracle promises not to hand out.
+
+And the order group commit relies on: a coordinator's table appends reach
+storage in `write_ts` order, so an append that starts after another of the
+same coordinator's appends (on that timeline) completed carries a larger
+timestamp. One that does not finds every table's upper already past its
+timestamp: it can only conflict, and the coordinator fences itself (what
+happens with more than one group commit in flight whose `write_ts` calls
+overlap).
 """
 
 from __future__ import annotations
@@ -81,10 +89,12 @@ def check_oracle_events(
     col = Collector("oracle")
     per: dict[str, list[_Call]] = {}
     appends: dict[tuple[str | None, str | None, int], Event] = {}
+    by_writer: dict[tuple[str | None, str | None], list[Event]] = {}
     applies: list[Event] = []
     for ev in events:
         if ev.kind == _T and ev.ts is not None:
             appends.setdefault((ev.actor, ev.timeline, ev.ts), ev)
+            by_writer.setdefault((ev.actor, ev.timeline), []).append(ev)
         op = _OPS.get(ev.kind)
         if op is None:
             continue
@@ -102,11 +112,14 @@ def check_oracle_events(
         for v in sorted(found, key=lambda v: (v.op.event.start_ns, v.op.event.seq)):
             _report(v, col)
     checked += _apply_after_append(applies, appends, col)
+    ordered = 0
+    for writer in sorted(by_writer, key=lambda k: (k[0] or "", k[1] or "")):
+        ordered += _appends_in_order(by_writer[writer], col)
     return col.verdict(
-        stats={"oracle-calls": checked, "timelines": len(per)},
-        unknown=None if checked else "no oracle calls in the internal-event table",
+        stats={"oracle-calls": checked, "timelines": len(per), "table-appends": ordered},
+        unknown=None if checked or ordered else "no oracle calls in the internal-event table",
         seconds=time.perf_counter() - t0,
-        skipped=checked == 0,
+        skipped=checked == 0 and ordered == 0,
     )
 
 
@@ -172,3 +185,31 @@ def _apply_after_append(
             events=(app.seq, ev.seq),
         )
     return checked
+
+
+def _appends_in_order(appends: list[Event], col: Collector) -> int:
+    """Flags each table append (of one coordinator, on one timeline) that
+    started strictly after a successful append at a larger timestamp had
+    completed. Returns how many it checked."""
+    done = sorted((e for e in appends if e.status == Status.OK and e.end_ns is not None),
+                  key=lambda e: (e.end_ns or 0, e.seq))  # fmt: skip
+    k = 0
+    top: Event | None = None  # the largest-ts append completed before the current start
+    for ev in sorted(appends, key=lambda e: (e.start_ns, e.seq)):
+        while k < len(done) and (done[k].end_ns or 0) < ev.start_ns:
+            if top is None or (done[k].ts or 0) > (top.ts or 0):
+                top = done[k]
+            k += 1
+        if top is None or (top.ts or 0) <= (ev.ts or 0):
+            continue
+        col.add(
+            "timestamp-regression",
+            top.ops + ev.ops,
+            f"{_ev(ev)} started at {fmt_t(ev.start_ns)}, after {_ev(top)} had completed at "
+            f"{fmt_t(top.end_ns or 0)}: a coordinator's appends must reach storage in write_ts "
+            f"order (group commit: one in flight, or timestamps allocated in append order), "
+            f"else every table's upper is already past {ev.ts} and the append can only "
+            "conflict — the coordinator fences itself and its writers' outcome is lost.",
+            events=(top.seq, ev.seq),
+        )
+    return len(appends)

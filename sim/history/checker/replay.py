@@ -5,7 +5,11 @@ DDL is applied in `catalog_ts` order and writes (INSERT, UPDATE, DELETE) in
 (of the table incarnation its `catalog_ts` names), every op that found a table
 unknown must have looked at a catalog where it was, and the timestamps must
 respect real time: an op that completed before another began never has a larger
-timestamp, and a write's is strictly larger. This checks the *mechanism*
+timestamp, and a write's is strictly larger. An UPDATE/DELETE reads at its
+`read_ts` and writes at its `write_ts`: every row it matched at `read_ts` must
+still be there when its write applies, else another write retracted the same
+row in between and one of the two updates is lost (both read-then-writes
+cannot be serialized). This checks the *mechanism*
 (oracle, group commit, catalog_ts plumbing) where checker 2 checks only the
 outcome, and it covers UPDATE and DELETE, which checker 2 does not model.
 """
@@ -341,6 +345,11 @@ def _data(
             continue
         keys.append(2 * w)
         rows.append(i)
+        r = rts[i]
+        if k != ADD and r != NONE and r < w:
+            # The read half of a read-then-write (`~i`): what it matched at read_ts.
+            keys.append(2 * r + 1)
+            rows.append(~i)
     for i, cands in floating:
         # An indeterminate UPDATE/DELETE of unknown incarnation: each candidate
         # is unknowable from its write_ts on.
@@ -380,9 +389,19 @@ def _data(
     checked = 0
     el, eo, argv = h.el, h.el_off, h.args
     horizon = uncertain_from.get
+    matched: dict[int, list[int]] = {}  # read-then-write -> rows it matched at read_ts
+    removed: dict[tuple[int, int], int] = {}  # (incarnation, element) -> last write removing it
     for j in order:
         i = rows[j]
         key = keys[j]
+        if i < 0:
+            i = ~i
+            c = inc[i]
+            if key >> 1 < horizon(c, INF):
+                now = state.get(c, set())
+                where = predicate(json.loads(argv[i] or "{}"))
+                matched[i] = sorted(now if where is None else (x for x in now if where(x)))
+            continue
         c = inc[i]
         s = state.get(c)
         if s is None:
@@ -391,7 +410,12 @@ def _data(
             if kind[i] == ADD:
                 s.update(el[eo[i] : eo[i + 1]])
             else:
-                _mutate(h, i, key >> 1, s, key >> 1 < horizon(c, INF), col)
+                countable = key >> 1 < horizon(c, INF)
+                read = matched.pop(i, None)
+                if countable and read is not None:
+                    _lost_update(h, i, read, s, c, removed, col)
+                for x in _mutate(h, i, key >> 1, s, countable, col):
+                    removed[(c, x)] = i
             continue
         ts = key >> 1
         if ts >= horizon(c, INF):
@@ -421,7 +445,39 @@ def _data(
     stats["reads-unchecked"] = unchecked
 
 
-def _mutate(h: History, i: int, ts: int, s: set[int], countable: bool, col: Collector) -> None:
+def _lost_update(
+    h: History,
+    i: int,
+    seen: list[int],
+    s: set[int],
+    c: int,
+    removed: dict[tuple[int, int], int],
+    col: Collector,
+) -> None:
+    """Flags read-then-write `i` if a row it matched at its read_ts is gone
+    when its write applies: a write in between retracted it too, so `i`
+    retracts a row that is no longer there (a double retraction) and one of
+    the two updates is lost — no serial order lets both read that row."""
+    gone = [x for x in seen if x not in s]
+    if not gone:
+        return
+    other = removed.get((c, gone[0]))
+    by = (f" — {describe(h, other)} already changed it at write_ts {h.write_ts[other]}"
+          if other is not None else "")  # fmt: skip
+    col.add(
+        NAME,
+        (i,) if other is None else (other, i),
+        f"lost update: {describe(h, i)} matched {elements_text(gone)} at its read_ts "
+        f"{h.read_ts[i]} and wrote at write_ts {h.write_ts[i]}, but replaying the writes in "
+        f"write_ts order, {gone[0]} was no longer there then{by}: both read-then-writes "
+        "retracted the same row, so one's effect is lost; no serial order lets both read it.",
+    )
+
+
+def _mutate(
+    h: History, i: int, ts: int, s: set[int], countable: bool, col: Collector
+) -> list[int]:
+    """Applies UPDATE/DELETE `i` to `s` at `ts`; returns the rows it removed."""
     args = json.loads(h.args[i] or "{}")
     pred = predicate(args)
     hit = sorted(s if pred is None else (x for x in s if pred(x)))
@@ -438,6 +494,7 @@ def _mutate(h: History, i: int, ts: int, s: set[int], countable: bool, col: Coll
             s.update(x + int(args["add"]) for x in hit)
         elif hit and args.get("set") is not None:
             s.add(int(args["set"]))
+    return hit
 
 
 def _mismatch(

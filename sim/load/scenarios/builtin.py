@@ -96,9 +96,18 @@ async def _split_brain(sim: Sim) -> None:
     await _ddl_dml(sim, readers=True)
 
 
-async def _busy_reads(sim: Sim) -> None:
+#: read-after-ack's side channel: how long after the insert's acknowledgement
+#: the read starts. Any positive time will do; without one, the ack and the
+#: read's invocation fall on the same virtual instant, and a history cannot
+#: say which came first, so no checker may call a read that missed the insert
+#: stale.
+SIDE_CHANNEL_S: Final = 1e-6
+
+
+async def _busy_reads(sim: Sim, *, gap: float = 0.0) -> None:
     """Unrecorded background readers keep the read_ts batcher busy; one client
-    inserts n and, once acknowledged, another reads the table."""
+    inserts n and, once acknowledged (`gap` seconds later), another reads the
+    table."""
     writer, reader, setup = sim.client(0), sim.client(1), sim.client(2)
     await setup.execute("CREATE TABLE t (a int)")
     done = anyio.Event()
@@ -115,10 +124,21 @@ async def _busy_reads(sim: Sim) -> None:
         for n in range(sim.size):
             await writer.jitter()
             await writer.execute(f"INSERT INTO t VALUES ({n})")
+            if gap > 0:
+                await sim.wait(gap)
             await reader.execute("SELECT * FROM t")
         done.set()
 
     await sim.concurrently(main, *(lambda k=k: background(k) for k in range(max(0, sim.n_clients - 2))))
+
+
+async def _read_after_ack(sim: Sim) -> None:
+    """busy-reads with a side channel that takes time (`SIDE_CHANNEL_S`): real
+    time orders each read after the insert it follows, so a read that misses
+    it is a stale read any checker can name (issue 21's
+    `coordinator_joins_read_ts`: the read joins a read_ts call whose answer
+    was chosen before the insert's apply_write)."""
+    await _busy_reads(sim, gap=SIDE_CHANNEL_S)
 
 
 async def _update_race(sim: Sim) -> None:
@@ -171,6 +191,7 @@ PROGRAMS: Final[dict[str, Program]] = {
     "ddl-dml": _ddl_dml,
     "split-brain": _split_brain,
     "busy-reads": _busy_reads,
+    "read-after-ack": _read_after_ack,
     "update-race": _update_race,
     "slow-reads": _slow_reads,
 }
