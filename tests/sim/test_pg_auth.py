@@ -17,7 +17,7 @@ import pytest
 
 from sim.services import pg_initdb
 from sim.services import postgres as backends
-from sim.services.postgres import find_postgres_bindir
+from sim.services.postgres import find_postgres
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -31,14 +31,16 @@ REFUSED = ("password authentication failed", "no password supplied")
 
 
 def _psql() -> str:
-    """`psql` as the report ran it (on PATH), else the server's bindir's."""
+    """The `psql` of the server's own binaries (system or packaged), else the
+    one on PATH (as the report ran it; Debian's is a wrapper that needs a
+    system installation)."""
+    psql = find_postgres().path / "psql"
+    if psql.exists():
+        return str(psql)
     found = shutil.which("psql")
-    if found is not None:
-        return found
-    psql = find_postgres_bindir() / "psql"
-    if not psql.exists():
-        pytest.fail(f"psql not found on PATH nor in {psql.parent}", pytrace=False)
-    return str(psql)
+    if found is None:
+        pytest.fail(f"psql not found in {psql.parent} nor on PATH", pytrace=False)
+    return found
 
 
 def _run(argv: Sequence[str], *, password: str | None = None) -> subprocess.CompletedProcess[str]:

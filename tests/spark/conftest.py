@@ -157,14 +157,14 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     import pyspark
 
-    from sim.spark.session import java_problem
+    from sim.spark.session import java_env, java_problem
 
     problem = java_problem()
     if problem is not None:
         pytest.fail(f"no Spark cluster for the tests: {problem}", pytrace=False)
     home = Path(pyspark.__file__).parent
     root = tmp_path_factory.mktemp("spark-cluster")
-    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
+    env = {**os.environ, **java_env(), "SPARK_HOME": str(home), "SPARK_LOCAL_IP": "127.0.0.1",
            "SPARK_LOG_DIR": str(root / "logs"), "SPARK_NO_DAEMONIZE": "1",
            # The master's REST submission server listens on a fixed port
            # (6066) by default: off, so parallel sessions never collide.

@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from sim.spark.session import java_env
 from tests.spark.conftest import GOLDEN
 from tests.spark.expected import in_process, spark_rows
 
@@ -28,6 +29,7 @@ def _verdicts(out: Path) -> dict[str, str]:
 
 def _env(*, python: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
+    env.update(java_env())  # the packaged java, when the system has none
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
     if python:
         env["PYSPARK_PYTHON"] = sys.executable
