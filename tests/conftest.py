@@ -73,3 +73,12 @@ def pytest_configure(config: pytest.Config) -> None:
     n: int | None = config.getoption("seeds", default=None)
     if n is not None and not 1 <= n <= MAX_SEEDS:
         raise pytest.UsageError(f"--seeds must be between 1 and {MAX_SEEDS}, got {n}")
+
+
+@pytest.fixture(autouse=True)
+def _runs_root(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command run without `-o` writes a new run directory under the runs
+    root: in a test, a temporary one, never the working tree's coordsim-out/."""
+    from sim.runtime.outputs import ROOT_ENV
+
+    monkeypatch.setenv(ROOT_ENV, str(tmp_path_factory.mktemp("runs") / "coordsim-out"))

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from sim.cli import options
 from sim.cli.matrix import matrix_command
 from sim.history.checker import ANOMALY_NAMES, check_history
 from sim.history.checker.verdict import Outcome
@@ -54,7 +55,7 @@ from sim.nemesis.sweep import (
     write_run_trace,
 )
 from sim.runtime.errors import InvalidUsage
-from sim.runtime.outputs import atomic_write, staged_dir
+from sim.runtime.outputs import atomic_write, run_dir, staged_dir
 from sim.runtime.schedule import parse_schedule
 
 if TYPE_CHECKING:
@@ -74,37 +75,22 @@ PROGRESS_EVERY_S: Final = 5.0
 
 anomalies_app = typer.Typer(help="Anomaly scenarios: run and check one scenario for one seed.")
 
-_Config = Annotated[str, typer.Option("--config", help="Coordinator configuration name.")]
-_Seed = Annotated[int, typer.Option("--seed", help="The seed (same seed, same history).")]
 _KnownBad = Annotated[
     list[str] | None,
-    typer.Option("--known-bad", help="Switch on a known-bad variant (repeatable)."),
+    typer.Option("--known-bad", metavar="NAME", help="Switch on a known-bad variant (repeatable)."),
 ]
-_Clients = Annotated[int | None, typer.Option(help="Clients (default: the scenario's).")]
+_Clients = Annotated[int | None, typer.Option(metavar="N", show_default="the scenario's", help="Clients.")]
 _Size = Annotated[
-    int | None, typer.Option(help="Operations or rounds per client (default: the scenario's).")
+    int | None, typer.Option(metavar="N", show_default="the scenario's", help="Operations or rounds per client.")
 ]
 _Faults = Annotated[
     str | None,
-    typer.Option(help="Fault plan, e.g. 'crash-restart@12ms+3ms,oracle-slow@20ms+5msx20' (virtual), "
-                 "'pg-kill@10ms+50ms' (real) or 'none' "
-                 "(default: drawn from the seed)."),
+    typer.Option(metavar="PLAN", show_default="drawn from the seed",
+                 help="Fault plan, e.g. 'crash-restart@12ms+3ms,oracle-slow@20ms+5msx20' (virtual), "
+                 "'pg-kill@10ms+50ms' (real) or 'none'."),
 ]  # fmt: skip
 
 
-_Mode = Annotated[
-    str,
-    typer.Option("--mode", help="virtual (deterministic, in memory) or real (Postgres: "
-                 "COORDSIM_POSTGRES_URL, else an embedded throwaway cluster)."),
-]  # fmt: skip
-
-
-_Schedule = Annotated[
-    str | None,
-    typer.Option("--schedule", help="Virtual loop's scheduling policy: fifo (asyncio's order, the "
-                 "default), random (random walk) or pct (priorities with change points; "
-                 "pct:d=DEPTH,k=STEPS), drawn from the seed."),
-]  # fmt: skip
 
 
 def _schedule(text: str | None) -> str:
@@ -112,7 +98,8 @@ def _schedule(text: str | None) -> str:
     return parse_schedule(text or "fifo")
 
 
-def _mode(text: str) -> Mode:
+def _mode(text: str | options.ModeName | None) -> Mode:
+    text = str(text.value if isinstance(text, options.ModeName) else text or options.DEFAULT_MODE)
     for m in MODES:
         if m == text:
             return m
@@ -121,7 +108,7 @@ def _mode(text: str) -> Mode:
 
 def _spec(
     scenario: str, config: str, seed: int, known_bad: list[str] | None,
-    clients: int | None, size: int | None, faults: str | None, mode: str,
+    clients: int | None, size: int | None, faults: str | None, mode: str | options.ModeName | None,
 ) -> Spec:  # fmt: skip
     if clients is not None:
         check_int("--clients", clients, low=1, high=MAX_CLIENTS, unit="clients")
@@ -152,7 +139,7 @@ def _print_report(
     _out.print(f"replay: {escape(replay or spec.command())}")
 
 
-def _check_postgres(mode: str) -> None:
+def _check_postgres(mode: str | None) -> None:
     """Real mode on `$COORDSIM_POSTGRES_URL`: one line now if the server cannot
     be reached or refuses us (a wrong password), rather than a driver's
     traceback from inside the run. (An embedded server is started, and
@@ -171,42 +158,57 @@ def _check_postgres(mode: str) -> None:
 @anomalies_app.command("run")
 def anomalies_run(
     scenario: Annotated[
-        str | None, typer.Argument(help=f"One of: {', '.join(SCENARIOS)} (with --scenario FILE: "
+        str | None, typer.Argument(metavar="SCENARIO", help=f"One of: {', '.join(SCENARIOS)} (with --scenario-file: "
                                    "whose settings the file's program runs with).")
     ] = None,
+    scenario_opt: options.MaybeScenario = None,
     scenario_file: Annotated[
-        Path | None, typer.Option("--scenario", help="A .py scenario file (`async def scenario(sim)`, "
-                                  "e.g. written by `anomalies shrink --out`) to run instead of the "
-                                  "scenario's own program; its RUN settings are the defaults.")
+        Path | None, typer.Option("--scenario-file", metavar="FILE", help="A .py scenario file "
+                                  "(`async def scenario(sim)`, e.g. written by `coordsim shrink -o`) to run "
+                                  "instead of the scenario's own program; its RUN settings are the defaults.")
     ] = None,
-    config: Annotated[str | None, typer.Option("--config", help="Coordinator configuration name "
-                                               "(default: event-loop).")] = None,
-    seed: Annotated[int | None, typer.Option("--seed", help="The seed (same seed, same history; "
-                                             "default 0).")] = None,
+    config: options.Config = None,
+    seed: options.Seed = None,
     known_bad: _KnownBad = None,
     clients: _Clients = None,
     size: _Size = None,
     faults: _Faults = None,
-    mode: _Mode = "virtual",
-    schedule: _Schedule = None,
-    out: Annotated[Path | None, typer.Option("--out", help="Write the run's trace here.")] = None,
+    mode: options.Mode = None,
+    schedule: options.Schedule = None,
+    output: options.Output = None,
+    old_out: options.OldOut = None,
+    as_json: options.Json = False,
 ) -> None:  # fmt: skip
-    """Run one scenario for one seed and check its history (virtual mode: the
-    same seed and schedule give the same history; real mode: the same
-    statements and faults on Postgres, in whatever interleaving the run takes)."""
+    """Run one anomaly scenario for one seed and check its history; write the trace and verdict.json, and print the directory last.
+
+    Virtual mode: the same seed and schedule give the same history. Real mode: the same statements and faults on Postgres, in whatever interleaving the run takes. Exit 0 valid, 1 invalid, 3 unknown.
+
+    Examples:
+      coordsim anomalies run seed001 --seed 3
+      coordsim anomalies run seed001 --config event-loop --known-bad peeks-ignore-catalog-ts
+      coordsim anomalies run --scenario-file repro.py
+    """
+    output = options.pick(output, old_out, old_name="--out", new_name="-o/--output")
+    if scenario_opt is not None and (scenario_opt.endswith(".py") or Path(scenario_opt).is_file()):
+        # `--scenario FILE` was this command's spelling of --scenario-file.
+        options.deprecated(f"--scenario {scenario_opt}", "--scenario-file")
+        scenario_file, scenario_opt = scenario_file or Path(scenario_opt), None
+    if scenario is not None and scenario_opt is not None and scenario != scenario_opt:
+        raise InvalidUsage(f"two scenarios named: {scenario} and --scenario {scenario_opt}")
+    scenario = scenario if scenario is not None else scenario_opt
     program = None
     settings: dict[str, Any] = {}
     if scenario_file is not None:
         program, settings = load_scenario_file(scenario_file)
-        if mode != "virtual":
-            raise InvalidUsage("--scenario FILE runs in virtual mode only")
+        if _mode(mode) != "virtual":
+            raise InvalidUsage("--scenario-file runs in virtual mode only")
     base = scenario if scenario is not None else settings.get("scenario")
     if not isinstance(base, str):
-        raise InvalidUsage("name a scenario (or a --scenario FILE whose RUN names one)")
+        raise InvalidUsage("name a scenario (or a --scenario-file whose RUN names one)")
     spec = _spec(
-        base,
-        config or str(settings.get("config", "event-loop")),
-        seed if seed is not None else settings.get("seed", 0),
+        options.kebab(base, SCENARIOS),
+        config or str(settings.get("config", options.DEFAULT_CONFIG)),
+        seed if seed is not None else settings.get("seed", options.DEFAULT_SEED),
         known_bad if known_bad is not None else [str(k) for k in settings.get("known_bad", [])],
         clients, size, faults if faults is not None else settings.get("faults"), mode,
     )  # fmt: skip
@@ -215,26 +217,27 @@ def anomalies_run(
     _check_postgres(spec.mode)
     replay = spec.command()
     if scenario_file is not None:
-        replay = f"{replay} --scenario {shlex.quote(str(scenario_file))}"
-    with contextlib.ExitStack() as stack:
-        # Staged: an output that is not coordsim's is refused before the run,
-        # and a failed or interrupted run leaves nothing under `out`.
-        stage = stack.enter_context(staged_dir(out, "anomalies run")) if out is not None else None
+        replay = f"{replay} --scenario-file {shlex.quote(str(scenario_file))}"
+    target = run_dir(output, f"anomalies run {spec.scenario}").absolute()
+    # Staged: an output that is not coordsim's is refused before the run, and
+    # a failed or interrupted run leaves nothing there.
+    with staged_dir(target, "anomalies run") as stage:
         if program is not None:
             history, events = run_program(spec, program, schedule=policy)
         else:
             history, events = run_spec(spec)
         report = check_history(history, events)
-        if stage is not None and out is not None:
-            write_run_trace(stage, spec, history, events)
-            doc = verdict_document(report, trace=str(out), ops=history.n)
-            write_verdict(stage / VERDICT_FILE, doc)
+        write_run_trace(stage, spec, history, events)
+        doc = verdict_document(report, trace=str(target), ops=history.n)
+        write_verdict(stage / VERDICT_FILE, doc)
+    if as_json:
+        options.print_json({"output": str(target), "replay": replay, **doc})
+        raise typer.Exit(EXIT[report.outcome])
     shown = [(a.name, v.checker, a.explanation) for v in report.verdicts for a in v.anomalies[:2]]
     what = f"{scenario_file} ({spec.scenario})" if scenario_file is not None else None
     _print_report(spec, history.n, report.names, shown, schedule=policy, replay=replay, what=what)
-    if out is not None:
-        _out.print(f"trace: {escape(str(out))}")
     _out.print(f"verdict: [bold]{report.outcome.value}[/bold]")
+    options.wrote(target)
     raise typer.Exit(EXIT[report.outcome])
 
 
@@ -301,30 +304,39 @@ def _print_summary(summary: Summary, out: Path, seconds: float, jobs: int) -> No
     _out.print(f"verdict: [bold]{summary.outcome.value}[/bold]")
 
 
+FirstSeed = Annotated[int, typer.Option("--first-seed", metavar="N", help="The first seed.")]
+
+
 @anomalies_app.command("sweep")
 def anomalies_sweep(
-    scenario: Annotated[str, typer.Option("--scenario", help=f"One of: {', '.join(SCENARIOS)}.")],
-    config: Annotated[str, typer.Option("--config", help="Coordinator configuration name.")],
-    seeds: Annotated[int, typer.Option("--seeds", help="How many seeds to run.")],
+    scenario: options.Scenario,
+    seeds: options.Seeds,
+    config: options.Config = None,
     known_bad: _KnownBad = None,
-    first_seed: Annotated[int, typer.Option("--first-seed", help="The first seed.")] = 0,
-    jobs: Annotated[
-        int | None, typer.Option("--jobs", "-j", help="Worker processes (default: one per core).")
-    ] = None,
-    schedule: _Schedule = None,
-    out: Annotated[
-        Path, typer.Option("--out", "-o", help="Output directory: summary.json, verdict.json, "
-                           "failing seeds' traces.")
-    ] = Path("coordsim-sweep"),
+    first_seed: FirstSeed = 0,
+    jobs: options.Jobs = None,
+    schedule: options.Schedule = None,
+    output: options.Output = None,
+    old_out: options.OldOut = None,
+    as_json: options.Json = False,
 ) -> None:  # fmt: skip
-    """Run a scenario over many seeds (virtual mode) on worker processes,
-    check every seed with every checker, and summarize: anomalies by name and
-    each failing seed with its replay command. Exit 1 if any seed failed."""
+    """Run a scenario over many seeds (virtual mode) on worker processes, check every seed with every checker, and summarize.
+
+    Prints anomalies by name and each failing seed with its replay command; writes summary.json, verdict.json and each failing seed's trace, and prints the directory last. Exit 1 if any seed failed.
+
+    Examples:
+      coordsim anomalies sweep --scenario seed001 --seeds 200
+      coordsim anomalies sweep --scenario split-brain --config event-loop --seeds 1000 -j 2 --schedule random
+    """
+    output = options.pick(output, old_out, old_name="--out", new_name="-o/--output")
+    scenario = options.kebab(scenario, SCENARIOS)
+    config = config or options.DEFAULT_CONFIG
     work = tasks(scenario, config, seeds=seeds, first_seed=first_seed, known_bad=known_bad or [],
                  schedule=_schedule(schedule))  # fmt: skip
     n_jobs = jobs if jobs is not None else (os.cpu_count() or 1)
     check_int("--jobs", n_jobs, low=1, high=MAX_JOBS, unit="worker processes")
     by_seed = {t.seed: t for t in work}
+    out = run_dir(output, "anomalies sweep").absolute()
     with staged_dir(out, "anomalies sweep") as stage:
         writer = SweepWriter(stage, out)
         with _Progress(len(work)) as progress:
@@ -336,42 +348,61 @@ def anomalies_sweep(
             results = sweep(work, jobs=n_jobs, on_result=on_result)
         summary = Summary(scenario, config, work[0].known_bad, tuple(results), work[0].schedule)
         writer.finish(summary)
+    if as_json:
+        options.print_json({"output": str(out), **summary.to_json()})
+        raise typer.Exit(EXIT[summary.outcome])
     _print_summary(summary, out, time.monotonic() - progress.t0, min(n_jobs, len(work)))
+    options.wrote(out)
     raise typer.Exit(EXIT[summary.outcome])
 
 
 @anomalies_app.command("list")
 def anomalies_list() -> None:
-    """List the scenarios."""
+    """List the anomaly scenarios, with their clients, size and what each exercises.
+
+    Examples:
+      coordsim anomalies list
+    """
     for name, sc in SCENARIOS.items():
         _out.print(f"[bold]{name}[/bold] (clients {sc.clients}, size {sc.size}): {escape(sc.doc)}")
 
 
+ShrinkOutput = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", metavar="FILE", help="Write the minimal reproduction as a .py scenario file "
+                 "here (virtual mode), replayable with `coordsim anomalies run --scenario-file FILE`."),
+]  # fmt: skip
+
+
 def shrink_command(
-    scenario: Annotated[str, typer.Argument(help=f"One of: {', '.join(SCENARIOS)}.")],
-    config: _Config = "event-loop",
-    seed: _Seed = 0,
+    scenario: Annotated[str, typer.Argument(metavar="SCENARIO", help=f"One of: {', '.join(SCENARIOS)}.")],
+    config: options.Config = None,
+    seed: options.Seed = None,
     known_bad: _KnownBad = None,
     clients: _Clients = None,
     size: _Size = None,
     faults: _Faults = None,
-    mode: _Mode = "virtual",
+    mode: options.Mode = None,
     anomaly: Annotated[
-        str | None, typer.Option(help="Keep this anomaly (default: the most specific found).")
+        str | None, typer.Option(metavar="NAME", show_default="the most specific found", help="Keep this anomaly.")
     ] = None,
-    max_runs: Annotated[int, typer.Option(help="At most this many scenario runs.")] = 400,
-    schedule: _Schedule = None,
-    out: Annotated[
-        Path | None, typer.Option("--out", help="Write the minimal reproduction as a .py scenario "
-                                  "file here (virtual mode), replayable with `anomalies run --scenario`.")
-    ] = None,
+    max_runs: Annotated[int, typer.Option(metavar="N", help="At most this many scenario runs.")] = 400,
+    schedule: options.Schedule = None,
+    output: ShrinkOutput = None,
+    old_out: Annotated[Path | None, typer.Option("--out", hidden=True, metavar="FILE")] = None,
 ) -> None:  # fmt: skip
-    """Shrink a failing scenario while the same anomaly still appears. Virtual
-    mode: fewer clients, operations and faults, then delta debugging over
-    single statements, clients and fault events; writes the minimal
-    reproduction as a scenario file and prints its replay command. Real mode:
-    the first pass only, best effort (a candidate that happens not to show
-    the anomaly is dropped)."""
+    """Shrink a failing scenario while the same anomaly still appears, and print the smallest reproduction.
+
+    Virtual mode: fewer clients, operations and faults, then delta debugging over single statements, clients and fault events; with -o, writes the minimal reproduction as a scenario file (its path printed last). Real mode: the first pass only, best effort (a candidate that happens not to show the anomaly is dropped).
+
+    Examples:
+      coordsim shrink seed001 --config decoupled --known-bad peeks-ignore-catalog-ts -o repro.py
+      coordsim anomalies run --scenario-file repro.py
+    """
+    out = options.pick(output, old_out, old_name="--out", new_name="-o/--output")
+    scenario = options.kebab(scenario, SCENARIOS)
+    config = config or options.DEFAULT_CONFIG
+    seed = seed if seed is not None else options.DEFAULT_SEED
     spec = _spec(scenario, config, seed, known_bad, clients, size, faults, mode)
     check_int("--max-runs", max_runs, low=1, high=MAX_SHRINK_RUNS, unit="runs")
     if anomaly is not None and anomaly not in ANOMALY_NAMES:
@@ -381,7 +412,7 @@ def shrink_command(
     if spec.mode == "virtual":
         _shrink_ops(spec, policy, anomaly, max_runs, out)
     if out is not None:
-        raise InvalidUsage("--out needs virtual mode (a scenario file replays deterministically)")
+        raise InvalidUsage("-o/--output needs virtual mode (a scenario file replays deterministically)")
     _check_postgres(spec.mode)
     with contextlib.ExitStack() as stack:
         url = None
@@ -414,16 +445,16 @@ def _shrink_ops(spec: Spec, policy: str, anomaly: str | None, max_runs: int, out
     """`shrink` in virtual mode: down to single operations, into a scenario file."""
     if out is not None and out.exists():
         # coordsim never overwrites a file it did not create.
-        raise InvalidUsage(f"{out} exists; name another --out")
+        raise InvalidUsage(f"{out} exists; name another -o/--output")
     if out is not None and out.suffix != ".py":
-        raise InvalidUsage(f"--out {out}: a scenario file ends in .py")
+        raise InvalidUsage(f"-o/--output {out}: a scenario file ends in .py")
     path = out if out is not None else Path("FILE.py")
     result = shrink_ops(spec, schedule=policy, anomaly=anomaly, max_runs=max_runs,
                         progress=lambda s: _out.print(f"[dim]{escape(s)}[/dim]"))  # fmt: skip
     if result is None:
         _out.print(f"{escape(spec.command())}: no {anomaly or 'anomaly'} to shrink")
         raise typer.Exit(0)
-    replay = f"uv run coordsim anomalies run --scenario {shlex.quote(str(path))}"
+    replay = f"uv run coordsim anomalies run --scenario-file {shlex.quote(str(path))}"
     text = script_file(result, replay=replay)
     if out is not None:
         atomic_write(out, lambda p: p.write_text(text, encoding="utf-8"))
@@ -445,9 +476,9 @@ def _shrink_ops(spec: Spec, policy: str, anomaly: str | None, max_runs: int, out
     # that needs no file.
     _out.print(f"coarse replay: {escape(result.coarse.command())}")
     if out is not None:
-        _out.print(f"scenario file: {escape(str(out))}")
+        options.wrote(out)
     else:
-        _out.print("(pass --out FILE.py to write it as a scenario file)")
+        _out.print("(pass -o FILE.py to write it as a scenario file)")
     raise typer.Exit(1)
 
 

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from sim.cli.options import wrote
 from sim.cli.pg import postgres_for
 from sim.load.config import Config
 from sim.runtime.errors import InvalidUsage
@@ -29,16 +30,20 @@ def register(app: typer.Typer) -> None:
 
 
 def calibrate(
-    output: Annotated[Path, typer.Option("--output", "-o", help="Profile file to write (.toml or .json).")] = Path(
+    output: Annotated[Path, typer.Option("--output", "-o", metavar="FILE", help="Profile file to write (.toml or .json).")] = Path(
         "latency-profile.toml"
     ),
-    samples: Annotated[int, typer.Option("--samples", help="Round trips measured per operation.")] = 200,
-    s3: Annotated[str | None, typer.Option("--s3", help="Measure Blob on this s3:// URL (default: files).")] = None,
+    samples: Annotated[int, typer.Option("--samples", metavar="N", help="Round trips measured per operation.")] = 200,
+    s3: Annotated[str | None, typer.Option("--s3", metavar="URL", show_default="files", help="Measure Blob on this s3:// URL.")] = None,
     fsync: Annotated[bool, typer.Option(help="Embedded Postgres with fsync on (durable, as the oracle is).")] = True,
 ) -> None:
-    """Measure oracle, stash and consensus round trips against the configured
-    Postgres (embedded unless COORDSIM_POSTGRES_URL) and write a latency profile
-    for `--mode virtual`."""
+    """Measure oracle, stash and consensus round trips against the configured Postgres (embedded unless COORDSIM_POSTGRES_URL) and write a latency profile for `--mode virtual`; prints the file last.
+
+    Examples:
+      coordsim calibrate
+      coordsim calibrate --samples 500 -o my-profile.toml
+      coordsim compare --latency-profile my-profile.toml
+    """
     from sim.model.calibrate import calibrate_profile, check_samples, render_profile
 
     check_samples(samples)
@@ -56,4 +61,4 @@ def calibrate(
         raise InvalidUsage(f"cannot write {output}: {exc.strerror or exc}") from exc
     for name, (median_ms, sigma, n) in sorted(measured.items()):
         _out.print(f"  {name:24} median {median_ms:7.3f} ms  sigma {sigma:.2f}  ({n} samples)")
-    _out.print(f"wrote {output}")
+    wrote(output)

@@ -41,6 +41,7 @@ Location = Annotated[
     str,
     typer.Option(
         "--location",
+        metavar="URL",
         help="Catalog URL: persist+postgres://…?blob=file:///dir, stash+postgres://…?env=NAME, "
         "shadow+postgres://…?blob=…",
     ),
@@ -100,9 +101,14 @@ def _run(location: str, op: Callable[[DurableCatalog], Awaitable[T]]) -> T:
 @catalog_app.command("dump")
 def dump(
     location: Location,
-    target: Annotated[Path | None, typer.Option(help="Write the dump here instead of stdout.")] = None,
+    target: Annotated[Path | None, typer.Option(metavar="FILE", help="Write the dump here instead of stdout.")] = None,
 ) -> None:
-    """Dump the catalog as JSON (every key and value as edit/delete take them)."""
+    """Dump the catalog as JSON (every key and value as edit/delete take them).
+
+    Examples:
+      coordsim catalog dump --location 'persist+postgres://localhost/db?blob=file:///tmp/blobs'
+      coordsim catalog dump --location 'stash+postgres://localhost/db?env=prod' --target dump.json
+    """
     try:
         if target is not None:
             _check_target(target)
@@ -121,11 +127,15 @@ def dump(
 @catalog_app.command("edit")
 def edit(
     location: Location,
-    kind: Annotated[str, typer.Argument(help="Object kind, e.g. table, cluster, config.")],
-    key: Annotated[str, typer.Argument(help='JSON key, e.g. \'{"id": 3}\'.')],
-    value: Annotated[str, typer.Argument(help="JSON value, as dump shows it.")],
+    kind: Annotated[str, typer.Argument(metavar="KIND", help="Object kind, e.g. table, cluster, config.")],
+    key: Annotated[str, typer.Argument(metavar="KEY", help='JSON key, e.g. \'{"id": 3}\'.')],
+    value: Annotated[str, typer.Argument(metavar="VALUE", help="JSON value, as dump shows it.")],
 ) -> None:
-    """Insert or replace one object (opens the catalog: fences its current opener)."""
+    """Insert or replace one object (opens the catalog: fences its current opener).
+
+    Examples:
+      coordsim catalog edit table '{"id": 3}' '{"name": "t"}' --location URL
+    """
     try:
         result = _run(location, lambda c: edit_object(c, kind, key, value))
     except CoordsimError as exc:
@@ -136,10 +146,14 @@ def edit(
 @catalog_app.command("delete")
 def delete(
     location: Location,
-    kind: Annotated[str, typer.Argument(help="Object kind.")],
-    key: Annotated[str, typer.Argument(help="JSON key.")],
+    kind: Annotated[str, typer.Argument(metavar="KIND", help="Object kind.")],
+    key: Annotated[str, typer.Argument(metavar="KEY", help="JSON key.")],
 ) -> None:
-    """Delete one object (opens the catalog: fences its current opener)."""
+    """Delete one object (opens the catalog: fences its current opener).
+
+    Examples:
+      coordsim catalog delete table '{"id": 3}' --location URL
+    """
     try:
         result = _run(location, lambda c: delete_object(c, kind, key))
     except CoordsimError as exc:
@@ -151,11 +165,14 @@ def delete(
 def upgrade_check_cmd(
     location: Location,
     cluster_replica_sizes: Annotated[
-        str | None, typer.Option(help="Comma-separated valid replica sizes to check against.")
+        str | None, typer.Option(metavar="SIZES", help="Comma-separated valid replica sizes to check against.")
     ] = None,
 ) -> None:
-    """Check whether this binary could open (upgrade) the catalog; writes nothing.
-    Exit 0 if it could, 1 if not."""
+    """Check whether this binary could open (upgrade) the catalog; writes nothing. Exit 0 if it could, 1 if not.
+
+    Examples:
+      coordsim catalog upgrade-check --location URL
+    """
     if _missing_blob_dir(location) is not None:  # opening would create it: writes nothing
         typer.echo("catalog is not initialized: opening would create it")
         return

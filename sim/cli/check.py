@@ -8,20 +8,23 @@ limit was hit), 2 bad input (one line on stderr, no traceback).
 from __future__ import annotations
 
 import json
+import os
 import sys
-from pathlib import Path  # noqa: TC003 - typer reads the annotations at run time
-from typing import Annotated, Any, Final
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
+from sim.cli import options  # noqa: TC001 - typer reads the annotations at run time
+from sim.cli.options import wrote
 from sim.history.checker.html import timeline_html
 from sim.history.checker.run import CHECKERS, LINEAR_MAX_OPS, check_history
 from sim.history.checker.verdict import Outcome
 from sim.history.interchange import read_edn
 from sim.history.model import HistoryError
-from sim.history.traces import read_trace
+from sim.history.traces import find_traces, read_trace
 from sim.history.verdict import (
     VERDICT_FILE,
     VERDICT_SIGNATURE,
@@ -31,7 +34,11 @@ from sim.history.verdict import (
 )
 from sim.load.config import MAX_DURATION_S, MAX_OPS, check_float, check_int
 from sim.runtime.errors import InvalidUsage
-from sim.runtime.outputs import MARKER, atomic_write, claim_file, is_coordsim_output
+from sim.runtime.outputs import atomic_write, claim_file, list_in_output, owning_output
+
+if TYPE_CHECKING:
+    from sim.history.checker.run import Report
+    from sim.history.model import Event, History
 
 __all__ = ["EXIT", "check", "register"]
 
@@ -53,23 +60,12 @@ def fmt_seconds(s: float) -> str:
     return f"{s * 1e3:.3g}ms" if s < 1 else f"{s:.2f}s"
 
 
-def _listed(owner: Path, target: Path) -> bool:
-    """True if the marker of coordsim output `owner` lists `target`, so writing
-    it keeps the output replaceable (an unlisted file makes coordsim refuse to
-    replace that output later, as if the user had added it)."""
-    try:
-        data: Any = json.loads((owner / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    files = data.get("files") if isinstance(data, dict) else None
-    return isinstance(files, list) and str(target.relative_to(owner)) in files
-
-
 def _default_verdict(path: Path) -> tuple[Path | None, str | None]:
     """Where `check PATH` writes verdict.json unasked: inside a trace
-    directory, unless that would touch a file, or an output, that is not
-    coordsim's to change. (None, reason) otherwise; an EDN file gets none, as
-    its directory is often a source tree (tests/data/histories)."""
+    directory, unless that would replace a file that is not coordsim's.
+    (None, reason) otherwise; an EDN file gets none, as its directory is often
+    a source tree (tests/data/histories). Inside a coordsim output (a run
+    directory), `_write_default` lists the file in its marker."""
     if not path.is_dir():
         return None, None
     target = path.absolute() / VERDICT_FILE
@@ -77,38 +73,41 @@ def _default_verdict(path: Path) -> tuple[Path | None, str | None]:
         claim_file(target, VERDICT_SIGNATURE)
     except InvalidUsage as exc:
         return None, str(exc)
-    for owner in (target.parent, *target.parent.parents):
-        if is_coordsim_output(owner) and not _listed(owner, target):
-            return None, f"{owner} is a coordsim output that does not list {VERDICT_FILE}"
     return target, None
 
 
 def check(
-    path: Annotated[Path, typer.Argument(help="A trace directory or a Jepsen-style EDN history.")],
+    path: Annotated[
+        Path, typer.Argument(metavar="HISTORY", help="A trace directory, any directory holding traces below it (a run directory, coordsim-out/latest, a runs root), or a Jepsen-style EDN history.")
+    ],
     html: Annotated[
-        Path | None, typer.Option("--html", help="Write a timeline page of the operations here.")
+        Path | None, typer.Option("--html", metavar="FILE", help="Write a timeline page of the operations here (one trace).")
     ] = None,
     checker: Annotated[
         list[str] | None,
-        typer.Option("--checker", "-c", help=f"Run only these (of {', '.join(CHECKERS)})."),
+        typer.Option("--checker", "-c", metavar="NAME", show_default="all", help=f"Run only these (repeatable; of {', '.join(CHECKERS)})."),
     ] = None,
     linear_limit: Annotated[
-        float, typer.Option(help="Checker 5's time limit in seconds.")
+        float, typer.Option(metavar="SECONDS", help="Checker 5's time limit in seconds.")
     ] = 10.0,
     linear_max_ops: Annotated[
-        int, typer.Option(help="Skip checker 5 above this many operations.")
+        int, typer.Option(metavar="N", help="Skip checker 5 above this many operations.")
     ] = LINEAR_MAX_OPS,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print verdict.json's document to stdout instead of the report.")
-    ] = False,
+    as_json: options.Json = False,
     verdict: Annotated[
         Path | None,
-        typer.Option("--verdict", help=f"Write the verdict here (default: PATH/{VERDICT_FILE} for a trace directory)."),
+        typer.Option("--verdict", metavar="FILE", show_default=f"TRACE/{VERDICT_FILE}", help="Write the verdict here (one trace)."),
     ] = None,
 ) -> None:
-    """Check a history: named anomalies, strict serializability (black-box and
-    timestamp replay), oracle guarantees, per-table linearizability. Writes
-    verdict.json (see sim/history/verdict.py)."""
+    """Check recorded histories: named anomalies, strict serializability (black-box and timestamp replay), oracle guarantees, per-table linearizability.
+
+    Writes verdict.json into each trace directory (see sim/history/verdict.py) unless that would touch a file that is not coordsim's. HISTORY may hold several traces (a compare run): each is checked, one line each (path, operations, verdict, anomalies), and the exit code is the worst: 1 if any is invalid, else 3 if any is unknown, else 0; 2 on bad input. With --json and several traces, stdout is a JSON list of their verdict documents.
+
+    Examples:
+      coordsim check coordsim-out/latest
+      coordsim check coordsim-out/latest --json
+      coordsim check history.edn --html timeline.html
+    """
     chosen = list(checker or CHECKERS)
     bad = sorted(set(chosen) - set(CHECKERS))
     if bad:
@@ -116,25 +115,93 @@ def check(
     try:
         check_float("--linear-limit", linear_limit, low=0, high=MAX_DURATION_S, unit="seconds")
         check_int("--linear-max-ops", linear_max_ops, low=0, high=MAX_OPS, unit="operations")
+        if path.is_dir():
+            found = find_traces(path)
+        elif path.is_file():
+            found = [path]
+        else:
+            raise HistoryError(f"{path}: no such trace directory or EDN file")
+        if len(found) > 1 and (html is not None or verdict is not None):
+            raise InvalidUsage(f"--html and --verdict take one trace; {path} holds {len(found)}")
         if html is not None:
             claim_file(html, HTML_SIGNATURE)  # before checking: refuse early
         if verdict is not None:
             claim_file(verdict, VERDICT_SIGNATURE)
-    except InvalidUsage as exc:
+    except (InvalidUsage, HistoryError) as exc:
         raise _bad_input(str(exc)) from exc
+    if len(found) == 1:
+        # As given when it is the trace itself, so the report names it as the user did.
+        one = path if found[0] == Path(os.path.abspath(path)) or path.is_file() else found[0]
+        _check_one(one, chosen, linear_limit, linear_max_ops, html=html, verdict=verdict, as_json=as_json)
+    _check_many(found, chosen, linear_limit, linear_max_ops, as_json=as_json)
+
+
+def _judge(path: Path, chosen: list[str], linear_limit: float, linear_max_ops: int) -> tuple[History, list[Event], Report]:
     try:
         if path.is_dir():
             trace = read_trace(path)
             h, events = trace.history, trace.events
-        elif path.is_file():
-            h, events = read_edn(path)
         else:
-            raise HistoryError(f"{path}: no such trace directory or EDN file")
+            h, events = read_edn(path)
         report = check_history(
             h, events, checkers=chosen, linear_time_limit_s=linear_limit, linear_max_ops=linear_max_ops
         )
     except HistoryError as exc:
         raise _bad_input(str(exc)) from exc
+    return h, events, report
+
+
+def _write_default(path: Path, doc: dict[str, Any]) -> tuple[Path | None, str | None]:
+    """verdict.json into trace `path` by the rule of `_default_verdict`; (None,
+    why) if it was not written."""
+    target, not_written = _default_verdict(path)
+    if target is not None:
+        try:
+            write_verdict(target, doc)
+            owner = owning_output(target)
+            if owner is not None:
+                list_in_output(owner, target)
+        except (OSError, InvalidUsage) as exc:
+            return None, f"cannot write it: {exc}"
+    return target, not_written
+
+
+def _check_many(found: list[Path], chosen: list[str], linear_limit: float, linear_max_ops: int, *, as_json: bool) -> None:
+    """Several traces: each checked and its verdict.json written; one line
+    each (or a JSON list of the documents); the worst exit code."""
+    docs = []
+    worst = Outcome.VALID
+    unwritten: list[str] = []
+    for t in found:
+        h, _events, report = _judge(t, chosen, linear_limit, linear_max_ops)
+        doc = verdict_document(report, trace=str(t), ops=h.n)
+        docs.append(doc)
+        target, why = _write_default(t, doc)
+        if target is None and why is not None:
+            unwritten.append(why)
+        if _WORSE[report.outcome] > _WORSE[worst]:
+            worst = report.outcome
+        if not as_json:
+            names = ", ".join(report.names) or "none"
+            _out.print(f"{escape(str(t))}: {h.n} operations, {report.outcome.value}, anomalies: {escape(names)}")
+    if as_json:
+        sys.stdout.write(json.dumps(docs, indent=2, ensure_ascii=False) + "\n")
+    else:
+        if unwritten:
+            _out.print(f"[dim]{VERDICT_FILE} not written for {len(unwritten)} trace(s): {escape(unwritten[0])}[/dim]")
+        _out.print(f"verdict: [bold]{worst.value}[/bold] ({len(found)} traces)")
+    raise typer.Exit(EXIT[worst])
+
+
+#: How bad an outcome is, for the worst of several: invalid > unknown > valid.
+_WORSE: Final = {Outcome.VALID: 0, Outcome.UNKNOWN: 1, Outcome.INVALID: 2}
+
+
+def _check_one(
+    path: Path, chosen: list[str], linear_limit: float, linear_max_ops: int, *,
+    html: Path | None, verdict: Path | None, as_json: bool,
+) -> None:  # fmt: skip
+    h, events, report = _judge(path, chosen, linear_limit, linear_max_ops)
     doc = verdict_document(report, trace=str(path), ops=h.n)
     # The page first: bad input (an unwritable --html) must leave nothing behind.
     if html is not None:
@@ -143,15 +210,16 @@ def check(
             atomic_write(html, lambda p: p.write_text(page, encoding="utf-8"))
         except OSError as exc:
             raise _bad_input(f"cannot write {html}: {exc.strerror or exc}") from exc
-    target, not_written = (verdict, None) if verdict is not None else _default_verdict(path)
-    if target is not None:
+    if verdict is not None:
+        target: Path | None = verdict
+        not_written = None
         try:
-            write_verdict(target, doc)
-        except (OSError, InvalidUsage) as exc:
-            if verdict is not None:  # asked for: failing to write it is the answer
-                msg = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                raise _bad_input(f"cannot write {verdict}: {msg}") from exc
-            target, not_written = None, f"cannot write it: {exc}"
+            write_verdict(verdict, doc)
+        except (OSError, InvalidUsage) as exc:  # asked for: failing to write it is the answer
+            msg = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise _bad_input(f"cannot write {verdict}: {msg}") from exc
+    else:
+        target, not_written = _write_default(path, doc)
     if as_json:
         sys.stdout.write(verdict_text(doc))
         raise typer.Exit(EXIT[report.outcome])
@@ -179,11 +247,13 @@ def check(
     _out.print(f"\nverdict: [bold]{report.outcome.value}[/bold]")
     if html is not None:
         _out.print(f"timeline: {escape(str(html))}")
-    if target is not None:
-        _out.print(f"verdict.json: {escape(str(target))}")
-    elif not_written is not None:
+    if target is None and not_written is not None:
         _out.print(f"[dim]{VERDICT_FILE} not written: {escape(not_written)} (--verdict FILE writes it elsewhere)[/dim]")
+    if target is not None:
+        wrote(target)
     raise typer.Exit(EXIT[report.outcome])
+
+
 
 
 def register(app: typer.Typer) -> None:

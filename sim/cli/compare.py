@@ -9,8 +9,10 @@ half-written under the output name.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -20,21 +22,26 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from coordinator.config import CONFIGURATIONS
+from sim.cli import options
 from sim.cli.pg import postgres_for
 from sim.compare.ablation import Step, chain, parse_ablate, plot_waterfall, waterfall_lines
+from sim.compare.hgrm import write_hgrms
 from sim.compare.report import (
     DEFAULT_REGRESSION_THRESHOLD,
     compare_baseline,
     plot,
     read_results,
     summary,
+    summary_document,
     tables,
     write_csv,
     write_markdown,
 )
-from sim.load.config import Config, is_scenario_file, knobs_toml
+from sim.load.config import MAX_DURATION_S, Config, check_float, is_scenario_file, knobs_toml
+from sim.load.workloads import WORKLOADS
 from sim.runtime.errors import CoordsimError, InvalidUsage
-from sim.runtime.outputs import atomic_write, staged_dir
+from sim.runtime.outputs import atomic_write, run_dir, staged_dir
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -56,29 +63,36 @@ def register(app: typer.Typer) -> None:
     app.add_typer(config_app, name="config")
 
 
-# --- shared options -------------------------------------------------------------------
+# --- options (the shared ones: sim/cli/options.py) ------------------------------------
 
-ConfigFile = Annotated[Path | None, typer.Option("--config-file", "-c", help="TOML file of `Config` keys.")]
-ModeOpt = Annotated[str | None, typer.Option("--mode", help="real (default; embedded Postgres unless COORDSIM_POSTGRES_URL) or virtual.")]
-ConfigsOpt = Annotated[str | None, typer.Option("--configs", help="Comma-separated configurations.")]
-WorkloadsOpt = Annotated[str | None, typer.Option("--workloads", "-w", help="Comma-separated workloads (select-one, insert, update, …) or scenario files (.toml: a workload with its settings; .py: a script, run --repeat times).")]
-ConcOpt = Annotated[str | None, typer.Option("--concurrency", help="Comma-separated client counts, e.g. 1,4,16.")]
-OpsOpt = Annotated[int | None, typer.Option("--ops", help="Instead of --duration: operations per window at concurrency 1 (scaled with sqrt(clients)).")]
-RateOpt = Annotated[float | None, typer.Option("--rate", help="Open loop: Poisson arrivals per second (latency from intended start).")]
-SeedOpt = Annotated[int | None, typer.Option("--seed", help="Seed of the first pass (pass k runs with seed + k - 1); each configuration runs with these same seeds, so they face the same random draws.")]
-OutOpt = Annotated[str | None, typer.Option("--output", "-o", help="Output directory.")]
-ProfileOpt = Annotated[str | None, typer.Option("--latency-profile", help="Latency profile TOML/JSON (virtual mode).")]
-DurationOpt = Annotated[float | None, typer.Option("--duration", "-T", help="Seconds of each measurement window (virtual mode: simulated seconds). Default: 1 real, 0.2 virtual.")]
-WarmupOpt = Annotated[float | None, typer.Option("--warmup", help="Seconds discarded before each level's window (in every pass). Default: 0.5 real, 0.05 virtual.")]
-RepeatOpt = Annotated[int | None, typer.Option("--repeat", help="Passes: each (workload, configuration) is measured this many times, each time on a fresh deployment (fresh database) with seed +1, interleaved across configurations (ABCABC); each pass is a warm-up then one window per level, and the intervals are over the passes. Default: 3.")]
-
+ConfigFile = Annotated[Path | None, typer.Option("--config-file", "-c", metavar="FILE", help="TOML file of `Config` keys (`coordsim config show` prints them all).")]
+ModeOpt = options.Mode
+ConfigsOpt = Annotated[str | None, typer.Option("--configs", metavar="NAMES", show_default="all", help=f"Comma-separated configurations: {', '.join(CONFIGURATIONS)}, or variants of a config file.")]
+WorkloadsOpt = Annotated[str | None, typer.Option("--workloads", "-w", metavar="NAMES", show_default="select-one,insert,update", help=f"Comma-separated workloads ({', '.join(WORKLOADS)}) or scenario files (.toml: a workload with its settings; .py: a script, run --repeat times).")]
+ConcOpt = Annotated[str | None, typer.Option("--concurrency", metavar="N,N,…", show_default="1,4,16,64,256", help="Comma-separated client counts.")]
+OpsOpt = Annotated[int | None, typer.Option("--ops", metavar="N", help="Instead of --duration: operations per window at concurrency 1 (scaled with sqrt(clients)).")]
+RateOpt = Annotated[float | None, typer.Option("--rate", metavar="OPS_PER_S", help="Open loop: Poisson arrivals per second (latency from intended start); default: closed loop.")]
+SeedOpt = options.Seed
+OutOpt = options.Output
+ProfileOpt = Annotated[str | None, typer.Option("--latency-profile", metavar="FILE", show_default="the shipped calibrated profile", help="Latency profile TOML/JSON (virtual mode; `coordsim calibrate` writes one).")]
+DurationOpt = Annotated[float | None, typer.Option("--duration", "-T", metavar="SECONDS", show_default="1 real, 0.2 virtual", help="Seconds of each measurement window (virtual mode: simulated seconds).")]
+WarmupOpt = Annotated[float | None, typer.Option("--warmup", metavar="SECONDS", show_default="0.5 real, 0.05 virtual", help="Seconds discarded before each level's window (in every pass).")]
+RepeatOpt = Annotated[int | None, typer.Option("--repeat", metavar="N", show_default="3", help="Passes: each (workload, configuration) is measured N times, each on a fresh deployment (fresh database) with the next seed, interleaved across configurations (ABCABC); each pass is a warm-up then one window per level, and the intervals are over the passes.")]
 
 
 def build_config(
     config_file: Path | None = None, **flags: Any
 ) -> Config:
-    """The effective `Config`: defaults, then the TOML file, then flags."""
+    """The effective `Config`: defaults, then the TOML file, then flags (a
+    `--mode` enum as its name, `--output` as a string, and workload names in
+    their one spelling, an old one noted)."""
     cfg = Config.from_toml(config_file) if config_file is not None else Config()
+    if isinstance(flags.get("mode"), options.ModeName):
+        flags["mode"] = flags["mode"].value
+    if isinstance(flags.get("output"), Path):
+        flags["output"] = str(flags["output"])
+    if isinstance(flags.get("workloads"), str):
+        flags["workloads"] = ",".join(options.kebab(w.strip(), WORKLOADS) for w in flags["workloads"].split(","))
     cfg = cfg.with_overrides(**flags)
     cfg.latency()  # a bad profile fails now, before anything starts
     return cfg
@@ -100,11 +114,15 @@ def config_show(
     output: OutOpt = None,
     latency_profile: ProfileOpt = None,
 ) -> None:
-    """Print the effective configuration (defaults < --config-file < flags) as
-    TOML: the run's settings with every mode default filled in, then every knob
-    of every configuration it compares (architecture, oracle, catalog,
-    group-commit policy and interval, confirm_leadership, read_ts batching,
-    cores, batch size, CPU costs). Secrets are redacted."""
+    """Print the effective configuration (defaults < --config-file < flags) as TOML.
+
+    First the run's settings with every mode default filled in, then every knob of every configuration it compares (architecture, oracle, catalog, group-commit policy and interval, confirm_leadership, read_ts batching, cores, batch size, CPU costs). Secrets are redacted. The output is a valid --config-file.
+
+    Examples:
+      coordsim config show
+      coordsim config show --mode real -w insert > my.toml
+      coordsim compare -c my.toml
+    """
     cfg = build_config(
         config_file, mode=mode, configurations=configs, workloads=workloads, concurrency=concurrency,
         ops_per_level=ops, open_loop_rate=rate, seed=seed, output=output, latency_profile=latency_profile,
@@ -134,22 +152,28 @@ def compare(
     seed: SeedOpt = None,
     output: OutOpt = None,
     latency_profile: ProfileOpt = None,
-    tables_: Annotated[int | None, typer.Option("--tables", help="Tables in the schema.")] = None,
+    progress: options.Progress = None,
+    tables_: Annotated[int | None, typer.Option("--tables", metavar="N", show_default="1", help="Tables in the schema.")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="A short sweep: 1,4,16,64 clients, 2 passes of short windows.")] = False,
-    baseline: Annotated[Path | None, typer.Option("--baseline", help="A previous output directory: flag cells worse beyond the threshold and significantly (Welch's t-test, Holm-corrected over all comparisons at family-wise 5 %) (exit 1).")] = None,
-    threshold: Annotated[float, typer.Option("--threshold", help="--baseline: the relative change that counts as a regression.")] = DEFAULT_REGRESSION_THRESHOLD,
+    baseline: Annotated[Path | None, typer.Option("--baseline", metavar="DIR", help="A previous output directory: flag cells worse beyond the threshold and significantly (Welch's t-test, Holm-corrected over all comparisons at family-wise 5 %) (exit 1).")] = None,
+    threshold: Annotated[float, typer.Option("--threshold", metavar="FRACTION", help="--baseline: the relative change that counts as a regression.")] = DEFAULT_REGRESSION_THRESHOLD,
     allow_errors: Annotated[bool, typer.Option("--allow-errors", help="Exit 0 even when a cell's error rate is above --error-threshold.")] = False,
-    error_threshold: Annotated[float, typer.Option("--error-threshold", help="Largest error rate per cell that still exits 0.")] = DEFAULT_ERROR_THRESHOLD,
+    error_threshold: Annotated[float, typer.Option("--error-threshold", metavar="FRACTION", help="Largest error rate per cell that still exits 0.")] = DEFAULT_ERROR_THRESHOLD,
     no_check: Annotated[bool, typer.Option("--no-check", help="Skip the checkers (faster; no verdicts).")] = False,
+    as_json: options.Json = False,
     ablate: Annotated[str | None, typer.Option("--ablate", metavar="FROM..TO", help="Run the chain of configurations from FROM to TO that changes one mechanism at a time, and attribute the difference to each (e.g. event-loop..event-loop+pg-oracle).")] = None,
-    sensitivity: Annotated[bool, typer.Option("--sensitivity", help="Rerun the comparison with each family of unmeasured costs (coordinator CPU, replica, catalog feed; sim/model/unmeasured.py) scaled x0.5 and x2, and say which conclusions survive (7 sweeps in all: use with --mode virtual or --quick).")] = False,
+    sensitivity: Annotated[bool, typer.Option("--sensitivity", help="Rerun the comparison with each family of unmeasured costs (coordinator CPU, replica, catalog feed) scaled x0.5 and x2, and say which conclusions survive (7 sweeps in all: use with --mode virtual or --quick).")] = False,
 ) -> None:
-    """Run workloads under each configuration with the same seeds, in steady state
-    (--repeat interleaved passes, each on a fresh deployment: per level a
-    warm-up, then one window of --duration); print tables with
-    95 % intervals, errors and the checkers' verdict; write plots, report.md,
-    results.csv, config.toml and the traces to the output directory. Exit 1 on an
-    anomaly, an error rate above --error-threshold, or a regression."""
+    """Compare the configurations: run workloads under each with the same seeds, in steady state.
+
+    --repeat interleaved passes, each on a fresh deployment: per level a warm-up, then one window of --duration. Prints tables with 95 % intervals, errors and the checkers' verdict; writes plots, report.md, results.csv, config.toml, the traces and one latency histogram per level (hgrm/WORKLOAD/CONFIG/cN.hgrm) to the output directory, and prints its path last. Exit 1 on an anomaly, an error rate above --error-threshold, or a regression.
+
+    Examples:
+      coordsim compare --quick
+      coordsim compare --mode real
+      coordsim compare -w insert,update --concurrency 1,16 -T 0.5 -P 5
+      coordsim compare --baseline coordsim-out/latest
+    """
     from sim.compare.stats import check_fraction
 
     check_fraction("--threshold", threshold)
@@ -176,9 +200,12 @@ def compare(
             warmup_s=warmup or (None if ops else 0.2 if cfg.mode == "real" else 0.01),
         )
     base_rows = read_results(baseline) if baseline is not None else None
+    _check_progress(progress)
+    target = options_run_dir(cfg, "compare")
     wall0 = time.perf_counter()
-    with staged_dir(Path(cfg.output), "compare") as stage, postgres_for(cfg) as cfg:
-        rows, verdicts, anomalies = _sweep(cfg, stage, check=not no_check)
+    with staged_dir(target, "compare") as stage, postgres_for(cfg) as cfg:
+        rows, verdicts, anomalies = _sweep(cfg, stage, check=not no_check, progress=progress, dest=target)
+        write_hgrms(stage, rows)
         checked = compare_baseline(rows, base_rows, threshold=threshold) if base_rows is not None else None
         regressions = checked.regressions if checked is not None else []
         plots = plot(stage, rows)
@@ -194,7 +221,7 @@ def compare(
             def rerun(scaled: Config, label: str) -> list[LevelRow]:
                 _err.print(f"compare --sensitivity: {label}", markup=False, highlight=False)
                 sub = stage / "sensitivity" / label.replace(" ", "-")
-                return _sweep(scaled, sub, check=False)[0]
+                return _sweep(scaled, sub, check=False, progress=progress)[0]
 
             reruns = run_sensitivity(cfg, stage / "sensitivity", rerun)
             fragile_lines, fragile = survival_lines(rows, reruns)
@@ -225,6 +252,23 @@ def compare(
         )
         write_markdown(stage / "report.md", rows, plots, header=header, regressions=regressions,
                        knobs=knobs, verdicts=verdicts, ablation=waterfall, sensitivity=fragile_lines)  # fmt: skip
+        erring = [r for r in rows if r.error_rate > error_threshold]
+        failed = bool(anomalies) or (bool(erring) and not allow_errors) or bool(regressions)
+        doc = summary_document(
+            rows, output=str(target), anomalies=anomalies, erring=erring, regressions=regressions,
+            exit_code=1 if failed else 0,
+            header={
+                "mode": cfg.mode, "seed": cfg.seed, "configurations": list(cfg.configurations),
+                "workloads": list(dict.fromkeys(r.workload for r in rows)), "passes": w.repeat,
+                "window_s": w.duration_s, "warmup_s": w.warmup_s, "error_threshold": error_threshold,
+                "wall_s": round(time.perf_counter() - wall0, 3), "cores": os.cpu_count(),
+            },
+        )  # fmt: skip
+        summary_text = json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
+        atomic_write(stage / "summary.json", lambda p: p.write_text(summary_text))
+    if as_json:
+        options.print_json(doc)
+        raise typer.Exit(1 if failed else 0)
     plain = not _out.is_terminal
     out = Console(width=1000, soft_wrap=True) if plain else _out
     for t in tables(rows, plain=plain):
@@ -245,27 +289,33 @@ def compare(
         for line in fragile_lines:
             out.print(line, markup=False, highlight=False)
         out.print(f"{fragile} conclusion(s) fragile" if fragile else "every conclusion survives", markup=False)
-    out.print(f"wrote {Path(cfg.output).absolute()}/report.md ({time.perf_counter() - wall0:.0f} s)", markup=False)
-    failed = False
+    out.print(f"report: {target}/report.md ({time.perf_counter() - wall0:.0f} s)", markup=False)
     for line in verdicts:
         out.print(line, markup=False, highlight=False)
-    if anomalies:
-        failed = True
-    erring = [r for r in rows if r.error_rate > error_threshold]
     if erring:
         worst = max(erring, key=lambda r: r.error_rate)
         codes = ", ".join(f"{k} x{n}" for k, n in worst.errors_by_code)
         note = "" if allow_errors else " (exit 1; --allow-errors to accept)"
         out.print(f"errors above {error_threshold:.2%} in {len(erring)} cell(s); worst: {worst.workload} "
                   f"{worst.config} c={worst.concurrency}: {worst.error_rate:.2%} ({codes}){note}", markup=False)  # fmt: skip
-        failed = failed or not allow_errors
     if checked is not None:
         out.print(checked.line(), markup=False, highlight=False)
         for x in checked.regressions:
             out.print(f"  {x}", markup=False, highlight=False)
-        failed = failed or bool(checked.regressions)
+    options.wrote(target)
     if failed:
         raise typer.Exit(1)
+
+
+def options_run_dir(cfg: Config, command: str) -> Path:
+    """Where `command` writes: `cfg.output` exactly, else a new run directory
+    (`sim.runtime.outputs.run_dir`), as an absolute path."""
+    return run_dir(cfg.output or None, command).absolute()
+
+
+def _check_progress(progress: float | None) -> None:
+    if progress is not None:
+        check_float("--progress", progress, low=0, high=MAX_DURATION_S, unit="seconds", strict_low=True)
 
 
 def _label(entry: str) -> str:
@@ -313,12 +363,57 @@ def _run_entry(
 _OUTCOME_RANK = {"valid": 0, "unknown": 1, "invalid": 2}
 
 
-def _sweep(cfg: Config, stage: Path, *, check: bool) -> tuple[list[LevelRow], list[str], list[str]]:
+class _Ticker:
+    """`-P SECONDS`, as pgbench's: a line on stderr every SECONDS of wall time
+    with the level last measured, the operations measured so far and their
+    rate. Its thread is started and joined by the `with` block that owns it."""
+
+    def __init__(self, every: float | None, total: int) -> None:
+        self.every = every
+        self.total = total
+        self.levels = 0
+        self.ops = 0
+        self.level = "starting"
+        self.t0 = time.perf_counter()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="coordsim-progress", daemon=True)
+
+    def __enter__(self) -> _Ticker:
+        if self.every is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def add(self, level: str, ops: int) -> None:
+        self.levels += 1
+        self.ops += ops
+        self.level = level
+
+    def line(self) -> str:
+        wall = time.perf_counter() - self.t0
+        rate = self.ops / wall if wall > 0 else 0.0
+        return (f"progress: {wall:.1f} s, {self.level} ({self.levels}/{self.total} levels), "
+                f"{self.ops:,} ops, {rate:,.0f} ops/s")  # fmt: skip
+
+    def _loop(self) -> None:
+        assert self.every is not None
+        while not self._stop.wait(self.every):
+            _err.print(self.line(), markup=False, highlight=False, soft_wrap=True)
+
+
+def _sweep(
+    cfg: Config, stage: Path, *, check: bool, progress: float | None = None, dest: Path | None = None
+) -> tuple[list[LevelRow], list[str], list[str]]:
     """Every (workload, configuration) pair: measured in interleaved passes,
     each pass traced and (unless `check` is off) judged by the in-process
     checkers. Returns the rows (with their verdict: the worst of their
     passes'), one verdict line per pair (plus one per pass with an anomaly),
-    and the anomaly lines."""
+    and the anomaly lines. `dest` is where `stage` will be published (named
+    in the anomaly lines); `progress` is `-P`."""
     from sim.history.checker import check_history
 
     rows: list[LevelRow] = []
@@ -329,22 +424,24 @@ def _sweep(cfg: Config, stage: Path, *, check: bool) -> tuple[list[LevelRow], li
     done = [0]
     t0 = time.perf_counter()
     live = _err.is_terminal
-    with Progress(
+    where_to = dest if dest is not None else stage
+    with _Ticker(progress, total) as ticker, Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
         console=_err, transient=True, disable=not live,
-    ) as progress:
-        task = progress.add_task("compare", total=total)
+    ) as bar:  # fmt: skip
+        task = bar.add_task("compare", total=total)
         for wl in cfg.workloads:
             label = _label(wl)
-            progress.update(task, description=f"{wl}")
+            bar.update(task, description=f"{wl}")
             outcome: dict[str, str] = {}
             found: dict[str, list[str]] = {}
 
             def on_level(name: str, index: int, row: LevelRow, wl: str = wl) -> None:
-                progress.advance(task)
-                progress.update(task, description=f"{wl} / {name} pass {index}")
+                bar.advance(task)
+                bar.update(task, description=f"{wl} / {name} pass {index}")
                 done[0] += 1
-                if not live:  # like pgbench -P: one line per level on a pipe or log
+                ticker.add(f"{wl} / {name} pass {index} c={row.concurrency}", row.ops)
+                if not live and progress is None:  # a line per level on a pipe or log, unless -P
                     _err.print(f"compare: {wl} / {name} pass {index} c={row.concurrency}: "
                                f"{row.throughput_ops_s:,.0f} ops/s, {row.errors} errors "
                                f"({done[0]}/{total}, {time.perf_counter() - t0:.0f} s)",
@@ -354,13 +451,13 @@ def _sweep(cfg: Config, stage: Path, *, check: bool) -> tuple[list[LevelRow], li
                         outcome: dict[str, str] = outcome, found: dict[str, list[str]] = found) -> None:
                 if not check:
                     return
-                progress.update(task, description=f"{wl} / {name} pass {index}: checking")
+                bar.update(task, description=f"{wl} / {name} pass {index}: checking")
                 report = check_history(out.history, out.events)
                 verdict = report.outcome.value
                 if _OUTCOME_RANK.get(verdict, 1) >= _OUTCOME_RANK.get(outcome.get(name, "valid"), 1):
                     outcome[name] = verdict
                 if report.names:
-                    where = Path(cfg.output).absolute() / out.trace_dir.relative_to(stage)
+                    where = where_to / out.trace_dir.relative_to(stage)
                     line = (f"{label} / {name} (pass {index}): {verdict} — {', '.join(report.names)}; "
                             f"inspect: coordsim check {where}")  # fmt: skip
                     found.setdefault(name, []).append(line)
@@ -381,43 +478,57 @@ def _sweep(cfg: Config, stage: Path, *, check: bool) -> tuple[list[LevelRow], li
 
 
 def run_scenario(
-    scenario: Annotated[str, typer.Argument(help="Shipped scenario name, workload name, or a .py/.toml path.")],
-    config: Annotated[str, typer.Option("--config", help="Coordinator configuration.")] = "decoupled",
-    mode: Annotated[str, typer.Option("--mode", help="virtual (default) or real.")] = "virtual",
+    scenario: Annotated[str, typer.Argument(metavar="SCENARIO", help="A shipped scenario (coordsim anomalies list, or a workload's TOML: select-one, insert, …), a workload name, or a .py/.toml path.")],
+    config: options.Config = None,
+    mode: ModeOpt = None,
     seed: SeedOpt = None,
     output: OutOpt = None,
     latency_profile: ProfileOpt = None,
+    progress: options.Progress = None,
 ) -> None:
-    """Run one scenario under one configuration; write its trace (and, for a
-    Python scenario, the checker's verdicts)."""
-    from sim.load.scenarios import PythonScenario, load
+    """Run one scenario under one configuration and check it; write its trace (and the checker's verdicts) and print the directory last.
 
-    sc = load(scenario)
+    A workload (or a TOML scenario) is measured as `compare` measures it, over its concurrency levels; a Python scenario runs once. Exit 1 if the checkers find an anomaly (or a scenario's own expectation fails).
+
+    Examples:
+      coordsim run seed001
+      coordsim run select-one --config event-loop --seed 3
+      coordsim run my-scenario.py -o my-run
+    """
+    from sim.load.scenarios import PythonScenario, load, shipped
+
+    _check_progress(progress)
+    name = options.kebab(scenario, [*shipped(), *WORKLOADS])
+    sc = load(name)
+    config = config or options.DEFAULT_CONFIG
     cfg = build_config(
-        None, mode=mode, configurations=[config], seed=seed, latency_profile=latency_profile,
-        output=output or f"coordsim-run-{sc.name}",
+        None, mode=mode, configurations=[config], seed=seed, latency_profile=latency_profile, output=output,
     )
     if isinstance(sc, PythonScenario):
-        with staged_dir(Path(cfg.output), "run") as stage, postgres_for(cfg) as cfg:
-            verdict = _run_python(cfg, config, sc, stage)
+        target = options_run_dir(cfg, f"run {sc.name}")
+        with staged_dir(target, "run") as stage, postgres_for(cfg) as cfg:
+            verdict = _run_python(cfg, config, sc, stage, target)
         _out.print(verdict, markup=False, highlight=False)
+        options.wrote(target)
         if verdict.rstrip().endswith("FAIL"):
             raise typer.Exit(1)
         return
     cfg = cfg.with_overrides(**sc.params).with_overrides(workloads=[sc.workload], configurations=[config])
-    with staged_dir(Path(cfg.output), "run") as stage, postgres_for(cfg) as cfg:
-        rows, verdicts, anomalies = _sweep(cfg, stage, check=True)
+    target = options_run_dir(cfg, f"run {sc.name}")
+    with staged_dir(target, "run") as stage, postgres_for(cfg) as cfg:
+        rows, verdicts, anomalies = _sweep(cfg, stage, check=True, progress=progress, dest=target)
         write_csv(stage / "results.csv", rows)
+        write_hgrms(stage, rows)
     for t in tables(rows, plain=not _out.is_terminal):
         _out.print(t)
     for line in verdicts:
         _out.print(line, markup=False, highlight=False)
-    _out.print(f"wrote {Path(cfg.output).absolute()}", markup=False, highlight=False)
+    options.wrote(target)
     if anomalies:
         raise typer.Exit(1)
 
 
-def _run_python(cfg: Config, config_name: str, sc: Any, stage: Path) -> str:
+def _run_python(cfg: Config, config_name: str, sc: Any, stage: Path, target: Path) -> str:
     from sim.compare.scripts import run_script_once
     from sim.history.checker import check_history
     from sim.history.traces import write_trace
@@ -435,11 +546,11 @@ def _run_python(cfg: Config, config_name: str, sc: Any, stage: Path) -> str:
         try:
             with contextlib.suppress(OSError):
                 stage.rmdir()
-            with staged_dir(Path(cfg.output), "run") as partial:
+            with staged_dir(target, "run") as partial:
                 write_trace(partial / "trace", history, events, run=sc.name, config=config_name, seed=cfg.seed)
                 (partial / "verdict.txt").write_text(f"{failure}\nFAIL\n")
             n = len(history)
-            note = f" (trace of the {n} operation{'' if n == 1 else 's'} before it: {Path(cfg.output) / 'trace'})"
+            note = f" (trace of the {n} operation{'' if n == 1 else 's'} before it: {target / 'trace'})"
         except (CoordsimError, OSError) as exc:
             note = f" (trace not written: {' '.join(str(exc).split())})"
         raise CoordsimError(f"{failure}{note}") from error

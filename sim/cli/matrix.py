@@ -10,16 +10,26 @@ import os
 import shlex
 import sys
 import time
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from sim.cli import options
 from sim.load.config import check_int
-from sim.nemesis.matrix import COLUMNS, MATRIX_JSON, MATRIX_MD, EntryResult, rows, run_matrix, write
+from sim.nemesis.matrix import (
+    COLUMNS,
+    MATRIX_JSON,
+    MATRIX_MD,
+    EntryResult,
+    rows,
+    run_matrix,
+    to_json,
+    write,
+)
 from sim.nemesis.sweep import MAX_JOBS, MAX_SEEDS
-from sim.runtime.outputs import staged_dir
+from sim.runtime.outputs import run_dir, staged_dir
+from sim.runtime.schedule import parse_schedule
 
 __all__ = ["matrix_command"]
 
@@ -29,22 +39,30 @@ _err = Console(stderr=True, soft_wrap=True, highlight=False)
 
 def matrix_command(
     seeds: Annotated[
-        int, typer.Option("--seeds", help="At most this many seeds per entry (a caught one stops early).")
+        int, typer.Option("--seeds", metavar="N", help="At most this many seeds per entry (a caught one stops early).")
     ] = 20,
-    jobs: Annotated[
-        int | None, typer.Option("--jobs", "-j", help="Worker processes (default: one per core).")
-    ] = None,
-    out: Annotated[
-        Path, typer.Option("--out", "-o", help="Output directory: matrix.md and matrix.json.")
-    ] = Path("coordsim-matrix"),
+    jobs: options.Jobs = None,
+    schedule: options.Schedule = None,
+    output: options.Output = None,
+    old_out: options.OldOut = None,
+    as_json: options.Json = False,
 ) -> None:  # fmt: skip
-    """Run the known-bad matrix: for each (variant, scenario, config), the seeds
-    to its first detection or "not caught in N", and the anomalies by checker."""
+    """Run the known-bad matrix: for each (variant, scenario, config), the seeds to its first detection or "not caught in N", and the anomalies by checker.
+
+    Writes matrix.md and matrix.json and prints the directory last. Exit 0 if every entry came out as expected, 1 if one did not.
+
+    Examples:
+      coordsim anomalies matrix --seeds 5 -j 2
+      coordsim anomalies matrix --seeds 100 --schedule pct
+    """
+    chosen = options.pick(output, old_out, old_name="--out", new_name="-o/--output")
     check_int("--seeds", seeds, low=1, high=MAX_SEEDS, unit="seeds")
     n_jobs = jobs if jobs is not None else (os.cpu_count() or 1)
     check_int("--jobs", n_jobs, low=1, high=MAX_JOBS, unit="worker processes")
     command = shlex.join(["uv", "run", "coordsim", "anomalies", "matrix", *sys.argv[3:]]) \
         if sys.argv[1:3] == ["anomalies", "matrix"] else f"coordsim anomalies matrix --seeds {seeds}"
+    policy = parse_schedule(schedule or "fifo")
+    out = run_dir(chosen, "anomalies matrix").absolute()
     t0 = time.monotonic()
 
     def progress(r: EntryResult) -> None:
@@ -52,16 +70,20 @@ def matrix_command(
                    f"({time.monotonic() - t0:.0f} s)", markup=False)  # fmt: skip
 
     with staged_dir(out, "anomalies matrix") as stage:
-        results = run_matrix(seeds=seeds, jobs=n_jobs, on_entry=progress)
-        write(stage, results, seeds=seeds, command=command)
+        results = run_matrix(seeds=seeds, jobs=n_jobs, schedule=policy, on_entry=progress)
+        write(stage, results, seeds=seeds, command=command, schedule=policy)
+    bad = [r for r in results if not r.as_expected]
+    if as_json:
+        options.print_json({"output": str(out), **to_json(results, seeds=seeds, schedule=policy)})
+        raise typer.Exit(1 if bad else 0)
     _out.print("| " + " | ".join(COLUMNS) + " |", markup=False)
     _out.print("|" + "---|" * len(COLUMNS), markup=False)
     for row in rows(results):
         _out.print("| " + " | ".join(row) + " |", markup=False)
-    bad = [r for r in results if not r.as_expected]
     _out.print(f"\n{len(results)} entries, {sum(r.seeds for r in results):,} seeds, "
                f"{sum(r.ops for r in results):,} operations in {time.monotonic() - t0:.1f} s "
                f"on {n_jobs} worker{'s' if n_jobs > 1 else ''}; "
                f"{len(bad)} not as expected", markup=False)  # fmt: skip
     _out.print(f"written: {out / MATRIX_MD}, {out / MATRIX_JSON}", markup=False)
+    options.wrote(out)
     raise typer.Exit(1 if bad else 0)

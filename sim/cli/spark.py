@@ -13,9 +13,10 @@ from typing import Annotated, Final
 import typer
 from rich.console import Console
 
+from sim.cli import options
 from sim.load.config import MAX_SEED, check_int
 from sim.runtime.errors import CoordsimError, InvalidUsage
-from sim.runtime.outputs import claim_dir, staged_dir
+from sim.runtime.outputs import claim_dir, mark_latest, run_dir, staged_dir
 
 __all__ = ["register"]
 
@@ -46,12 +47,18 @@ def _check_partitions(partitions: int | None) -> None:
 
 
 def _claim_out(out: str, command: str) -> None:
-    """A local `--out` becomes coordsim's output directory: a file there, or a
+    """A local output becomes coordsim's output directory: a file there, or a
     directory of someone else's files, is refused before Spark starts (and
     nothing of theirs is overwritten); called again after the run to list what
     was written. A URL (`s3a://…`) is Spark's to write."""
     if "://" not in out:
         claim_dir(Path(out), command)
+
+
+def _latest(out: str) -> None:
+    """A run directory Spark wrote in place (not staged) becomes its runs root's `latest`."""
+    if "://" not in out:
+        mark_latest(Path(out))
 
 
 def _check_master(option: str, master: str) -> None:
@@ -81,58 +88,100 @@ def _summary(res: object) -> None:
         _out.print(f"report: {res.out / 'report.md'}")
 
 
+_Partitions = Annotated[int | None, typer.Option("--shuffle-partitions", metavar="N", show_default="Spark's (200)", help="Spark shuffle partitions.")]
+_Verbose = Annotated[bool, typer.Option("--verbose", help="Spark's INFO logs.")]
+
+
+def _target(output: Path | None, old: str | None, command: str) -> str:
+    """The output: `-o` (or the noted `--out`) exactly, else a new run
+    directory. A URL (`s3a://…`, given with the old `--out`) is Spark's to write."""
+    if old is not None and "://" in old:
+        options.pick(output, Path(old), old_name="--out", new_name="-o/--output")
+        return old
+    chosen = options.pick(output, Path(old) if old is not None else None, old_name="--out", new_name="-o/--output")
+    return str(run_dir(chosen, command).absolute())
+
+
 def replay(
-    traces: Annotated[list[str], typer.Argument(help="Trace directories (or folders holding them).")],
-    master: Annotated[str, typer.Option("--master", help="local[*], local[2], spark://host:7077, …")] = "local[*]",
-    out: Annotated[str, typer.Option("--out", help="Output directory (Parquet, report.md, PNG).")] = "replay-out",
-    partitions: Annotated[int | None, typer.Option("--shuffle-partitions", help="Spark shuffle partitions.")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", help="Spark's INFO logs.")] = False,
+    traces: Annotated[list[str], typer.Argument(metavar="TRACES...", help="Trace directories, or any directory holding traces below it (a run directory, coordsim-out/latest, a runs root).")],
+    master: options.Master = options.DEFAULT_MASTER,
+    old_spark: options.OldSpark = None,
+    output: options.Output = None,
+    old_out: Annotated[str | None, typer.Option("--out", hidden=True, metavar="DIR")] = None,
+    partitions: _Partitions = None,
+    verbose: _Verbose = False,
 ) -> None:
-    """Re-verify traces with Spark (every in-process checker, a large run cut
-    into segments checked in parallel) and compare the configurations' metrics."""
+    """Re-verify traces with Spark and compare the configurations' metrics; writes Parquet, report.md and plots and prints the directory last.
+
+    Every in-process checker runs per trace, a large trace cut into segments checked in parallel. Exit 0 every run valid, 1 some run invalid.
+
+    Examples:
+      coordsim replay coordsim-out/latest
+      coordsim replay coordsim-out --master local[2] -o replay-all
+    """
     from sim.spark.frames import expand_traces
     from sim.spark.job import replay as run_replay
 
     try:
+        if old_spark is not None:
+            options.deprecated("--spark", "--master")
+            master = old_spark
         _check_partitions(partitions)
         _check_master("--master", master)
         expand_traces(traces)  # bad paths fail here, before Spark starts
+        out = _target(output, old_out, "replay")
         _claim_out(out, "replay")
         spark = _session(master, verbose, partitions)
         res = run_replay(spark, traces, out)
         _claim_out(out, "replay")
+        _latest(out)
     except CoordsimError as exc:
         raise _fail(exc) from exc
     _summary(res)
+    options.wrote(out)
     raise typer.Exit(1 if res.invalid_runs else 0)
 
 
 def sweep(
-    seeds: Annotated[int, typer.Option("--seeds", help="How many seeds (0..N-1 from --first-seed).")],
-    config: Annotated[str, typer.Option("--config", help="A named configuration.")],
-    scenario: Annotated[str, typer.Option("--scenario", help="A scenario of sim/nemesis/anomalies.py.")],
-    spark_master: Annotated[str, typer.Option("--spark", help="Spark master.")] = "local[*]",
-    first_seed: Annotated[int, typer.Option("--first-seed")] = 0,
-    known_bad: Annotated[list[str] | None, typer.Option("--known-bad", help="Known-bad variant(s) on.")] = None,
-    out: Annotated[str, typer.Option("--out", help="Traces go to OUT/traces, the replay to OUT.")] = "sweep-out",
-    verbose: Annotated[bool, typer.Option("--verbose", help="Spark's INFO logs.")] = False,
+    seeds: options.Seeds,
+    scenario: options.Scenario,
+    config: options.Config = None,
+    master: options.Master = options.DEFAULT_MASTER,
+    old_spark: options.OldSpark = None,
+    first_seed: Annotated[int, typer.Option("--first-seed", metavar="N", help="The first seed.")] = 0,
+    known_bad: Annotated[list[str] | None, typer.Option("--known-bad", metavar="NAME", help="Switch on a known-bad variant (repeatable).")] = None,
+    output: options.Output = None,
+    old_out: Annotated[str | None, typer.Option("--out", hidden=True, metavar="DIR")] = None,
+    verbose: _Verbose = False,
 ) -> None:
-    """Run N seeds of a scenario as Spark tasks (virtual mode, one seed per
-    task), write their traces, then replay them all."""
+    """Run N seeds of an anomaly scenario as Spark tasks (virtual mode, one seed per task), write their traces to OUTPUT/traces, then replay them all into OUTPUT; prints the directory last.
+
+    Exit 0 every run valid, 1 some run invalid.
+
+    Examples:
+      coordsim sweep --scenario seed001 --seeds 100
+      coordsim sweep --scenario split-brain --config event-loop --seeds 1000 --master local[2]
+    """
     import os
 
-    from sim.nemesis.anomalies import default_spec, parse_known_bad
+    from sim.nemesis.anomalies import SCENARIOS, default_spec, parse_known_bad
     from sim.spark.job import replay as run_replay
     from sim.spark.sweep import simulate
 
     try:
+        if old_spark is not None:
+            options.deprecated("--spark", "--master")
+            master = old_spark
+        scenario = options.kebab(scenario, SCENARIOS)
+        config = config or options.DEFAULT_CONFIG
         # Bad names and numbers fail here, before Spark starts.
         check_int("--seeds", seeds, low=1, high=MAX_SWEEP_SEEDS, unit="seeds")
         check_int("--first-seed", first_seed, low=-MAX_SEED, high=MAX_SEED - seeds)
         default_spec(scenario, config, first_seed, known_bad=parse_known_bad(known_bad or []))
-        _check_master("--spark", spark_master)
+        _check_master("--master", master)
+        out = _target(output, old_out, "sweep")
         _claim_out(out, "sweep")
-        spark = _session(spark_master, verbose, None)
+        spark = _session(master, verbose, None)
         traces = f"{out.rstrip('/')}/traces"
         if "://" not in traces:
             traces = os.path.abspath(traces)
@@ -142,37 +191,49 @@ def sweep(
                    f"in {time.perf_counter() - t0:.1f}s")  # fmt: skip
         res = run_replay(spark, [r[1] for r in rows], out)
         _claim_out(out, "sweep")
+        _latest(out)
     except CoordsimError as exc:
         raise _fail(exc) from exc
     _summary(res)
+    options.wrote(out)
     raise typer.Exit(1 if res.invalid_runs else 0)
 
 
 def synth_trace(
-    ops: Annotated[int, typer.Option("--ops", help="Operations to write.")] = 10_000_000,
-    out: Annotated[Path, typer.Option("--out", help="The trace directory to write.")] = Path("synth-trace"),
-    seed: Annotated[int, typer.Option("--seed")] = 0,
-    planted: Annotated[int, typer.Option("--planted", help="Chunks with a planted stale read.")] = 3,
+    ops: Annotated[int, typer.Option("--ops", metavar="N", help="Operations to write.")] = 10_000_000,
+    output: options.Output = None,
+    old_out: options.OldOut = None,
+    seed: options.Seed = None,
+    planted: Annotated[int, typer.Option("--planted", metavar="N", help="Chunks with a planted stale read.")] = 3,
 ) -> None:
-    """Write a large realistic trace (valid by construction, with a few planted
-    anomalies) for benchmarks, in bounded memory."""
+    """Write a large realistic trace (valid by construction, with a few planted anomalies) for benchmarks, in bounded memory; prints its directory last.
+
+    Examples:
+      coordsim synth-trace --ops 1000000
+      coordsim synth-trace --ops 100000 --planted 0 -o big-trace
+    """
     from sim.spark.synth import MAX_SYNTH_OPS
     from sim.spark.synth import synth_trace as write
 
     t0 = time.perf_counter()
+    seed = seed if seed is not None else options.DEFAULT_SEED
+    out: Path | None = None
     try:
+        chosen = options.pick(output, old_out, old_name="--out", new_name="-o/--output")
         # Refused before anything is created: bad numbers, then an output that
         # is not ours (staged: a failed or interrupted run leaves nothing).
         check_int("--ops", ops, low=1, high=MAX_SYNTH_OPS, unit="operations")
         check_int("--planted", planted, low=0, high=MAX_SYNTH_OPS, unit="chunks")
         check_int("--seed", seed, low=-MAX_SEED, high=MAX_SEED)
+        out = run_dir(chosen, "synth-trace").absolute()
         with staged_dir(out, "synth-trace") as stage:
             write(stage, ops, seed=seed, planted=planted)
     except OSError as exc:
         raise _fail(f"cannot write {out}: {exc.strerror or exc}") from exc
     except CoordsimError as exc:
         raise _fail(exc) from exc
-    _out.print(f"wrote {ops} operations to {out} in {time.perf_counter() - t0:.1f}s")
+    _out.print(f"{ops} operations in {time.perf_counter() - t0:.1f}s")
+    options.wrote(out)
 
 
 def register(app: typer.Typer) -> None:

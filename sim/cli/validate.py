@@ -11,15 +11,17 @@ from __future__ import annotations
 import csv
 import sys
 import time
-from pathlib import Path
+from pathlib import Path  # noqa: TC003 - typer reads the annotations at run time
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from sim.cli import options  # noqa: TC001 - typer reads the annotations at run time
+from sim.cli.options import wrote
 from sim.model.validate import FACTS, Outcome, load_facts, run_fact, table_lines
 from sim.runtime.errors import InvalidUsage
-from sim.runtime.outputs import atomic_write, staged_dir
+from sim.runtime.outputs import atomic_write, run_dir, staged_dir
 
 __all__ = ["register", "validate"]
 
@@ -27,15 +29,21 @@ _out = Console(highlight=False, soft_wrap=True)
 
 
 def validate(
-    output: Annotated[str, typer.Option("--output", "-o", help="Output directory.")] = "coordsim-validate",
+    output: options.Output = None,
     quick: Annotated[bool, typer.Option("--quick", help="Only the fast subset (the facts marked quick).")] = False,
     only: Annotated[
-        str | None, typer.Option("--only", help="Comma-separated fact ids to run (see the facts file).")
+        str | None, typer.Option("--only", metavar="IDS", help="Comma-separated fact ids to run (see the facts file).")
     ] = None,
-    facts: Annotated[Path, typer.Option("--facts", help="The facts file.")] = FACTS,
+    facts: Annotated[Path, typer.Option("--facts", metavar="FILE", help="The facts file.")] = FACTS,
 ) -> None:
-    """Hold the model to published facts about the seeds' system (virtual mode,
-    fixed seeds, the shipped calibrated profile); exit 1 if one does not hold."""
+    """Hold the model to published facts about the seeds' system (virtual mode, fixed seeds, the shipped calibrated profile); exit 1 if one does not hold.
+
+    Prints `fact | published | simulated | holds`; writes validate.md and validate.csv and prints the directory last.
+
+    Examples:
+      coordsim validate --quick
+      coordsim validate --only oracle-batching -o validate-out
+    """
     chosen = load_facts(facts)
     if only is not None:
         wanted = [x.strip() for x in only.split(",") if x.strip()]
@@ -47,7 +55,8 @@ def validate(
         chosen = [f for f in chosen if f.quick]
     outcomes: list[Outcome] = []
     wall0 = time.perf_counter()
-    with staged_dir(Path(output), "validate") as stage:
+    out = run_dir(output, "validate").absolute()
+    with staged_dir(out, "validate") as stage:
         for i, fact in enumerate(chosen, start=1):
             t0 = time.perf_counter()
             o = run_fact(fact)
@@ -78,9 +87,11 @@ def validate(
     failed = [o.fact.id for o in outcomes if not o.holds]
     if failed:
         _out.print(f"{len(failed)} of {len(outcomes)} facts do not hold: {', '.join(failed)} "
-                   f"(details in {output}/validate.md)", markup=False)  # fmt: skip
+                   f"(details in {out}/validate.md)", markup=False)  # fmt: skip
+        wrote(out)
         raise typer.Exit(1)
-    _out.print(f"all {len(outcomes)} facts hold (details in {output}/validate.md)", markup=False)
+    _out.print(f"all {len(outcomes)} facts hold (details in {out}/validate.md)", markup=False)
+    wrote(out)
 
 
 def register(app: typer.Typer) -> None:

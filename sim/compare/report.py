@@ -37,6 +37,7 @@ __all__ = [
     "read_results",
     "save_figure",
     "summary",
+    "summary_document",
     "tables",
     "write_csv",
     "write_markdown",
@@ -201,6 +202,43 @@ def summary(rows: Sequence[LevelRow]) -> list[Peak]:
             peak = max(mine, key=lambda r: r.throughput_ops_s)
             out.append(Peak(wl, cfg, peak, top.p50_ms, top.concurrency, mine[0].verdict))
     return out
+
+
+def summary_document(
+    rows: Sequence[LevelRow], *, output: str, header: dict[str, Any], anomalies: Sequence[str],
+    erring: Sequence[LevelRow], regressions: Sequence[object], exit_code: int,
+) -> dict[str, Any]:
+    """`summary.json` of a compare run (and `compare --json`): every cell as
+    in results.csv, the peaks the tables print, and why the run exits as it
+    does. Sample lists stay lists and an empty estimate is null."""
+
+    def cell(r: LevelRow) -> dict[str, Any]:
+        d = {c: getattr(r, c) for c in COLUMNS if c != "errors_by_code"}
+        d["errors_by_code"] = dict(r.errors_by_code)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+    return {
+        "generator": "coordsim compare",
+        "output": output,
+        **header,
+        "cells": [cell(r) for r in rows],
+        "peaks": [
+            {
+                "workload": pk.workload, "config": pk.config, "concurrency": pk.row.concurrency,
+                "throughput_ops_s": pk.row.throughput_ops_s, "throughput_ci95": pk.row.throughput_ci95,
+                "p50_ms_at_most_clients": pk.top_p50_ms, "most_clients": pk.top_concurrency,
+                "verdict": pk.verdict,
+            }
+            for pk in summary(rows)
+        ],
+        "anomalies": list(anomalies),
+        "cells_above_error_threshold": [
+            {"workload": r.workload, "config": r.config, "concurrency": r.concurrency, "error_rate": r.error_rate}
+            for r in erring
+        ],
+        "regressions": [str(x) for x in regressions],
+        "exit_code": exit_code,
+    }
 
 
 def plot(directory: Path, rows: Sequence[LevelRow]) -> list[Path]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import math
 import statistics
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, final
 
 import anyio
@@ -44,6 +44,8 @@ from sim.runtime.core import Runtime, run
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
+
+    from hdrh.histogram import HdrHistogram
 
     from coordinator.session import Coordinator, CoordinatorStatistics
     from sim.history.model import Event, History
@@ -97,6 +99,8 @@ class LevelRow:
     loop_busy_fraction: float | None
     loop_messages_per_op: float | None = None  # None: not sampled, or no event loop (decoupled)
     verdict: str = ""
+    #: Every window's latencies together (µs), for `.hgrm` files; not a CSV column.
+    histogram: HdrHistogram | None = field(default=None, compare=False, repr=False)
 
     @property
     def error_rate(self) -> float:
@@ -292,6 +296,7 @@ def level_row(
         oracle_queries_per_op=oracle_per_op,
         loop_busy_fraction=busy_fraction,
         loop_messages_per_op=messages_per_op,
+        histogram=merged,
     )
 
 

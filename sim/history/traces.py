@@ -11,6 +11,7 @@ sees half a trace; readers reject another `SCHEMA_VERSION`.
 from __future__ import annotations
 
 import json
+import os
 from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "Trace",
     "events_from_table",
+    "find_traces",
     "history_from_table",
     "read_trace",
     "write_trace",
@@ -321,6 +323,35 @@ def write_trace(
     text = json.dumps(meta, indent=2, sort_keys=True) + "\n"
     atomic_write(d / META_FILE, lambda p: p.write_text(text))
     return d
+
+
+def find_traces(path: Path | str) -> list[Path]:
+    """The trace directories at or below `path`, sorted: `path` itself if it
+    has `meta.json`, else every directory below it that has one. So a run
+    directory, a runs root or its `latest` link can be passed whole. Links
+    below `path` are not followed (a runs root's `latest` would repeat a run)
+    and hidden directories (a run still being written) are passed over.
+
+    Raises:
+        HistoryError: `path` holds no trace.
+    """
+    top = Path(path)
+    if (top / META_FILE).is_file():
+        return [Path(os.path.abspath(top))]
+    found = []
+    for root, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        if META_FILE in files:
+            # Not pruned below: compare keeps pass k's trace inside pass 1's
+            # (`sim.compare.runner.pass_trace_dir`).
+            found.append(Path(os.path.abspath(root)))
+    if not found:
+        what = (
+            "no trace directory (no such directory)" if not top.is_dir()
+            else f"no trace directory (no {META_FILE}) here or below"
+        )  # fmt: skip
+        raise HistoryError(f"{path}: {what}")
+    return sorted(found)
 
 
 def read_trace(directory: Path | str) -> Trace:

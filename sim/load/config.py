@@ -149,7 +149,9 @@ class Config:
     that rate, with `concurrency` as the connection pool sizes.
     """
 
-    mode: Mode = "real"
+    #: Virtual by default, in every command (docs/guide.md, "Conventions"):
+    #: deterministic and fast; real mode is asked for.
+    mode: Mode = "virtual"
     configurations: tuple[str, ...] = tuple(CONFIGURATIONS)
     workloads: tuple[str, ...] = ("select-one", "insert", "update")
     concurrency: tuple[int, ...] = (1, 4, 16, 64, 256)
@@ -164,8 +166,10 @@ class Config:
     warmup_ops: int = 10
     tables: int = 1
     open_loop_rate: float | None = None
-    seed: int = 1
-    output: str = "coordsim-out"
+    seed: int = 0
+    #: None (or ""): a new run directory under the runs root
+    #: (`sim.runtime.outputs.run_dir`); a path: exactly that directory.
+    output: str | None = None
     latency_profile: str | None = None  # None: the shipped default profile
     postgres_url: str | None = None  # real mode; None: $COORDSIM_POSTGRES_URL or embedded
     blob_url: str | None = None  # real mode; None: files under the output directory

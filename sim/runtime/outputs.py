@@ -10,14 +10,22 @@ replaced. A single output file is replaced only if it carries the writer's
 signature. Files are written under a temporary name and renamed, and are
 private (0600 in 0700 directories; a stricter umask still applies): a
 catalog's contents or a trace is nobody else's business.
+
+Without `-o/--output`, a command keeps history the way Jepsen's `store/`
+does: each run gets a new directory `ROOT/<command>-<UTC time>-<id>/` under a
+runs root (`coordsim-out/`, or `$COORDSIM_OUTPUT_ROOT`), and `ROOT/latest`
+links to the newest, so a quick run never replaces a long one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
+import secrets
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -31,11 +39,17 @@ if TYPE_CHECKING:
 __all__ = [
     "DIR_MODE",
     "FILE_MODE",
+    "LATEST",
     "MARKER",
+    "ROOT_ENV",
+    "RUNS_ROOT",
     "atomic_write",
     "claim_dir",
     "claim_file",
     "is_coordsim_output",
+    "mark_latest",
+    "run_dir",
+    "runs_root",
     "staged_dir",
 ]
 
@@ -44,6 +58,14 @@ MARKER: Final = ".coordsim-output"
 #: Modes of what coordsim creates, before the umask.
 FILE_MODE: Final = 0o600
 DIR_MODE: Final = 0o700
+#: The runs root when neither `-o` nor `$COORDSIM_OUTPUT_ROOT` says otherwise.
+RUNS_ROOT: Final = "coordsim-out"
+ROOT_ENV: Final = "COORDSIM_OUTPUT_ROOT"
+#: The link in a runs root to its newest run directory.
+LATEST: Final = "latest"
+#: The marker's `command` for a runs root: its run directories are coordsim's
+#: (each has its own marker), so the root lists no files of its own.
+_ROOT_COMMAND: Final = "runs"
 
 
 def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
@@ -81,6 +103,28 @@ def _marker(path: Path) -> dict[str, Any] | None:
 def is_coordsim_output(path: Path) -> bool:
     """True if `path` is a directory coordsim created (it holds the marker)."""
     return path.is_dir() and _marker(path) is not None
+
+
+def owning_output(path: Path) -> Path | None:
+    """The nearest coordsim output directory holding `path` (itself excluded), or None."""
+    for owner in path.absolute().parents:
+        if is_coordsim_output(owner):
+            return owner
+    return None
+
+
+def list_in_output(owner: Path, target: Path) -> None:
+    """Adds `target`, a file coordsim just wrote inside output `owner` (a
+    later command's: `check` writing verdict.json into a run's trace), to
+    `owner`'s marker, so the output stays replaceable whole: an unlisted file
+    would count as the user's. A runs root lists nothing of its own."""
+    data = _marker(owner)
+    if data is None or data.get("command") == _ROOT_COMMAND:
+        return
+    rel = str(target.absolute().relative_to(owner.absolute()))
+    files = list(data.get("files", []))
+    if rel not in files:
+        _write_marker(owner, str(data.get("command", "")), sorted([*files, rel]))
 
 
 def _write_marker(path: Path, command: str, files: list[str]) -> None:
@@ -161,6 +205,8 @@ def staged_dir(output: Path, command: str) -> Iterator[Path]:
             _refuse_foreign(output, "output directory")
             _refuse_unlisted(output)
             _swap(stage, output)
+            if _is_runs_root(output.parent):
+                _link_latest(output)
         finally:
             # Ours: created above and never renamed if we get here with it.
             shutil.rmtree(stage, ignore_errors=True)
@@ -219,3 +265,89 @@ def claim_file(path: Path, signature: str) -> None:
         raise InvalidUsage(f"cannot read {path}: {exc.strerror or exc}") from exc
     if signature.encode() not in head:
         raise InvalidUsage(f"{path} exists and was not written by coordsim; choose another name")
+
+
+# --- run directories ----------------------------------------------------------------------
+
+
+def runs_root() -> Path:
+    """Where run directories go: `$COORDSIM_OUTPUT_ROOT`, else ./coordsim-out."""
+    return Path(os.environ.get(ROOT_ENV) or RUNS_ROOT)
+
+
+def run_dir(output: Path | str | None, command: str, *, root: Path | None = None) -> Path:
+    """The directory a command writing results should stage into (`staged_dir`).
+
+    `output` given: that exact directory (the rule above applies to it). Else a
+    new `<command>-<UTC time>-<id>` directory under the runs root, which is
+    created and marked if absent; `staged_dir` points the root's `latest` at
+    it once the run succeeds. Nothing is created below the root here, so a run
+    that fails leaves no empty directory behind.
+
+    Raises:
+        InvalidUsage: the runs root exists and is not coordsim's, or cannot be created.
+    """
+    if output is not None and str(output) != "":
+        return Path(output)
+    base = (root if root is not None else runs_root()).absolute()
+    _claim_root(base)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    name = "-".join(command.split())
+    while True:
+        candidate = base / f"{name}-{stamp}-{secrets.token_hex(3)}"
+        if not candidate.exists() and not candidate.is_symlink():
+            return candidate
+
+
+def mark_latest(run: Path) -> None:
+    """Points the runs root's `latest` at `run` if `run` is one of its run
+    directories: for an output written in place (Spark's) rather than through
+    `staged_dir`, which does this itself."""
+    run = run.absolute()
+    if run.is_dir() and _is_runs_root(run.parent):
+        _link_latest(run)
+
+
+def _is_runs_root(path: Path) -> bool:
+    marker = _marker(path) if path.is_dir() else None
+    return marker is not None and marker.get("command") == _ROOT_COMMAND
+
+
+def _claim_root(root: Path) -> None:
+    """Makes `root` a runs root: created if absent, marked if empty or an
+    older coordsim output (whose files its marker keeps listing, so they stay
+    coordsim's and nothing is lost); anything else is refused."""
+    if _is_runs_root(root):
+        return
+    _refuse_foreign(root, "runs root")
+    old = _marker(root) if root.exists() else None
+    try:
+        if not root.exists():
+            _mkdir(root)
+        data = {
+            "generator": "coordsim",
+            "command": _ROOT_COMMAND,
+            "written_at": time.time(),
+            "files": list((old or {}).get("files", [])),
+        }
+        text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+        atomic_write(root / MARKER, lambda p: p.write_text(text, encoding="utf-8"))
+    except OSError as exc:
+        raise InvalidUsage(f"runs root {root} is not writable: {exc.strerror or exc}") from exc
+
+
+def _link_latest(run: Path) -> None:
+    """Points `latest` beside `run` at it (a relative link, replaced in one
+    rename). A `latest` that is not a link is someone else's: left alone."""
+    link = run.parent / LATEST
+    if link.exists() and not link.is_symlink():
+        print(f"coordsim: note: {link} is not a link; left as it is", file=sys.stderr)  # noqa: T201
+        return
+    tmp = run.parent / f".{LATEST}.tmp-{os.getpid()}"
+    tmp.unlink(missing_ok=True)
+    try:
+        os.symlink(run.name, tmp)
+        os.replace(tmp, link)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        print(f"coordsim: note: could not update {link}: {exc.strerror or exc}", file=sys.stderr)  # noqa: T201

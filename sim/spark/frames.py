@@ -9,12 +9,11 @@ unique across the inputs (they key every partition of the replay).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
 from sim.history.model import HistoryError
-from sim.history.traces import EVENTS_FILE, META_FILE, OPS_FILE, SCHEMA_VERSION
+from sim.history.traces import EVENTS_FILE, META_FILE, OPS_FILE, SCHEMA_VERSION, find_traces
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -97,9 +96,8 @@ def _is_remote(path: str) -> bool:
 
 
 def expand_traces(paths: Sequence[str]) -> list[str]:
-    """Trace directories under `paths`: a local path is a trace if it has
-    `meta.json`, else every directory below it that has one (so the output
-    folder of `coordsim compare` or `coordsim sweep` can be passed whole).
+    """Trace directories under `paths` (`sim.history.traces.find_traces` for
+    a local path, so a run directory or a runs root can be passed whole).
     Remote URLs (s3a://, hdfs://) are taken as trace directories as given.
 
     Raises:
@@ -109,17 +107,8 @@ def expand_traces(paths: Sequence[str]) -> list[str]:
     for p in paths:
         if _is_remote(p):
             out.append(p.rstrip("/"))
-            continue
-        local = p.removeprefix("file://")
-        if os.path.isfile(os.path.join(local, META_FILE)):
-            out.append(os.path.abspath(local))
-            continue
-        found = sorted(
-            os.path.abspath(root) for root, _dirs, files in os.walk(local) if META_FILE in files
-        )
-        if not found:
-            raise HistoryError(f"{p}: no trace directory (no {META_FILE}) here or below")
-        out.extend(found)
+        else:
+            out.extend(str(t) for t in find_traces(p.removeprefix("file://")))
     return out
 
 

@@ -3,6 +3,7 @@ deterministic runs, fault plans that round-trip through their text form."""
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 import pytest
@@ -11,6 +12,7 @@ from typer.testing import CliRunner
 from sim.cli.main import app
 from sim.history.checker import check_history
 from sim.history.traces import read_trace
+from sim.history.verdict import VERDICT_FILE
 from sim.nemesis.anomalies import default_spec, parse_known_bad, run_scenario, run_spec
 from sim.nemesis.plan import Fault, FaultKind, FaultPlan
 from sim.nemesis.shrink import shrink
@@ -47,12 +49,29 @@ def test_run_prints_verdict_and_writes_trace(tmp_path: Path) -> None:
     out = tmp_path / "trace"
     r = runner.invoke(
         app,
-        ["anomalies", "run", "seed001", "--config", "decoupled", "--seed", "3", "--out", str(out)],
+        ["anomalies", "run", "seed001", "--config", "decoupled", "--seed", "3", "-o", str(out)],
     )
     assert r.exit_code == 0, r.output
     assert "verdict: valid" in r.output
     assert "replay: uv run coordsim anomalies run seed001 --config decoupled --seed 3" in r.output
     assert read_trace(out).history.n > 0
+    assert r.stdout.strip().splitlines()[-1] == f"wrote {out}"
+
+
+def test_run_json_is_the_verdict_with_its_directory(tmp_path: Path) -> None:
+    out = tmp_path / "trace"
+    r = runner.invoke(
+        app,
+        ["anomalies", "run", "seed001", "--config", "decoupled", "--seed", "0",
+         "--known-bad", "peeks-ignore-catalog-ts", "-o", str(out), "--json"],
+    )  # fmt: skip
+    assert r.exit_code == 1, r.output
+    doc = json.loads(r.stdout)  # nothing else on stdout
+    assert doc["output"] == str(out)
+    assert doc["valid"] is False
+    written = json.loads((out / VERDICT_FILE).read_text())
+    assert {k: v for k, v in doc.items() if k not in ("output", "replay")} == written
+    assert "insert-unknown-table" in {a["name"] for a in written["anomalies"]}
 
 
 def test_run_of_a_known_bad_variant_exits_1() -> None:

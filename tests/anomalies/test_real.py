@@ -188,7 +188,7 @@ def test_replay_command_names_real_mode_only_when_real() -> None:
     [
         (["--faults", "pg-kill@10ms+50ms"], "pg-kill needs --mode real"),
         (["--mode", "real", "--faults", "oracle-slow@1ms+2ms"], "oracle-slow needs --mode virtual"),
-        (["--mode", "fast"], "unknown mode 'fast'"),
+        (["--mode", "fast"], "'fast' is not one of 'virtual', 'real'"),
     ],
 )
 def test_cli_bad_mode_combinations_exit_2_with_one_line(

@@ -62,8 +62,8 @@ def test_shrink_ops_writes_a_file_that_reproduces(tmp_path: Path) -> None:
     assert result.history.n <= 3 < result.original_ops
     assert "insert-unknown-table" in result.report.names
     path = tmp_path / "min.py"
-    path.write_text(script_file(result, replay=f"coordsim anomalies run --scenario {path}"))
-    r = runner.invoke(app, ["anomalies", "run", "--scenario", str(path)])
+    path.write_text(script_file(result, replay=f"coordsim anomalies run --scenario-file {path}"))
+    r = runner.invoke(app, ["anomalies", "run", "--scenario-file", str(path)])
     assert r.exit_code == 1, r.output
     assert "insert-unknown-table" in r.output
     assert f"{result.history.n} operations" in r.output
@@ -72,11 +72,11 @@ def test_shrink_ops_writes_a_file_that_reproduces(tmp_path: Path) -> None:
 def test_cli_shrink_writes_the_scenario_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     r = runner.invoke(app, ["anomalies", "shrink", "seed001", "--config", "event-loop", "--seed", "0",
-                            "--known-bad", "apply-write-before-append", "--out", "min.py"])  # fmt: skip
+                            "--known-bad", "apply-write-before-append", "-o", "min.py"])  # fmt: skip
     assert r.exit_code == 1, r.output
     assert "smallest reproduction of timestamp-regression" in r.output
-    assert "replay: uv run coordsim anomalies run --scenario min.py" in r.output
-    again = runner.invoke(app, ["anomalies", "run", "--scenario", "min.py"])
+    assert "replay: uv run coordsim anomalies run --scenario-file min.py" in r.output
+    again = runner.invoke(app, ["anomalies", "run", "--scenario-file", "min.py"])
     assert again.exit_code == 1, again.output
     assert "timestamp-regression" in again.output
 
@@ -84,10 +84,10 @@ def test_cli_shrink_writes_the_scenario_file(tmp_path: Path, monkeypatch: pytest
 @pytest.mark.parametrize(
     ("args", "make", "message"),
     [
-        (["shrink", "seed001", "--out", "x.py"], "x.py", "x.py exists"),
-        (["run", "--scenario", "w.toml"], "w.toml", "TOML scenarios are load workloads"),
-        (["run", "--scenario", "nope.py"], None, "no scenario file nope.py"),
-        (["run", "--scenario", "bad.py"], "bad.py", "unknown RUN key 'zz'"),
+        (["shrink", "seed001", "-o", "x.py"], "x.py", "x.py exists"),
+        (["run", "--scenario-file", "w.toml"], "w.toml", "TOML scenarios are load workloads"),
+        (["run", "--scenario-file", "nope.py"], None, "no scenario file nope.py"),
+        (["run", "--scenario-file", "bad.py"], "bad.py", "unknown RUN key 'zz'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

@@ -54,6 +54,17 @@ def test_clean_sweep_exits_0_with_the_seeds_counts(tmp_path: Path) -> None:
     assert (verdict["valid"], verdict["ops"], verdict["runs"]) == (True, ops, 3)
 
 
+def test_sweep_json_is_the_summary_it_wrote(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    r = runner.invoke(app, ["anomalies", "sweep", *BAD_ARGS, "--jobs", "1", "-o", str(out), "--json"])
+    assert r.exit_code == 1, r.output
+    doc = json.loads(r.stdout)  # progress goes to stderr
+    assert doc.pop("output") == str(out)
+    assert doc == json.loads((out / SUMMARY_FILE).read_text())
+    assert doc["valid"] is False
+    assert doc["failing"]
+
+
 def test_known_bad_sweep_exits_1_and_its_replay_lines_reproduce(tmp_path: Path) -> None:
     out = tmp_path / "o"
     code, output, summary = _sweep(out, *BAD_ARGS, "--jobs", "2")

@@ -171,7 +171,7 @@ def _closed_port() -> int:
 def _partial_trace(cwd: Path) -> None:
     """The scenario's error is in the verdict, and the one operation it ran
     before failing is in the trace."""
-    out = cwd / "coordsim-run-my"
+    (out,) = [p for p in (cwd / "coordsim-out").iterdir() if p.name.startswith("run-my-")]
     assert "ZeroDivisionError" in (out / "verdict.txt").read_text()
     assert read_trace(out / "trace").history.n == 1
 
@@ -197,7 +197,7 @@ CASES: Final = [
     _c("compare-seed-huge", "compare", *_V, "--seed", "99999999999999999999", expect="--seed"),
     _c("compare-unknown-configuration", "compare", *_V, "--configs", "bogus", expect="unknown configuration"),
     _c("compare-unknown-workload", "compare", *_V, "--workloads", "nope", expect="unknown workload"),
-    _c("compare-unknown-mode", "compare", "--mode", "bogus", expect="unknown mode"),
+    _c("compare-unknown-mode", "compare", "--mode", "bogus", expect="Invalid value for '--mode'"),
     _c("compare-config-file-missing", "compare", "-c", "nope.toml", expect="cannot read config"),
     _c("compare-config-file-is-a-directory", "compare", "-c", "adir", expect="cannot read config",
        setup=lambda cwd, _: (cwd / "adir").mkdir()),
@@ -237,7 +237,7 @@ CASES: Final = [
     _c("config-show-concurrency-huge", "config", "show", "--concurrency", "1,200000", expect="exceeds the maximum"),
     # --- run: scenarios -----------------------------------------------------------------
     _c("run-unknown-scenario", "run", "nosuch", expect="unknown scenario"),
-    _c("run-scenario-raises", "run", "my.py", files={"my.py": _RAISES}, creates="coordsim-run-my",
+    _c("run-scenario-raises", "run", "my.py", files={"my.py": _RAISES}, creates="coordsim-out",
        then=_partial_trace, expect="scenario my.py:4: ZeroDivisionError: division by zero", entry_point=True),
     _c("run-scenario-raises-on-import", "run", "my.py", files={"my.py": b"x = 1\ny = x / 0\n"},
        expect="scenario my.py:2: ZeroDivisionError", entry_point=True),
@@ -272,8 +272,8 @@ CASES: Final = [
        expect="does not fit in 64 bits"),
     _c("anomalies-unknown-known-bad", "anomalies", "run", "seed001", "--known-bad", "nope",
        expect="unknown known-bad variant"),
-    _c("anomalies-out-unwritable", "anomalies", "run", "seed001", "--out", "/proc/x", expect="not writable"),
-    _c("anomalies-out-is-a-file", "anomalies", "run", "seed001", "--out", "important.txt",
+    _c("anomalies-out-unwritable", "anomalies", "run", "seed001", "-o", "/proc/x", expect="not writable"),
+    _c("anomalies-out-is-a-file", "anomalies", "run", "seed001", "-o", "important.txt",
        expect="is not a directory"),
     _c("anomalies-real-mode-postgres-refuses", "anomalies", "run", "seed001", "--mode", "real",
        env={"COORDSIM_POSTGRES_URL": "postgresql://coordsim:s3cret-pw@127.0.0.1:{closed_port}/postgres"},
@@ -355,10 +355,10 @@ CASES: Final = [
     _c("synth-trace-ops-zero", "synth-trace", "--ops", "0", expect="--ops must be >= 1"),
     _c("synth-trace-ops-huge", "synth-trace", "--ops", "99999999999", expect="exceeds the maximum"),
     _c("synth-trace-planted-negative", "synth-trace", "--ops", "10", "--planted", "-1", expect="--planted"),
-    _c("synth-trace-out-unwritable", "synth-trace", "--ops", "10", "--out", "/proc/x", expect="not writable"),
-    _c("synth-trace-out-is-a-file", "synth-trace", "--ops", "10", "--out", "important.txt",
+    _c("synth-trace-out-unwritable", "synth-trace", "--ops", "10", "-o", "/proc/x", expect="not writable"),
+    _c("synth-trace-out-is-a-file", "synth-trace", "--ops", "10", "-o", "important.txt",
        expect="is not a directory"),
-    _c("synth-trace-out-is-a-users-directory", "synth-trace", "--ops", "10", "--out", "mine",
+    _c("synth-trace-out-is-a-users-directory", "synth-trace", "--ops", "10", "-o", "mine",
        setup=_mkdir_with_file("mine"), expect="was not written by coordsim"),
     _c("sweep-seeds-negative", "sweep", "--seeds", "-1", "--config", "decoupled", "--scenario", "seed001",
        expect="--seeds must be >= 1"),

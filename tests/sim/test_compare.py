@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 TINY = ["--workloads", "select-one,insert", "--configs", "event-loop,event-loop+pg-oracle",
-        "--concurrency", "1,4", "--ops", "3", "--repeat", "2"]
+        "--concurrency", "1,4", "--ops", "3", "--repeat", "2", "--seed", "1"]
 
 
 def _check_output(out: Path, mode: str) -> None:
@@ -303,7 +303,7 @@ def test_unknown_scenario_is_invalid_usage() -> None:
     from sim.load.scenarios import load, shipped
     from sim.runtime.errors import InvalidUsage
 
-    assert {"seed001", "ddl-dml", "select_one"} <= set(shipped())
+    assert {"seed001", "ddl-dml", "select-one"} <= set(shipped())
     assert load("seed001").name == load("seed001").name == "seed001"
     with pytest.raises(InvalidUsage, match="unknown scenario"):
         load("no-such-scenario")

@@ -62,7 +62,7 @@ def test_export_then_check_gives_the_same_verdicts(src: Path, tmp_path: Path) ->
     out = tmp_path / "out.edn"
     r = runner.invoke(app, ["export", str(trace), "--format", "edn", "-o", str(out)])
     assert r.exit_code == 0, r.output
-    assert r.output.strip() == str(out)
+    assert r.stdout.strip() == f"wrote {out}"
     assert out.read_text(encoding="utf-8").startswith(EDN_SIGNATURE)
     code, lines = _report([str(trace)])
     again_code, again = _report([str(out)])
@@ -106,8 +106,9 @@ def test_a_directory_above_traces_exports_each_into_a_directory(tmp_path: Path) 
     out = tmp_path / "exported"
     r = runner.invoke(app, ["export", str(run_dir), "-o", str(out)])
     assert r.exit_code == 0, r.output
-    written = sorted(r.output.split())
-    assert written == sorted(str(out / "passes" / f"{p.name}.edn") for p in TRACES)
+    *files, last = r.stdout.strip().splitlines()
+    assert last == f"wrote {out}"
+    assert sorted(files) == sorted(str(out / "passes" / f"{p.name}.edn") for p in TRACES)
     assert (out / ".coordsim-output").is_file()
     for p in TRACES:
         h, _ = read_edn(out / "passes" / f"{p.name}.edn")
@@ -119,7 +120,7 @@ def test_the_default_output_is_named_after_the_trace(tmp_path: Path, monkeypatch
     monkeypatch.chdir(tmp_path)
     r = runner.invoke(app, ["export", str(trace), "-f", "csv"])
     assert r.exit_code == 0, r.output
-    assert r.output.strip() == f"{trace.name}.csv"
+    assert r.stdout.strip() == f"wrote {trace.name}.csv"
     assert (tmp_path / f"{trace.name}.csv").is_file()
 
 

@@ -12,11 +12,14 @@ import pytest
 
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.outputs import (
+    LATEST,
     MARKER,
+    ROOT_ENV,
     atomic_write,
     claim_dir,
     claim_file,
     is_coordsim_output,
+    run_dir,
     staged_dir,
 )
 
@@ -150,3 +153,85 @@ def _umask() -> int:
     mask = os.umask(0o077)
     os.umask(mask)
     return mask
+
+
+# --- run directories ----------------------------------------------------------------------
+
+
+def test_successive_runs_keep_their_directories_and_latest_names_the_newest(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    made = []
+    for text in ("first\n", "second\n"):
+        out = run_dir(None, "compare", root=root)
+        with staged_dir(out, "compare") as stage:
+            _write(stage, text=text)
+        made.append(out)
+    assert made[0] != made[1]
+    assert all(d.parent == root and d.name.startswith("compare-") for d in made)
+    assert [(d / "results.csv").read_text() for d in made] == ["first\n", "second\n"]
+    latest = root / LATEST
+    assert latest.is_symlink()
+    assert os.readlink(latest) == made[1].name  # relative: the root can be moved
+    assert (latest / "results.csv").read_text() == "second\n"
+    assert sorted(p.name for p in root.iterdir()) == sorted([MARKER, LATEST, *(d.name for d in made)])
+
+
+def test_a_failed_run_leaves_no_run_directory_and_latest_unchanged(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    good = run_dir(None, "anomalies sweep", root=root)
+    assert good.name.startswith("anomalies-sweep-")
+    with staged_dir(good, "anomalies sweep") as stage:
+        _write(stage)
+    bad = run_dir(None, "anomalies sweep", root=root)
+
+    def fail_midway() -> None:
+        with staged_dir(bad, "anomalies sweep") as stage:
+            _write(stage)
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        fail_midway()
+    assert not bad.exists()
+    assert (root / LATEST).resolve() == good.resolve()
+
+
+def test_an_explicit_output_is_used_exactly(tmp_path: Path) -> None:
+    assert run_dir(tmp_path / "mine", "compare") == tmp_path / "mine"
+    assert not (tmp_path / "mine").exists()
+
+
+def test_a_foreign_runs_root_is_refused_untouched(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    root.mkdir()
+    (root / "notes.txt").write_text("mine\n")
+    with pytest.raises(InvalidUsage, match="runs root"):
+        run_dir(None, "compare", root=root)
+    assert sorted(p.name for p in root.iterdir()) == ["notes.txt"]
+
+
+def test_an_older_single_output_becomes_a_runs_root_and_keeps_its_files(tmp_path: Path) -> None:
+    root = tmp_path / "coordsim-out"
+    with staged_dir(root, "compare") as stage:  # the layout before run directories
+        _write(stage)
+    out = run_dir(None, "compare", root=root)
+    with staged_dir(out, "compare") as stage:
+        _write(stage, text="new\n")
+    assert (root / "results.csv").read_text() == "x\n"
+    assert (root / LATEST / "results.csv").read_text() == "new\n"
+
+
+def test_a_latest_that_is_not_a_link_is_left_alone(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    run_dir(None, "compare", root=root)  # claims the root
+    (root / LATEST).mkdir()
+    (root / LATEST / "keep").write_text("k\n")
+    out = run_dir(None, "compare", root=root)
+    with staged_dir(out, "compare") as stage:
+        _write(stage)
+    assert (root / LATEST / "keep").read_text() == "k\n"
+    assert out.is_dir()
+
+
+def test_the_runs_root_comes_from_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ROOT_ENV, str(tmp_path / "elsewhere"))
+    assert run_dir(None, "compare").parent == tmp_path / "elsewhere"

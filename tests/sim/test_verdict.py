@@ -18,7 +18,7 @@ from sim.history.traces import write_trace
 from sim.history.verdict import VERDICT_FILE, verdict_document, write_verdict
 from sim.nemesis.anomalies import run_scenario
 from sim.runtime.errors import InvalidUsage
-from sim.runtime.outputs import claim_dir
+from sim.runtime.outputs import MARKER, claim_dir
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "histories"
 runner = CliRunner()
@@ -120,16 +120,17 @@ def test_check_refuses_to_overwrite_a_foreign_verdict_file(tmp_path: Path) -> No
     assert out.read_text() == "user data\n"
 
 
-def test_check_leaves_a_coordsim_output_that_does_not_list_it_alone(tmp_path: Path) -> None:
-    """A verdict.json the output's marker does not list would make coordsim
-    refuse to replace that output later; check says so and writes nothing."""
+def test_check_lists_its_verdict_in_the_coordsim_output_it_writes_into(tmp_path: Path) -> None:
+    """A verdict.json check adds to a run's output is listed in that output's
+    marker, so the output stays replaceable whole (an unlisted file would
+    count as the user's and make coordsim refuse to replace it)."""
     out = claim_dir(tmp_path / "out", "test")
     h, events = run_scenario("seed001", "decoupled", 3)
     write_trace(out / "trace", h, events)
     r = runner.invoke(app, ["check", str(out / "trace")])
     assert r.exit_code == 0, r.output
-    assert "verdict.json not written" in r.output
-    assert not (out / "trace" / VERDICT_FILE).exists()
+    assert json.loads((out / "trace" / VERDICT_FILE).read_text())["valid"] is True
+    assert "trace/verdict.json" in json.loads((out / MARKER).read_text())["files"]
 
 
 def test_anomalies_run_writes_verdict_json_that_check_refreshes(tmp_path: Path) -> None:
@@ -145,7 +146,7 @@ def test_anomalies_run_writes_verdict_json_that_check_refreshes(tmp_path: Path) 
     # Listed in the run's output, so check may rewrite it in place...
     r = runner.invoke(app, ["check", str(out)])
     assert r.exit_code == 1, r.output
-    assert f"verdict.json: {out / VERDICT_FILE}" in r.output
+    assert r.stdout.strip().splitlines()[-1] == f"wrote {out / VERDICT_FILE}"
     # ...and the output stays coordsim's to replace.
     r = runner.invoke(app, args)
     assert r.exit_code == 1, r.output

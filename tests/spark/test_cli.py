@@ -30,7 +30,7 @@ def test_replay_the_output_of_compare(spark: Any, tmp_path: Path) -> None:
     traces = sorted(p.parent for p in (cmp / "traces").rglob("meta.json"))
     assert len(traces) == 2 * 2  # one per (workload, configuration), every level in it
     out = tmp_path / "replay"
-    res = CliRunner().invoke(app, ["replay", str(cmp), "--master", "local[2]", "--out", str(out)])
+    res = CliRunner().invoke(app, ["replay", str(cmp), "--master", "local[2]", "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert f"{len(traces)} runs: {len(traces)} valid" in res.output
     assert spark_rows(out) == set().union(*(in_process(t) for t in traces)) == set()

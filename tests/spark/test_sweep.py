@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 def test_sweep_four_seeds_on_local2(spark: Any, tmp_path: Path) -> None:
     out = tmp_path / "sweep"
     res = CliRunner().invoke(app, ["sweep", "--seeds", "4", "--config", "decoupled", "--scenario", "seed001",
-                                   "--spark", "local[2]", "--out", str(out)])  # fmt: skip
+                                   "--master", "local[2]", "-o", str(out)])  # fmt: skip
     assert res.exit_code in (0, 1), res.output
     traces = sorted((out / "traces").iterdir())
     assert [t.name[-5:] for t in traces] == ["s0000", "s0001", "s0002", "s0003"]

@@ -90,7 +90,13 @@ class PythonScenario:
 
 def shipped() -> list[str]:
     """Names of the shipped scenarios: the programs and this package's TOML files."""
-    return sorted([*PROGRAMS, *(p.stem for p in SCENARIO_DIR.iterdir() if p.suffix == ".toml")])
+    return sorted([*PROGRAMS, *(_kebab(p.stem) for p in SCENARIO_DIR.iterdir() if p.suffix == ".toml")])
+
+
+def _kebab(stem: str) -> str:
+    """A shipped file's scenario name: names have one spelling, kebab-case
+    (`select_one.toml` is the scenario `select-one`)."""
+    return stem.replace("_", "-")
 
 
 def load(spec: str) -> TomlScenario | PythonScenario:
@@ -127,7 +133,7 @@ def load(spec: str) -> TomlScenario | PythonScenario:
         if wl not in WORKLOADS:
             raise InvalidUsage(f"{path}: unknown workload {wl!r}; known: {', '.join(WORKLOADS)}")
         data.pop("description", None)
-        return TomlScenario(path.stem, wl, data)
+        return TomlScenario(_kebab(path.stem) if path.parent == SCENARIO_DIR else path.stem, wl, data)
     if path.suffix != ".py":
         raise InvalidUsage(f"{path}: a scenario is a .py or .toml file")
     mod_spec = importlib.util.spec_from_file_location(f"coordsim_scenario_{path.stem}", path)

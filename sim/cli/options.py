@@ -1,0 +1,212 @@
+"""The options every coordsim command shares, defined once so that a name means
+the same thing, with the same metavar, default and help, in every command
+(docs/guide.md, "Conventions"; tests/sim/test_help.py holds every command to it).
+
+Old spellings (`--out`, `--spark`, `select_one`) are still accepted, with one
+line on stderr saying what to use instead, until `ACCEPTED_UNTIL`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Final, TypeVar
+
+import typer
+from typer.core import TyperArgument, TyperOption
+
+from coordinator.config import CONFIGURATIONS
+from sim.runtime.errors import InvalidUsage
+from sim.runtime.outputs import LATEST, ROOT_ENV, RUNS_ROOT
+
+__all__ = [
+    "ACCEPTED_UNTIL",
+    "DEFAULT_CONFIG",
+    "DEFAULT_MASTER",
+    "DEFAULT_MODE",
+    "DEFAULT_SEED",
+    "SHARED",
+    "Config",
+    "Jobs",
+    "Json",
+    "Master",
+    "MaybeScenario",
+    "Mode",
+    "ModeName",
+    "OldOut",
+    "OldSpark",
+    "Output",
+    "Progress",
+    "Scenario",
+    "Schedule",
+    "Seed",
+    "Seeds",
+    "deprecated",
+    "kebab",
+    "pick",
+    "print_json",
+    "wrote",
+]
+
+T = TypeVar("T")
+
+#: The release until which old spellings are accepted.
+ACCEPTED_UNTIL: Final = "0.3"
+#: Virtual mode is deterministic and fast; real mode is asked for (`--mode real`).
+DEFAULT_MODE: Final = "virtual"
+DEFAULT_CONFIG: Final = "decoupled"
+#: Sweeps run seeds 0..N-1, so a single run's default is the first of them.
+DEFAULT_SEED: Final = 0
+DEFAULT_MASTER: Final = "local[*]"
+
+
+class ModeName(enum.StrEnum):
+    virtual = "virtual"
+    real = "real"
+
+
+_OUTPUT_HELP = (
+    f"Directory to write, exactly that one. Default: a new run directory <command>-<UTC time>-<id> under "
+    f"./{RUNS_ROOT} (or ${ROOT_ENV}), which {RUNS_ROOT}/{LATEST} then points at."
+)
+
+Output = Annotated[
+    Path | None,
+    typer.Option("--output", "-o", metavar="DIR", show_default="a new run directory", help=_OUTPUT_HELP),
+]
+#: The old name of `-o/--output` (replay, sweep, synth-trace, anomalies).
+OldOut = Annotated[Path | None, typer.Option("--out", hidden=True, metavar="DIR")]
+Master = Annotated[
+    str,
+    typer.Option("--master", metavar="URL", help="Spark master: local[*], local[N], spark://HOST:PORT, k8s://…, yarn."),
+]
+OldSpark = Annotated[str | None, typer.Option("--spark", hidden=True, metavar="URL")]
+Seed = Annotated[
+    int | None,
+    typer.Option(
+        "--seed", metavar="N", show_default=str(DEFAULT_SEED),
+        help="The seed every random draw derives from (virtual mode: same seed, same history). Several "
+        "passes or seeds: the first of them, the next ones counting up from it.",
+    ),
+]  # fmt: skip
+Mode = Annotated[
+    ModeName | None,
+    typer.Option(
+        "--mode", metavar="virtual|real", show_default=DEFAULT_MODE, case_sensitive=False,
+        help="virtual: deterministic virtual time, in-memory backends with a calibrated latency model; real: "
+        "asyncio on a real Postgres (COORDSIM_POSTGRES_URL, else an embedded throwaway server).",
+    ),
+]  # fmt: skip
+Config = Annotated[
+    str | None,
+    typer.Option(
+        "--config", metavar="NAME", show_default=DEFAULT_CONFIG,
+        help=f"Coordinator configuration: {', '.join(CONFIGURATIONS)}.",
+    ),
+]  # fmt: skip
+_SCENARIO_HELP = "Anomaly scenario (coordsim anomalies list names them)."
+Scenario = Annotated[str, typer.Option("--scenario", metavar="NAME", help=_SCENARIO_HELP)]
+#: `--scenario` where a positional argument may name the scenario instead.
+MaybeScenario = Annotated[str | None, typer.Option("--scenario", metavar="NAME", help=_SCENARIO_HELP)]
+Seeds = Annotated[int, typer.Option("--seeds", metavar="N", help="How many seeds: --first-seed and the N-1 after it.")]
+Jobs = Annotated[
+    int | None,
+    typer.Option("--jobs", "-j", metavar="N", show_default="one per core", help="Worker processes."),
+]
+#: The machine-readable form of a command's outcome: its `summary.json` (or
+#: `verdict.json`) document on stdout instead of the tables; the path written
+#: is in the document.
+Json = Annotated[
+    bool, typer.Option("--json", help="Print the outcome as JSON on stdout instead of the tables: the document of the summary.json or verdict.json written (with its path)."),
+]
+#: The virtual loop's scheduling policy (sim/runtime/schedule.py).
+Schedule = Annotated[
+    str | None,
+    typer.Option("--schedule", metavar="POLICY", show_default="fifo",
+                 help="Virtual loop's scheduling policy: fifo (asyncio's order), random (random walk) or pct "
+                 "(priorities with change points; pct:d=DEPTH,k=STEPS), drawn from the seed."),
+]  # fmt: skip
+Progress = Annotated[
+    float | None,
+    typer.Option(
+        "--progress", "-P", metavar="SECONDS", show_default="a line per level off a terminal",
+        help="Every SECONDS of wall time, a progress line on stderr: the level, operations so far, ops/s (as pgbench -P).",
+    ),
+]  # fmt: skip
+
+#: What tests/sim/test_help.py holds every command to: an option with one of
+#: these names has these names, this metavar and this default wherever it is.
+#: (`--seeds` is left out: a sweep requires it, the matrix has a default of
+#: its own. `-o/--output` names a FILE or PATH for the commands writing one
+#: file: calibrate, shrink, export.)
+SHARED: Final[dict[str, tuple[tuple[str, ...], str | None, Any]]] = {
+    "--output": (("--output", "-o"), "DIR", None),
+    "--master": (("--master",), "URL", DEFAULT_MASTER),
+    "--seed": (("--seed",), "N", None),
+    "--mode": (("--mode",), "virtual|real", None),
+    "--config": (("--config",), "NAME", None),
+    "--scenario": (("--scenario",), "NAME", None),
+    "--jobs": (("--jobs", "-j"), "N", None),
+    "--progress": (("--progress", "-P"), "SECONDS", None),
+    "--json": (("--json",), None, False),
+}
+
+
+def deprecated(old: str, new: str) -> None:
+    """The one-line note for an old spelling that still works."""
+    print(f"coordsim: note: {old} is deprecated; use {new} (accepted until {ACCEPTED_UNTIL})", file=sys.stderr)  # noqa: T201
+
+
+def pick(new: T | None, old: T | None, *, old_name: str, new_name: str) -> T | None:
+    """The value of an option given under its new or (noted) old name."""
+    if old is None:
+        return new
+    deprecated(old_name, new_name)
+    if new is not None:
+        raise InvalidUsage(f"{new_name} and {old_name} are the same option; give it once")
+    return old
+
+
+def kebab(name: str, known: object) -> str:
+    """`name` in the one spelling names have (`select-one`): an old snake_case
+    spelling of a name in `known` is accepted with a note."""
+    if "_" in name and "/" not in name and not name.endswith((".py", ".toml")):
+        fixed = name.replace("_", "-")
+        if fixed in known:  # type: ignore[operator]
+            deprecated(name, fixed)
+            return fixed
+    return name
+
+
+def wrote(path: Path | str) -> None:
+    """Every command's last stdout line: the path it wrote."""
+    print(f"wrote {path}", flush=True)  # noqa: T201 - plain: scripts read it
+
+
+def print_json(doc: object) -> None:
+    """`--json`: the document alone on stdout, so `| jq` needs nothing else."""
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    sys.stdout.flush()
+
+
+# A flag takes no value, yet typer 0.29's rich help labels every flag (its own
+# --help too) `<bool>`, and an argument gets a `<path>` or `<str>` column
+# beside its metavar: show no type for either, as click does.
+_option_type = TyperOption.display_type_rich
+_argument_type = TyperArgument.display_type_rich
+
+
+def _option_display(self: TyperOption, ctx: Any) -> str | None:
+    if self.is_flag and self.metavar is None:
+        return None
+    return _option_type(self, ctx)
+
+
+def _argument_display(self: TyperArgument, ctx: Any) -> str | None:
+    return None if self.metavar is not None else _argument_type(self, ctx)
+
+
+TyperOption.display_type_rich = _option_display  # type: ignore[method-assign]
+TyperArgument.display_type_rich = _argument_display  # type: ignore[method-assign,assignment]

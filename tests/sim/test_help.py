@@ -1,0 +1,107 @@
+"""Every command's `--help`: it works, shows an example, and speaks the one
+vocabulary of sim/cli/options.py (the same names, metavars and defaults for a
+shared option wherever it appears), with no raw type name as a metavar."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from sim.cli.main import app
+from sim.cli.options import SHARED
+
+#: Metavars that only name a type: what a user cannot act on.
+_RAW = re.compile(r"^(<\w+>|TEXT|INTEGER|FLOAT|BOOLEAN|PATH|FILENAME|DIRECTORY)$")
+#: `-o/--output` names one file, not a run directory, in these commands.
+_OUTPUT_FILE = {"calibrate": "FILE", "shrink": "FILE", "anomalies shrink": "FILE", "export": "FILE|DIR"}
+
+
+def _commands() -> list[tuple[str, Any]]:
+    """(path, click command) for every command and subcommand of the app."""
+    root = typer.main.get_command(app)
+    found: list[tuple[str, Any]] = []
+
+    def walk(prefix: str, cmd: Any) -> None:
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for name, sub in sorted(subs.items()):
+                walk(f"{prefix} {name}".strip(), sub)
+        else:
+            found.append((prefix, cmd))
+
+    walk("", root)
+    return found
+
+
+COMMANDS = _commands()
+
+
+def test_the_walk_finds_every_command() -> None:
+    names = {n for n, _ in COMMANDS}
+    assert {"compare", "run", "check", "export", "replay", "sweep", "synth-trace", "validate", "calibrate",
+            "anomalies run", "anomalies sweep", "anomalies matrix", "shrink", "config show",
+            "catalog dump"} <= names  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "cmd"), COMMANDS, ids=[n for n, _ in COMMANDS])
+def test_help_works_and_shows_an_example(name: str, cmd: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    r = CliRunner().invoke(app, [*name.split(), "--help"])
+    assert r.exit_code == 0, r.output
+    assert "Examples:" in r.output, f"coordsim {name} --help shows no example"
+    assert "coordsim " in r.output.split("Examples:", 1)[1]
+    for raw in ("<bool>", "<str>", "<int>", "<float>", "<path>"):
+        assert raw not in r.output, r.output
+
+
+@pytest.mark.parametrize(("name", "cmd"), COMMANDS, ids=[n for n, _ in COMMANDS])
+def test_no_metavar_is_a_raw_type_name(name: str, cmd: Any) -> None:
+    ctx = cmd.make_context(name, ["--help"], resilient_parsing=True)
+    for p in cmd.params:
+        if getattr(p, "hidden", False) or getattr(p, "is_flag", False):
+            continue
+        if p.param_type_name == "argument":
+            shown = p.metavar  # the name column; no type column beside it
+            assert p.display_type_rich(ctx) is None, f"coordsim {name}: {p.opts} shows a type column"
+        else:
+            shown = p.display_type_rich(ctx)
+        assert shown, f"coordsim {name}: {p.opts} shows no metavar"
+        assert not _RAW.match(shown), f"coordsim {name}: {p.opts} shows {shown!r}"
+
+
+@pytest.mark.parametrize("option", sorted(SHARED))
+def test_a_shared_option_is_the_same_everywhere(option: str) -> None:
+    names, metavar, default = SHARED[option]
+    seen = []
+    for name, cmd in COMMANDS:
+        for p in cmd.params:
+            if option not in p.opts or getattr(p, "hidden", False):
+                continue
+            seen.append(name)
+            want = _OUTPUT_FILE.get(name, metavar) if option == "--output" else metavar
+            assert sorted(p.opts) == sorted(names), f"coordsim {name}: {p.opts}"
+            assert p.metavar == want, f"coordsim {name} {option}: metavar {p.metavar!r}, not {want!r}"
+            if not p.required and name not in _OUTPUT_FILE:
+                assert p.default == default, f"coordsim {name} {option}: default {p.default!r}"
+    assert seen, f"no command has {option}"
+    # The help is one text, wherever the option is (the output-file variants excepted).
+    helps = {
+        p.help for name, cmd in COMMANDS if name not in _OUTPUT_FILE for p in cmd.params if option in p.opts
+        and not getattr(p, "hidden", False)
+    }  # fmt: skip
+    assert len(helps) == 1, helps
+
+
+def test_the_defaults_are_the_documented_ones() -> None:
+    from sim.cli import options
+    from sim.load.config import Config
+
+    assert (options.DEFAULT_MODE, options.DEFAULT_CONFIG, options.DEFAULT_SEED) == ("virtual", "decoupled", 0)
+    assert (Config().mode, Config().seed, Config().output) == ("virtual", 0, None)
+    shown = {p.opts[0]: p.show_default for _, cmd in COMMANDS for p in cmd.params
+             if p.opts and p.opts[0] in ("--mode", "--seed", "--config")}  # fmt: skip
+    assert shown == {"--mode": "virtual", "--seed": "0", "--config": "decoupled"}
