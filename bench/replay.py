@@ -6,8 +6,10 @@ Times, on the same trace: every in-process checker (`check_history`, after
 reading the trace; the Spark job runs them all),
 and the Spark job's verification (anomalies + verdicts, no metrics) on
 `local[2]` and on `local[1]` — the scaling from one core to two. The trace
-is one run: the job cuts it into independent segments checked as parallel
-tasks (`sim.spark.segments`). Both run
+is one run: the job cuts it into independent segments (`sim.spark.segments`,
+one Spark job over a few columns) and checks each group of them as a task
+that reads its own row groups of the trace (`sim.spark.inproc`: no shuffle,
+no JVM-to-Python transfer of the ops). Both run
 in one JVM, one Spark context after the other, after an untimed warm-up
 replay of a tiny trace: a fresh JVM spends tens of seconds compiling the
 job's code, which would dwarf a `--quick` run and flatter whichever master

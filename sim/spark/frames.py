@@ -116,8 +116,8 @@ def expand_traces(paths: Sequence[str]) -> list[str]:
 META_SCHEMA: Final = "run string, config string, seed bigint, workload string, concurrency string"
 
 
-def load(spark: Any, traces: Sequence[str]) -> tuple[Any, Any, Any, Any, dict[str, int]]:
-    """(ops, events, meta, runs, run_ops) of the given trace directories.
+def load(spark: Any, traces: Sequence[str]) -> tuple[Any, Any, Any, Any, dict[str, int], dict[str, str]]:
+    """(ops, events, meta, runs, run_ops, dirs) of the given trace directories.
 
     `meta` has one row per trace: run, config, seed, workload, concurrency —
     the last two from meta.json's extra fields when a producer wrote them
@@ -134,11 +134,15 @@ def load(spark: Any, traces: Sequence[str]) -> tuple[Any, Any, Any, Any, dict[st
     ops = spark.read.parquet(*[f"{t}/{OPS_FILE}" for t in traces])
     events = spark.read.parquet(*[f"{t}/{EVENTS_FILE}" for t in traces])
     if any(_is_remote(t) for t in traces):
+        # Spark reads the files in an order of its own: each document names
+        # its trace by its file's URL.
         docs = [r.asDict() for r in spark.read.option("multiLine", True).json([f"{t}/{META_FILE}" for t in traces])
-                .select(F.to_json(F.struct("*")).alias("doc")).collect()]  # fmt: skip
+                .select(F.input_file_name().alias("f"), F.to_json(F.struct("*")).alias("doc")).collect()]  # fmt: skip
+        places = [str(d["f"]).rsplit("/", 1)[0] for d in docs]
         metas = [json.loads(d["doc"]) for d in docs]
     else:
         # A few hundred bytes per trace: read here, not by a Spark job.
+        places = list(traces)
         metas = [json.loads(Path(t.removeprefix("file://"), META_FILE).read_text()) for t in traces]
     versions = {m.get("schema_version") for m in metas}
     if versions != {SCHEMA_VERSION}:
@@ -152,10 +156,12 @@ def load(spark: Any, traces: Sequence[str]) -> tuple[Any, Any, Any, Any, dict[st
     ]  # fmt: skip
     meta = spark.createDataFrame(rows, META_SCHEMA)
     runs = spark.createDataFrame([(r, i) for i, r in enumerate(sorted({r[0] for r in rows}))], "run string, rid bigint")
-    run_ops: dict[str, int] = {}
-    for m in metas:
-        run_ops[str(m["run"])] = run_ops.get(str(m["run"]), 0) + int(m.get("ops") or 0)
-    return ops, events, meta, runs, run_ops
+    run_ops = {str(m["run"]): int(m.get("ops") or 0) for m in metas}
+    dirs: dict[str, str] = {}
+    for t, m in zip(places, metas, strict=True):
+        if dirs.setdefault(str(m["run"]), t) != t:
+            raise HistoryError(f"two traces of run {m['run']!r}: {dirs[str(m['run'])]} and {t}")
+    return ops, events, meta, runs, run_ops, dirs
 
 
 def prepare(ops: Any) -> Any:

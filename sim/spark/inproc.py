@@ -1,34 +1,38 @@
-"""The in-process checkers run by Spark, one run per group: the checks that
-have no native Spark form (checker 1's per-read rules non-monotonic-read and
-lost-write, the black-box checker 2, the oracle-events checker 4 and the
-per-table linearizability checker 5) read each run's rows back into the
-project's `History`/`Event` model and call `sim.history.checker` directly, so their
-anomalies are the in-process ones by construction.
+"""The in-process checkers run by Spark: each task reads its own slice of a
+trace straight from the trace's Parquet files (pyarrow, no JVM in between),
+builds the project's `History`/`Event` model and calls `sim.history.checker`
+on it, so its anomalies are the in-process ones by construction.
 
-Scope: every one of these checkers takes a whole history (checker 4 the run's
-events, checker 2 reasons across tables through real-time order), so the
-groups are runs — or, for a run too large for one task to be the critical
-path, groups of its independent segments (`sim.spark.segments`): `ops` and
-`events` are co-grouped by (`run`, `grp`) and handed to `check_run` or
-`check_segment` as Arrow tables (`applyInArrow`, no pandas conversion).
+A slice is a whole run, or — for a run too large for one task to be the
+critical path — a group of its independent segments (`sim.spark.segments`):
+the ops invoked within the group's span of time, found through the row
+groups' `invoke_ns` statistics. Why the tasks read the files themselves:
+on a 2 M-operation synthetic trace (`synth-trace`, `local[2]`, 2 cores) the
+earlier form — Spark reading the ops, shuffling them by group and handing
+each group to Python as Arrow — took 40.9 s, with 44.6 CPU-s in the JVM
+(9 s of it the shuffle by group) against 35 in the Python workers; tasks
+that open their own row groups took 24.6 s (JVM 21.5 CPU-s, most of it the
+segment plan's scan; Python 26): each op is read once for checking, with no
+shuffle, and a task's cost is the checkers'.
 """
 
 from __future__ import annotations
 
+import heapq
 import time
+from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
-
-from sim.spark.segments import Plan
+from typing import TYPE_CHECKING, Any, Final, final
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Sequence
 
     from sim.history.model import Event, History
 
 __all__ = [
-    "COVERED", "INPROC", "NATIVE", "RESULT_SCHEMA", "check_run", "check_segment", "inproc_results", "with_row_order",
-]
+    "COVERED", "INPROC", "NATIVE", "RESULT_COLUMNS", "RESULT_SCHEMA", "Slice", "balance", "check_run", "check_segment",
+    "check_slice", "read_slice", "slice_results", "with_row_order",
+]  # fmt: skip
 
 #: Anomaly names the Spark job decides, with the in-process checker they match.
 COVERED: Final = {
@@ -46,28 +50,38 @@ NATIVE: Final = ("named", "replay")
 #: `COVERED` says the native plans produce it).
 INPROC: Final = ("named", "blackbox", "oracle", "linear")
 #: One row per anomaly (`anomaly` not null) and one per checker that ran on
-#: the run (`anomaly` null, `outcome` set; `count` = its anomalies in all,
-#: including those the checker only counted).
+#: the slice (`anomaly` null, `outcome` set; `count` = its anomalies in all,
+#: including those the checker only counted); `grp` is the slice's group.
+RESULT_COLUMNS: Final = ("run", "anomaly", "checker", "op_id", "ops", "detail", "outcome", "skipped", "count", "grp")
 RESULT_SCHEMA: Final = (
     "run string, anomaly string, checker string, op_id bigint, ops array<bigint>, detail string, "
-    "outcome string, skipped boolean, count bigint"
+    "outcome string, skipped boolean, count bigint, grp bigint"
 )
+#: Tasks per core when whole runs are packed into tasks (`slice_results`):
+#: the sweep's reasoning (`sim.spark.sweep.TASKS_PER_CORE`) — enough that a
+#: slow run does not leave a core idle at the end, few enough that scheduling
+#: is not the cost.
+TASKS_PER_CORE: Final = 8
 
 
-def _events(t: Any) -> list[Event]:
-    from sim.history.traces import events_from_table
+@final
+@dataclass(frozen=True)
+class Slice:
+    """One unit of checking: the ops of `run` (trace directory `trace`)
+    invoked in [`lo`, `hi`) — None: unbounded — as group `grp` of a run cut
+    into segments (`cut`), else the whole run. `run_ops` is the whole run's
+    size (checker 5's limit), `carries` the group's carry rows
+    (`append_carries`), `ops` its size, for balancing tasks."""
 
-    return events_from_table(t.sort_by("seq"))
-
-
-def _history(t: Any) -> History:
-    from sim.history.traces import history_from_table
-
-    # Rows in trace order (`_row`, taken at load): checkers break ties by row.
-    if "_row" in t.column_names:
-        t = t.sort_by("_row").drop_columns(["_row"])
-    t = t.drop_columns([c for c in ("grp", "slot") if c in t.column_names])
-    return history_from_table(t)
+    run: str
+    trace: str
+    ops: int = 0
+    grp: int = 0
+    lo: int | None = None
+    hi: int | None = None
+    cut: bool = False
+    run_ops: int = 0
+    carries: tuple[dict[str, Any], ...] = ()
 
 
 def check_run(
@@ -78,16 +92,12 @@ def check_run(
     linear_time_limit_s: float = 10.0,
     native: bool = True,
 ) -> list[dict[str, Any]]:
-    """`RESULT_SCHEMA` rows for one run: the in-process checkers' verdicts.
-    With `native` (the native plans run too), checker 3 does not run here
-    and the anomalies the native plans report are left out (so the union of
-    both has each once); without, every checker of `CHECKERS` runs here."""
-    from sim.history.checker import (
-        check_blackbox,
-        check_named,
-        check_oracle_events,
-        check_replay,
-    )
+    """Result rows (`RESULT_COLUMNS` less `grp`) for one run: the in-process
+    checkers' verdicts. With `native` (the native plans run too), checker 3
+    does not run here and the anomalies the native plans report are left out
+    (so the union of both has each once); without, every checker of
+    `CHECKERS` runs here."""
+    from sim.history.checker import check_blackbox, check_named, check_oracle_events, check_replay
     from sim.history.model import validate
 
     validate(h)
@@ -102,13 +112,12 @@ def check_run(
 def check_segment(
     run: str, grp: int, run_ops: int, h: History, events: Sequence[Event], carries: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
-    """`RESULT_SCHEMA` rows for one group of segments of a cut run
-    (`segments`): checkers 1-3 on its ops with the carry rows appended;
-    checker 4 on the run's events and checker 5's verdict on the run (too
-    large: skipped, as in-process) come from group 0."""
+    """Result rows for one group of segments of a cut run (`segments`):
+    checkers 1-3 on its ops with the carry rows appended; checker 4 on the
+    run's events and checker 5's verdict on the run (too large: skipped, as
+    in-process) come from group 0."""
     from sim.history.checker import check_blackbox, check_named, check_oracle_events, check_replay
     from sim.history.model import validate
-    from sim.spark.segments import append_carries
 
     validate(h)
     append_carries(h, carries)
@@ -147,63 +156,109 @@ def _rows(run: str, verdicts: Sequence[Any], *, native: bool) -> list[dict[str, 
     return rows
 
 
-def _arrow_schema() -> Any:
-    import pyarrow as pa
-
-    return pa.schema([
-        ("run", pa.string()), ("anomaly", pa.string()), ("checker", pa.string()),
-        ("op_id", pa.int64()), ("ops", pa.list_(pa.int64())), ("detail", pa.string()),
-        ("outcome", pa.string()), ("skipped", pa.bool_()), ("count", pa.int64()), ("grp", pa.int64()),
-    ])  # fmt: skip
+# --- reading a slice ------------------------------------------------------------------------------
 
 
-def _apply(
-    key: tuple[Any, ...], ops: Any, events: Any, *, native: bool, run_ops: Mapping[str, int],
-    carries: Mapping[tuple[str, int], list[dict[str, Any]]],
-) -> Any:
-    import pyarrow as pa
+def _filesystem(url: str) -> tuple[Any, str]:
+    """A pyarrow filesystem and path for a trace directory: local paths and
+    file:// URLs as they are; remote URLs through pyarrow's own filesystems
+    (`s3a://`, Hadoop's name for S3, read as `s3://`, with the executors'
+    AWS credentials)."""
+    import pyarrow.fs as pafs
 
-    schema = _arrow_schema()
-    if ops.num_rows == 0:
-        return schema.empty_table()
-    # The key is the group's slot (`Plan.slots`); its run and grp are in its rows.
-    run, grp = str(ops["run"][0].as_py()), int(ops["grp"][0].as_py())
-    if run in run_ops:
-        rows = check_segment(run, grp, run_ops[run], _history(ops), _events(events), carries.get((run, grp), []))
+    if "://" not in url or url.startswith("file://"):
+        return pafs.LocalFileSystem(), url.removeprefix("file://")
+    fs, path = pafs.FileSystem.from_uri(url.replace("s3a://", "s3://", 1))
+    return fs, path
+
+
+def _row_groups(md: Any, lo: int | None, hi: int | None) -> list[int]:
+    """The row groups that may hold an op invoked in [lo, hi): all of them
+    unless their `invoke_ns` statistics rule them out."""
+    col = next(j for j in range(md.num_columns) if md.schema.column(j).path == "invoke_ns")
+    out = []
+    for i in range(md.num_row_groups):
+        st = md.row_group(i).column(col).statistics
+        if st is not None and st.has_min_max and (
+            (lo is not None and st.max < lo) or (hi is not None and st.min >= hi)
+        ):
+            continue
+        out.append(i)
+    return out
+
+
+def read_slice(s: Slice) -> tuple[History, list[Event]]:
+    """The slice's ops, in trace order (checkers break ties by row), and —
+    for a whole run or group 0 — the run's events."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from sim.history.traces import EVENTS_FILE, OPS_FILE, events_from_table, history_from_table
+
+    fs, base = _filesystem(s.trace)
+    with fs.open_input_file(f"{base}/{OPS_FILE}") as f:
+        pf = pq.ParquetFile(f)
+        t = pf.read_row_groups(_row_groups(pf.metadata, s.lo, s.hi))
+    if s.lo is not None or s.hi is not None:
+        inv = t["invoke_ns"]
+        keep = None
+        if s.lo is not None:
+            keep = pc.greater_equal(inv, s.lo)
+        if s.hi is not None:
+            below = pc.less(inv, s.hi)
+            keep = below if keep is None else pc.and_(keep, below)
+        t = t.filter(keep)
+    events: list[Event] = []
+    if s.grp == 0:
+        with fs.open_input_file(f"{base}/{EVENTS_FILE}") as f:
+            events = events_from_table(pq.read_table(f).sort_by("seq"))
+    return history_from_table(t), events
+
+
+def check_slice(s: Slice, *, native: bool) -> list[tuple[Any, ...]]:
+    """The slice's result rows, as tuples in `RESULT_COLUMNS` order."""
+    h, events = read_slice(s)
+    if s.cut:
+        rows = check_segment(s.run, s.grp, s.run_ops, h, events, list(s.carries))
     else:
-        rows = check_run(run, _history(ops), _events(events), native=native)
-    for r in rows:
-        r["grp"] = grp
-    return pa.Table.from_pylist(rows, schema=schema)
+        rows = check_run(s.run, h, events, native=native)
+    return [(*(r[c] for c in RESULT_COLUMNS[:-1]), s.grp) for r in rows]
 
 
-def inproc_results(ops: Any, events: Any, *, native: bool, plan: Plan | None = None) -> Any:
-    """`RESULT_SCHEMA` rows (plus `grp`) of every run in `ops` (raw trace
-    rows, with the `_row` column `with_row_order` adds) and `events`
-    (`check_run`'s `native`); the runs `plan` cuts, one row set per group of
-    segments (`verify.anomalies` merges them)."""
-    from pyspark.sql import DataFrame
-    from pyspark.sql.pandas.functions import _create_vectorized_udf  # type: ignore[attr-defined]
-    from pyspark.util import PythonEvalType
+def _check_task(slices: list[Slice], *, native: bool) -> Iterator[tuple[Any, ...]]:
+    for s in slices:
+        yield from check_slice(s, native=native)
 
-    plan = plan or Plan()
-    ops, events = plan.assign(ops), plan.assign_events(events)
-    # `cogroup(...).applyInArrow(_apply, RESULT_SCHEMA)` less its pandas
-    # import check: applyInArrow builds its UDF with `pandas_udf`, which
-    # refuses to run without pandas although an Arrow UDF never uses it (the
-    # project does not depend on pandas). This is the same UDF, built as an
-    # Arrow one, and the same JVM call.
-    # (`_create_vectorized_udf` is what `pandas_udf` calls after its checks.)
-    g1, g2 = ops.groupBy("slot"), events.groupBy("slot")
-    # keyword-only, so Spark sees (key, left, right); the plan's small
-    # parts travel with the function to the workers.
-    fn = partial(_apply, native=native, run_ops=dict(plan.runs), carries=dict(plan.carries))
-    udf = _create_vectorized_udf(
-        fn, RESULT_SCHEMA + ", grp bigint", PythonEvalType.SQL_COGROUPED_MAP_ARROW_UDF, "pandas"
-    )
-    cols = [ops[c] for c in ops.columns] + [events[c] for c in events.columns]
-    jdf = g1._jgd.flatMapCoGroupsInArrow(g2._jgd, udf(*cols)._jc)
-    return DataFrame(jdf, ops.sparkSession)
+
+def balance(slices: Sequence[Slice], tasks: int) -> list[list[Slice]]:
+    """`slices` in `tasks` lists of about equal work (largest first, each to
+    the least loaded: Graham's LPT rule), the most loaded first — Spark starts
+    tasks in partition order, so the longest start first."""
+    heap = [(0, i) for i in range(tasks)]
+    bins: list[list[Slice]] = [[] for _ in range(tasks)]
+    load = [0] * tasks
+    for s in sorted(slices, key=lambda s: (-s.ops, s.run, s.grp)):
+        n, i = heapq.heappop(heap)
+        bins[i].append(s)
+        load[i] = n + max(s.ops, 1)
+        heapq.heappush(heap, (load[i], i))
+    return [bins[i] for i in sorted(range(tasks), key=lambda i: (-load[i], i)) if bins[i]]
+
+
+def slice_results(spark: Any, slices: Sequence[Slice], *, native: bool) -> Any:
+    """A DataFrame of the result rows (`RESULT_SCHEMA`) of every slice, each
+    group of a cut run a task of its own and whole runs packed into
+    `TASKS_PER_CORE` tasks per core. The rows are few (anomalies are capped
+    per checker) and reach the driver, which the merge of a cut run's groups
+    and the outputs then read as a local relation."""
+    cores = max(1, int(spark.sparkContext.defaultParallelism))
+    tasks = min(len(slices), max(cores * TASKS_PER_CORE, sum(s.cut for s in slices)))
+    rows: list[tuple[Any, ...]] = []
+    if tasks:
+        bins = balance(slices, tasks)
+        rdd = spark.sparkContext.parallelize(bins, len(bins))
+        rows = rdd.flatMap(partial(_check_task, native=native)).collect()
+    return spark.createDataFrame(rows, RESULT_SCHEMA)
 
 
 def with_row_order(ops: Any) -> Any:
@@ -213,3 +268,31 @@ def with_row_order(ops: Any) -> Any:
     from pyspark.sql import functions as F
 
     return ops.withColumn("_row", F.monotonically_increasing_id())
+
+
+def append_carries(h: History, rows: list[dict[str, Any]]) -> None:
+    """Appends the carry rows to `h` (validated before): each names no table,
+    so only the timestamp sweeps and checker 2's real-time chain see it, and it
+    completed before every row of `h` began, so it bounds them all and is
+    bounded by none."""
+    from sim.history.model import KIND_CODE, NONE, STATUSES, Kind
+
+    status = {s.value: i for i, s in enumerate(STATUSES)}
+    for r in rows:
+        h.op_id.append(r["op_id"])
+        h.process.append(r["process"])
+        h.kind.append(KIND_CODE[Kind(r["kind"])])
+        h.obj.append(-1)
+        h.invoke.append(r["invoke_ns"])
+        h.complete.append(r["complete_ns"])
+        h.status.append(status[r["status"]])
+        h.el_off.append(len(h.el))
+        h.res_off.append(len(h.res))
+        h.count.append(NONE)
+        h.args.append(None)
+        h.error_code.append(None)
+        h.error.append(None)
+        for f in ("read_ts", "write_ts", "catalog_ts"):
+            getattr(h, f).append(NONE if r[f] is None else r[f])
+        h.client.append(r["client"])
+        h.n += 1

@@ -95,7 +95,7 @@ def replay(
 
     t0 = time.perf_counter()
     dirs = expand_traces(traces)
-    ops, events, meta, runs, run_ops = load(spark, dirs)
+    ops, events, meta, runs, run_ops, places = load(spark, dirs)
     n_ops = sum(run_ops.values())
     keep = Kept(spark)
     partitions = _partitions(spark, n_ops)
@@ -104,7 +104,7 @@ def replay(
         conf["spark.sql.codegen.wholeStage"] = "false"
     with _sql_conf(spark, conf):
         try:
-            an, checks = anomalies(ops, runs, keep, partitions, events, run_ops=run_ops, group_ops=group_ops,
+            an, checks = anomalies(ops, runs, keep, partitions, places, run_ops=run_ops, group_ops=group_ops,
                                    native=NATIVE_FORM if native is None else native)  # fmt: skip
             if out is None:
                 an = keep(an)

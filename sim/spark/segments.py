@@ -24,13 +24,13 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 from sim.history.checker.run import LINEAR_MAX_OPS
 from sim.spark.frames import DDL_KINDS
+from sim.spark.inproc import Slice
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from sim.history.model import History
 
-__all__ = ["GROUP_OPS", "Plan", "append_carries", "key_column", "plan"]
+__all__ = ["GROUP_OPS", "Plan", "key_column", "plan"]
 
 #: Runs larger than this are cut, and a task checks at least this many ops
 #: (or one segment): a few seconds of checking, so scheduling is not the cost.
@@ -47,40 +47,25 @@ class Plan:
     invoke time each group starts at (`starts`, ascending: every op of a
     segment was invoked within its segment's span, and spans are disjoint,
     so an op's invoke time alone places it); per (run, grp) its carry rows
-    and its `slot`, the key of its Spark group: chosen so that each group has
-    a partition of its own among `partitions`, the largest first."""
+    and its size in operations."""
 
     runs: Mapping[str, int] = field(default_factory=dict)
     starts: Mapping[str, list[int]] = field(default_factory=dict)
     carries: Mapping[tuple[str, int], list[dict[str, Any]]] = field(default_factory=dict)
-    slots: Mapping[tuple[str, int], int] = field(default_factory=dict)
-    partitions: int = 0
+    sizes: Mapping[tuple[str, int], int] = field(default_factory=dict)
 
-    def assign(self, ops: Any) -> Any:
-        """`ops` with `grp` and `slot`: a run that is not cut is one group,
-        keyed by a hash of its name (spread as before)."""
-        from pyspark.sql import functions as F
-
-        grp = F.lit(0).cast("long")
-        slot = F.xxhash64("run")
-        for run, starts in self.starts.items():
-            g = F.lit(0).cast("long")
-            for b in starts[1:]:
-                g = g + (F.col("invoke_ns") >= F.lit(b)).cast("long")
-            mine = F.col("run") == run
-            grp = F.when(mine, g).otherwise(grp)
-            slot = F.when(mine, F.element_at(F.array(*[F.lit(self.slots[(run, i)]) for i in range(len(starts))]),
-                                             (g + 1).cast("int"))).otherwise(slot)  # fmt: skip
-        return ops.withColumn("grp", grp.cast("long")).withColumn("slot", slot.cast("long"))
-
-    def assign_events(self, events: Any) -> Any:
-        """Events go to group 0 of their run."""
-        from pyspark.sql import functions as F
-
-        slot = F.xxhash64("run")
-        for run in self.starts:
-            slot = F.when(F.col("run") == run, F.lit(self.slots[(run, 0)])).otherwise(slot)
-        return events.withColumn("grp", F.lit(0).cast("long")).withColumn("slot", slot.cast("long"))
+    def slices(self, traces: Mapping[str, str], run_ops: Mapping[str, int]) -> list[Slice]:
+        """One `Slice` per group of a cut run (the ops invoked from its start
+        to the next group's) and one per other run of `traces` (run -> trace
+        directory), whole."""
+        out = [Slice(run, trace, ops=run_ops.get(run, 0)) for run, trace in sorted(traces.items())
+               if run not in self.runs]  # fmt: skip
+        for run, starts in sorted(self.starts.items()):
+            for g in range(len(starts)):
+                out.append(Slice(run, traces[run], ops=self.sizes[(run, g)], grp=g,
+                                 lo=None if g == 0 else starts[g], hi=starts[g + 1] if g + 1 < len(starts) else None,
+                                 cut=True, run_ops=self.runs[run], carries=tuple(self.carries[(run, g)])))  # fmt: skip
+        return out
 
 
 def key_column() -> Any:
@@ -91,7 +76,7 @@ def key_column() -> Any:
     return F.coalesce(F.col("object"), F.concat(F.lit("\0"), F.col("op_id").cast("string")))
 
 
-def plan(ops: Any, run_ops: Mapping[str, int], partitions: int, *, group_ops: int = GROUP_OPS) -> Plan:
+def plan(ops: Any, run_ops: Mapping[str, int], *, group_ops: int = GROUP_OPS) -> Plan:
     """Segments and groups of the runs above `group_ops` (and checker 5's
     limit, so that it is skipped on them as on the whole run). `ops` has
     `_row` (`inproc.with_row_order`). One Spark job over a few columns of
@@ -101,7 +86,7 @@ def plan(ops: Any, run_ops: Mapping[str, int], partitions: int, *, group_ops: in
 
     big = {r: n for r, n in sorted(run_ops.items()) if n > max(group_ops, LINEAR_MAX_OPS)}
     if not big:
-        return Plan(partitions=partitions)
+        return Plan()
     st, kind = F.col("status").cast("string"), F.col("kind").cast("string")
     info = (st == "info") | F.col("complete_ns").isNull()
     end = F.when(info, F.col("invoke_ns")).otherwise(F.col("complete_ns"))
@@ -153,9 +138,7 @@ def plan(ops: Any, run_ops: Mapping[str, int], partitions: int, *, group_ops: in
             sizes[(run, grp)] = filled
             for tl in ("d", "c"):
                 pending[tl] = _later(pending[tl], r[tl])
-    parts = max(partitions, len(sizes))
-    order = sorted(sizes, key=lambda k: (-sizes[k], k))
-    return Plan(big, starts, carries, dict(zip(order, _slots(ops.sparkSession, parts)[: len(order)], strict=True)), parts)
+    return Plan(big, starts, carries, sizes)
 
 
 def _later(a: Any, b: Any) -> Any:
@@ -165,48 +148,3 @@ def _later(a: Any, b: Any) -> Any:
     if b is None:
         return a
     return b if (b["ts"], b["ne"], b["nr"]) > (a["ts"], a["ne"], a["nr"]) else a
-
-
-def _slots(spark: Any, partitions: int) -> list[int]:
-    """Keys landing in partitions 0, 1, … of a hash shuffle into
-    `partitions` (Spark's own hash, asked of Spark), so that a groupBy on
-    them gives each group its own task, in this order."""
-    from pyspark.sql import functions as F
-
-    first: dict[int, int] = {}
-    base, span = 1 << 40, 64 * partitions
-    while len(first) < partitions:  # 64 tries per partition: a second round is rare
-        rows = spark.range(base, base + span).select("id", F.pmod(F.hash("id"), F.lit(partitions)).alias("p"))
-        for r in rows.collect():
-            first.setdefault(int(r["p"]), int(r["id"]))
-        base += span
-    return [first[p] for p in range(partitions)]
-
-
-def append_carries(h: History, rows: list[dict[str, Any]]) -> None:
-    """Appends the carry rows to `h` (validated before): each names no table,
-    so only the timestamp sweeps and checker 2's real-time chain see it, and it
-    completed before every row of `h` began, so it bounds them all and is
-    bounded by none."""
-    from sim.history.model import KIND_CODE, NONE, STATUSES, Kind
-
-    status = {s.value: i for i, s in enumerate(STATUSES)}
-    for r in rows:
-        h.op_id.append(r["op_id"])
-        h.process.append(r["process"])
-        h.kind.append(KIND_CODE[Kind(r["kind"])])
-        h.obj.append(-1)
-        h.invoke.append(r["invoke_ns"])
-        h.complete.append(r["complete_ns"])
-        h.status.append(status[r["status"]])
-        h.el_off.append(len(h.el))
-        h.res_off.append(len(h.res))
-        h.count.append(NONE)
-        h.args.append(None)
-        h.error_code.append(None)
-        h.error.append(None)
-        for f in ("read_ts", "write_ts", "catalog_ts"):
-            getattr(h, f).append(NONE if r[f] is None else r[f])
-        h.client.append(r["client"])
-        h.n += 1
-

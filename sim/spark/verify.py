@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 from sim.history.checker.verdict import ANOMALY_NAMES, MAX_REPORTED
 from sim.spark import segments
 from sim.spark.frames import elements, prepare, read_facts, table_ops
-from sim.spark.inproc import COVERED, inproc_results, with_row_order
+from sim.spark.inproc import COVERED, Slice, slice_results, with_row_order
 from sim.spark.named import named_parts
 from sim.spark.replay import annotate, has_cut_off_ddl, replay_parts
 from sim.spark.segments import GROUP_OPS
@@ -48,7 +48,7 @@ def anomalies(
     runs: Any,
     keep: Kept,
     partitions: int,
-    events: Any = None,
+    traces: Mapping[str, str] | None = None,
     *,
     native: bool = NATIVE_FORM,
     run_ops: Mapping[str, int] | None = None,
@@ -63,16 +63,17 @@ def anomalies(
     `keep` (the caller releases them once the result is written), and every
     check reads them from there. `runs` numbers the runs (`frames.load`).
 
-    With `events`, the in-process checkers run per run too (`inproc`), and
-    the second frame has one row per (run, checker) that ran: checker,
-    outcome, skipped, count (else it is None). With `events` and not
-    `native`, every checker runs in-process — per run, or per group of
-    segments for the runs of `run_ops` (run -> operations) above `group_ops`
-    (`segments`) — and no native plan runs."""
+    With `traces` (run -> its trace directory), the in-process checkers run
+    too, in tasks that read the traces themselves (`inproc`), and the second
+    frame has one row per (run, checker) that ran: checker, outcome, skipped,
+    count (else it is None). With `traces` and not `native`, every checker
+    runs in-process — per run, or per group of segments for the runs of
+    `run_ops` (run -> operations) above `group_ops` (`segments`) — and no
+    native plan runs."""
     from functools import reduce
 
-    if events is not None and not native:
-        return _inproc(with_row_order(ops), events, keep, partitions, run_ops or {}, group_ops)
+    if traces is not None and not native:
+        return _inproc(with_row_order(ops), traces, run_ops or {}, group_ops)
 
     p = prepare(ops)
     tops = table_ops(p, partitions)
@@ -82,10 +83,11 @@ def anomalies(
     facts = keep(read_facts(t, elems))
     parts = [*named_parts(t, elems, facts, keep), *replay_parts(p, runs, t, keep)]
     checks = None
-    if events is not None:
+    if traces is not None:
         from pyspark.sql import functions as F
 
-        res = keep(inproc_results(with_row_order(ops), events, native=True))
+        whole = [Slice(r, d, ops=(run_ops or {}).get(r, 0)) for r, d in sorted(traces.items())]
+        res = slice_results(ops.sparkSession, whole, native=True)
         cols = parts[0].columns
         parts.append(res.where(F.col("anomaly").isNotNull()).select(
             *[F.col(c).cast(parts[0].schema[c].dataType).alias(c) for c in cols]))  # fmt: skip
@@ -93,32 +95,25 @@ def anomalies(
     return reduce(lambda a, b: a.unionByName(b), parts), checks
 
 
-def _inproc(
-    ops: Any, events: Any, keep: Kept, partitions: int, run_ops: Mapping[str, int], group_ops: int
-) -> tuple[Any, Any]:
+def _inproc(ops: Any, traces: Mapping[str, str], run_ops: Mapping[str, int], group_ops: int) -> tuple[Any, Any]:
     """Every checker in-process; a cut run's groups merged into one verdict
     per checker. A cut run whose checker reported more anomalies than a
     whole-run check keeps (`MAX_REPORTED`), or could not decide on a segment,
     is checked again whole, so what is kept is what `check_history` keeps."""
     from pyspark.sql import functions as F
 
-    plan = segments.plan(ops, run_ops, partitions, group_ops=group_ops)
-    conf = ops.sparkSession.conf
-    before = conf.get("spark.sql.shuffle.partitions")
-    conf.set("spark.sql.shuffle.partitions", str(plan.partitions))  # a task per group (`Plan.slots`)
-    try:
-        res = keep(inproc_results(ops, events, native=False, plan=plan))
-    finally:
-        conf.set("spark.sql.shuffle.partitions", before)
+    spark = ops.sparkSession
+    plan = segments.plan(ops, run_ops, group_ops=group_ops)
+    res = slice_results(spark, plan.slices(traces, run_ops), native=False)
     if plan.runs:
         cut = F.col("run").isin(list(plan.runs))
         redo = [r["run"] for r in res.where(cut & F.col("anomaly").isNull()).groupBy("run", "checker").agg(
             F.sum("count").alias("n"), F.max((F.col("outcome") == "unknown") & ~F.col("skipped")).alias("u"))
             .where((F.col("n") > MAX_REPORTED) | F.col("u")).select("run").distinct().collect()]  # fmt: skip
         if redo:
-            whole = inproc_results(ops.where(F.col("run").isin(redo)), events.where(F.col("run").isin(redo)),
-                                   native=False)  # fmt: skip
-            res = keep(res.where(~F.col("run").isin(redo)).unionByName(whole))
+            whole = slice_results(spark, [Slice(r, traces[r], ops=run_ops.get(r, 0)) for r in sorted(redo)],
+                                  native=False)  # fmt: skip
+            res = res.where(~F.col("run").isin(redo)).unionByName(whole)
     an = res.where(F.col("anomaly").isNotNull()).select(*ANOMALY_COLS)
     c = res.where(F.col("anomaly").isNull())
     merged = c.groupBy("run", "checker").agg(

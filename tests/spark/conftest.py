@@ -34,6 +34,10 @@ KNOWN_BAD: Final = (
     ("skip_confirm_leadership", "split-brain", "event-loop", 1),
     ("batching_joins_in_flight", "busy-reads", "event-loop+pg-oracle", 0),
     ("batching_joins_in_flight", "busy-reads", "decoupled", 0),
+    # Checker 3's lost-update check and checker 4's append-order check (the
+    # first seeds that catch them, as tests/anomalies/test_known_bad.py).
+    ("no_write_lock", "update-race", "event-loop", 0),
+    ("unbounded_group_commits", "ddl-dml", "decoupled", 10),
     ("apply_write_before_append", "seed001", "event-loop", 0),
     ("apply_write_before_append", "seed001", "event-loop", 1),
     ("apply_write_before_append", "seed001", "event-loop+pg-oracle", 0),

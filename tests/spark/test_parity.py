@@ -57,6 +57,16 @@ def test_known_bad_variants_are_invalid_in_spark(golden_out: Path, known_bad: li
             assert (t.name, "timestamp-regression") in names, t.name
             assert rows[t.name]["timestamp-regression"] > 0
     assert sum("apply_write_before_append" in t.name for t in known_bad) == 4
+    # The newest checks, each on the side that decides it (checker 3: a lost
+    # update; checker 4: appends out of write_ts order).
+    table = pq.read_table(golden_out / "anomalies.parquet").to_pylist()
+    by_checker = {(r["run"], r["anomaly"], r["checker"]) for r in table}
+    lost = [t.name for t in known_bad if "no_write_lock" in t.name]
+    order = [t.name for t in known_bad if "unbounded_group_commits" in t.name]
+    assert lost
+    assert order
+    assert all((n, "not-strict-serializable", "replay") in by_checker for n in lost), lost
+    assert all((n, "timestamp-regression", "oracle") in by_checker for n in order), order
 
 
 def test_native_plans_equal_the_in_process_checkers(
@@ -81,7 +91,7 @@ def _regress(trace: Path, n: int, *, first: bool = False) -> int:
     three quarters): below what earlier segments reached, a timestamp
     regression across a cut. `first`: only the earliest-invoked op there, so
     nothing of its own segment completed before it began and only the carry
-    row (`segments.append_carries`) can bound it; else the read_ts of `n`
+    row (`inproc.append_carries`) can bound it; else the read_ts of `n`
     reads. Returns the op id of the first op changed."""
     import pyarrow as pa
 
@@ -111,7 +121,7 @@ def test_cut_runs_equal_the_in_process_checkers(spark: Any, tmp_path: Path) -> N
     # whole) give what `check_history` gives on the whole run.
     from sim.spark import segments
     from sim.spark.frames import load
-    from sim.spark.inproc import with_row_order
+    from sim.spark.inproc import balance, read_slice, with_row_order
     from sim.spark.job import replay
     from sim.spark.synth import synth_trace
 
@@ -120,14 +130,19 @@ def test_cut_runs_equal_the_in_process_checkers(spark: Any, tmp_path: Path) -> N
               synth_trace(tmp_path / "cut-many", 6000, seed=7, chunk=1000, planted=0, run="cut-many")]  # fmt: skip
     regressed = _regress(traces[1], 1, first=True)
     _regress(traces[2], 30)
-    ops, _, _, _, run_ops = load(spark, [str(t) for t in traces])
-    plan = segments.plan(with_row_order(ops), run_ops, 2, group_ops=1000)
+    ops, _, _, _, run_ops, dirs = load(spark, [str(t) for t in traces])
+    plan = segments.plan(with_row_order(ops), run_ops, group_ops=1000)
     assert set(plan.runs) == {t.name for t in traces}
     groups = set(plan.carries)
     assert len(groups) >= 3 * 4, groups  # every run in several groups
     assert all(plan.carries[(r, g)] for r, g in groups if g > 0)
-    # Each group has a task of its own.
-    assert plan.partitions == len(groups) == len(set(plan.slots.values()))
+    # Each group is a slice, and a task, of its own; together they hold every op once.
+    slices = plan.slices(dirs, run_ops)
+    assert {(s.run, s.grp) for s in slices} == groups
+    assert len(balance(slices, len(slices))) == len(slices)
+    for t in traces:
+        ids = sorted(i for s in slices if s.run == t.name for i in read_slice(s)[0].op_id)
+        assert ids == sorted(pq.read_table(t / "ops.parquet")["op_id"].to_pylist()), t.name
     replay(spark, [str(t) for t in traces], tmp_path / "out", with_metrics=False, group_ops=1000)
     got = spark_rows(tmp_path / "out")
     checks = {(r["run"], r["checker"]): r for r in pq.read_table(tmp_path / "out" / "checks.parquet").to_pylist()}
