@@ -243,10 +243,31 @@ _SHIM: Final = """#!/bin/sh
 for a; do shift; case $a in --add-modules={module}) ;; *) set -- "$@" "$a" ;; esac; done
 exec {java} "$@"
 """
-# Shim JAVA_HOMEs by the java they run, each in a directory of its own removed
-# at interpreter exit (and by its watchdog should the process die without it).
+# Shim JAVA_HOMEs by the java they run, each in a directory of its own (`_own_dir`).
 _SHIMS: dict[str, Path] = {}
-_SHIM_DIRS: list[tuple[Path, Watchdog]] = []
+# Directories this process made (shims, staged PostgreSQL copies): removed at
+# interpreter exit (`remove_staged`), and by their watchdogs should the
+# process die without running atexit handlers.
+_OWN_DIRS: list[tuple[Path, Watchdog]] = []
+
+
+def _own_dir(prefix: str, what: str) -> Path:
+    """A new temporary directory of this process's, under `_OWN_DIRS`'s cleanup.
+
+    Raises:
+        BackendUnavailable: it could not be made (`what` says what it was for).
+    """
+    try:
+        parent = Path(tempfile.mkdtemp(prefix=prefix)).resolve()
+    except OSError as exc:
+        raise BackendUnavailable(f"cannot make {what}: {exc}") from exc
+    try:
+        watchdog = Watchdog(parent, [])
+    except BaseException:
+        shutil.rmtree(parent, ignore_errors=True)  # just made by mkdtemp: ours
+        raise
+    _OWN_DIRS.append((parent, watchdog))
+    return parent
 
 
 def _runtime_modules(home: Path) -> set[str] | None:
@@ -280,16 +301,7 @@ def spark_java_home(found: Found) -> Path | None:
     made = _SHIMS.get(str(found.path))
     if made is not None and (made / "bin" / "java").exists():
         return made
-    try:
-        parent = Path(tempfile.mkdtemp(prefix="coordsim-java-")).resolve()
-    except OSError as exc:
-        raise BackendUnavailable(f"cannot make a JAVA_HOME for Spark: {exc}") from exc
-    try:
-        watchdog = Watchdog(parent, [])
-    except BaseException:
-        shutil.rmtree(parent, ignore_errors=True)
-        raise
-    _SHIM_DIRS.append((parent, watchdog))
+    parent = _own_dir("coordsim-java-", "a JAVA_HOME for Spark")
     java = parent / "bin" / "java"
     try:
         java.parent.mkdir()
@@ -318,22 +330,11 @@ def spark_java_check(found: Found) -> str:
     )
 
 
-@atexit.register
-def _remove_shims() -> None:
-    for d, watchdog in _SHIM_DIRS:
-        shutil.rmtree(d, ignore_errors=True)
-        watchdog.dismiss()
-    _SHIM_DIRS.clear()
-    _SHIMS.clear()
-
-
 # --- PostgreSQL run as another account -------------------------------------------------
 
 # Copies of pgserver's installation an unprivileged account can run, by
-# (installation, account): removed at interpreter exit (`remove_staged`), and
-# by their watchdogs should the process die without running atexit handlers.
+# (installation, account), each in a directory of its own (`_own_dir`).
 _STAGED: dict[tuple[str, str], Path] = {}
-_STAGED_DIRS: list[tuple[Path, Watchdog]] = []
 
 
 def _runs_as(bindir: Path, account: pwd.struct_passwd) -> bool:
@@ -369,13 +370,7 @@ def runnable_pg_bindir(found: Found, account: pwd.struct_passwd | None) -> Path:
     # `$ORIGIN/../../../pgserver.libs`). The copy keeps both relative places.
     install = found.path.parent
     libs = install.parent.parent / "pgserver.libs"
-    parent = Path(tempfile.mkdtemp(prefix="coordsim-pg-bin-")).resolve()
-    try:
-        watchdog = Watchdog(parent, [])
-    except BaseException:
-        shutil.rmtree(parent, ignore_errors=True)
-        raise
-    _STAGED_DIRS.append((parent, watchdog))
+    parent = _own_dir("coordsim-pg-bin-", f"a copy of the packaged PostgreSQL for {account.pw_name}")
     (parent / "pgserver").mkdir()
     sources = [(install, parent / "pgserver" / install.name)]
     if libs.is_dir():
@@ -402,10 +397,13 @@ def runnable_pg_bindir(found: Found, account: pwd.struct_passwd | None) -> Path:
     return bindir
 
 
+@atexit.register
 def remove_staged() -> None:
-    """Deletes every staged copy and dismisses its watchdog (at interpreter exit)."""
-    for d, watchdog in _STAGED_DIRS:
-        shutil.rmtree(d, ignore_errors=True)
+    """Deletes every directory `_own_dir` made (Java shims, staged PostgreSQL
+    copies) and dismisses its watchdog (at interpreter exit)."""
+    for d, watchdog in _OWN_DIRS:
+        shutil.rmtree(d, ignore_errors=True)  # made by `_own_dir`: ours
         watchdog.dismiss()
-    _STAGED_DIRS.clear()
+    _OWN_DIRS.clear()
+    _SHIMS.clear()
     _STAGED.clear()
