@@ -80,6 +80,7 @@ from controllers.replica import (
     ReplicaDropDataflow,
     ReplicaPeek,
 )
+from controllers.transform import CompiledTransforms
 from persist.frontier import Frontier
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.tasks import TaskOwner
@@ -200,6 +201,7 @@ class ComputeController(CatalogFollower, TaskOwner):
         self._waiting: list[Peek] = []  # gated on the catalog frontier, arrival order
         self._in_flight: dict[int, _InFlight] = {}
         self._peek_ids: set[int] = set()  # membership only
+        self._compile = CompiledTransforms()  # every peek checks its columns
         self._tg: TaskGroup | None = None
         self._stats = collections.Counter[str]()
 
@@ -447,7 +449,7 @@ class ComputeController(CatalogFollower, TaskOwner):
             self._answer(peek.peek_id, PeekError(UNKNOWN_COLLECTION, f"unknown collection {cid}"))
             return
         try:
-            peek.transform.compile(columns)
+            self._compile(peek.transform, columns)
         except InvalidUsage as exc:
             self._answer(peek.peek_id, PeekError(UNDEFINED_COLUMN, str(exc)))
             return

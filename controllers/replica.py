@@ -41,7 +41,7 @@ import anyio
 
 from controllers.arrangement import Arrangement, Maintainer
 from controllers.commands import UNKNOWN_COLLECTION, PeekError, PeekResponse, PeekRows
-from controllers.transform import Transform, decode_row, encode_row
+from controllers.transform import CompiledTransforms, Transform, decode_row, encode_row
 from persist.frontier import Frontier
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.latency import Constant, LogNormal
@@ -271,7 +271,7 @@ class Replica:
         self._peeks: dict[int, anyio.CancelScope] = {}
         self._stats = collections.Counter[str]()
         self._rows: dict[bytes, Row] = {}
-        self._transforms: dict[tuple[Transform, tuple[str, ...]], CompiledTransform] = {}
+        self._compile = CompiledTransforms(_CACHED_TRANSFORMS)
 
     def __repr__(self) -> str:
         return f"Replica({self.cluster_id}, {self.replica_id})"
@@ -573,10 +573,4 @@ class Replica:
             row = self._rows[key] = decode_row(key)
         return row
 
-    def _compile(self, transform: Transform, columns: tuple[str, ...]) -> CompiledTransform:
-        compiled = self._transforms.get((transform, columns))
-        if compiled is None:
-            if len(self._transforms) >= _CACHED_TRANSFORMS:
-                self._transforms.clear()
-            compiled = self._transforms[transform, columns] = transform.compile(columns)
-        return compiled
+

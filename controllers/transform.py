@@ -25,6 +25,7 @@ __all__ = [
     "OPS",
     "Comparison",
     "CompiledTransform",
+    "CompiledTransforms",
     "Row",
     "Scalar",
     "Transform",
@@ -55,6 +56,10 @@ def decode_row(data: bytes) -> Row:
     if not isinstance(value, list):
         raise InvalidUsage(f"a row is a JSON array, got {data!r}")
     return tuple(value)
+
+
+def _always(row: Row) -> bool:
+    return True
 
 
 def _compare(left: Scalar, op: str, right: Scalar) -> bool:
@@ -136,9 +141,19 @@ class Transform:
             return pos[name]
 
         terms = [(index(c.column), c.op, c.value) for c in self.predicate]
+        keep: Callable[[Row], bool]
+        if not terms:
+            keep = _always
+        elif len(terms) == 1:  # a point peek's filter: no generator per row
+            [(at, op, value)] = terms
 
-        def keep(row: Row) -> bool:
-            return all(_compare(row[i], op, v) for i, op, v in terms)
+            def keep(row: Row) -> bool:
+                return _compare(row[at], op, value)
+
+        else:
+
+            def keep(row: Row) -> bool:
+                return all(_compare(row[i], op, v) for i, op, v in terms)
 
         if self.count:
             out: tuple[str, ...] = ("count",)
@@ -288,3 +303,23 @@ def parse_select(text: str) -> tuple[str, Transform]:
     if tokens.peek() is not None:
         raise InvalidUsage(f"unexpected {tokens.peek()[1]!r} in {text!r}")  # type: ignore[index]
     return source, Transform(tuple(terms), project, count)
+
+
+@final
+class CompiledTransforms:
+    """`Transform.compile` memoized per (transform, columns): a component
+    compiles the same few transforms over and over (every peek). Bounded by
+    clearing when full (deterministic, and the working set refills at once).
+    An `InvalidUsage` is not cached: it is raised again each time."""
+
+    def __init__(self, limit: int = 1_000) -> None:
+        self._limit = limit
+        self._compiled: dict[tuple[Transform, tuple[str, ...]], CompiledTransform] = {}
+
+    def __call__(self, transform: Transform, columns: tuple[str, ...]) -> CompiledTransform:
+        compiled = self._compiled.get((transform, columns))
+        if compiled is None:
+            if len(self._compiled) >= self._limit:
+                self._compiled.clear()
+            compiled = self._compiled[transform, columns] = transform.compile(columns)
+        return compiled

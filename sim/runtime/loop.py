@@ -6,18 +6,21 @@ Every private internal of asyncio or anyio it needs is in `sim.runtime.patches`.
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextvars
+import heapq
 import math
-import selectors
-from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, TypeVarTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, TypeVarTuple, final
 
 from sim.runtime import patches
 from sim.runtime.schedule import ready_queue
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Coroutine, Mapping
+    from collections.abc import Callable, Coroutine
     from contextvars import Context
 
-__all__ = ["VIRTUAL_EPOCH_MS", "VirtualDeadlock", "VirtualEventLoop", "VirtualIOError"]
+__all__ = ["VIRTUAL_EPOCH_MS", "LoopStatistics", "VirtualDeadlock", "VirtualEventLoop", "VirtualIOError"]
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -41,19 +44,35 @@ class VirtualDeadlock(RuntimeError):
     """Every task waits, and no timer is scheduled that could ever wake one."""
 
 
+@final
+@dataclass(frozen=True)
+class LoopStatistics:
+    """Counts since the loop was made.
+
+    Attributes:
+        turns: turns of the loop (a turn runs what was ready at its start).
+        callbacks: callbacks dequeued to run, fired timers included (a
+            cancelled one is skipped but counted).
+        timers: timers scheduled.
+        tasks_and_futures: tasks and futures created through the loop.
+    """
+
+    turns: int
+    callbacks: int
+    timers: int
+    tasks_and_futures: int
+
+
 class _VirtualTask(asyncio.Task[Any]):
     """A Task whose hash is its creation number instead of its memory address.
 
     anyio keeps tasks in sets and cancels them by iterating those sets; with
     address-based hashes that order (and so the order of events) would change
-    from run to run under address-space randomization.
+    from run to run under address-space randomization. `create_task` sets the
+    number before asyncio's own init, which already puts the task in a WeakSet.
     """
 
-    def __init__(self, coro: Coroutine[Any, Any, Any], *, loop: VirtualEventLoop, **kw: Any):
-        # Set before the base init, which already puts the task in a WeakSet.
-        loop._seq += 1
-        self._coordsim_seq = loop._seq
-        super().__init__(coro, loop=loop, **kw)
+    _coordsim_seq: int
 
     def __hash__(self) -> int:
         return self._coordsim_seq
@@ -62,100 +81,64 @@ class _VirtualTask(asyncio.Task[Any]):
 class _VirtualFuture(asyncio.Future[Any]):
     """A Future with a deterministic hash, for the same reason as `_VirtualTask`."""
 
-    def __init__(self, *, loop: VirtualEventLoop):
-        loop._seq += 1
-        self._coordsim_seq = loop._seq
-        super().__init__(loop=loop)
+    _coordsim_seq: int
 
     def __hash__(self) -> int:
         return self._coordsim_seq
 
 
-class _SequencedTimer(asyncio.TimerHandle):
-    """A timer ordered by (deadline, sequence number).
+class _Handle(asyncio.Handle):
+    """asyncio's `Handle`, built by `call_soon` without a constructor call and
+    cancelled without asking for the debug flag (the loop's hot path)."""
 
-    asyncio's `TimerHandle` compares by deadline alone, so timers due at the
-    same instant would fire in whatever order the heap's shape gives. Here the
-    one scheduled first fires first, as SimPy breaks ties. Equal only to
-    itself; hashes by its key, not by its address.
-    """
+    __slots__ = ()
 
-    __slots__ = ("_coordsim_key",)
-
-    # Set by `VirtualEventLoop.call_at` (a constructor of its own would cost a
-    # frame per timer): (deadline, sequence number).
-    _coordsim_key: tuple[float, int]
-
-    def __hash__(self) -> int:
-        return hash(self._coordsim_key)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, _SequencedTimer):
-            return self._coordsim_key == other._coordsim_key
-        return NotImplemented
-
-    def __lt__(self, other: asyncio.TimerHandle) -> bool:
-        # The heap's comparison, so the common case comes first: every timer
-        # on a virtual loop is one of these.
-        try:
-            return self._coordsim_key < other._coordsim_key  # type: ignore[attr-defined, no-any-return]
-        except AttributeError:
-            return NotImplemented
-
-    def __le__(self, other: asyncio.TimerHandle) -> bool:
-        if isinstance(other, _SequencedTimer):
-            return self._coordsim_key <= other._coordsim_key
-        return NotImplemented
-
-    def __gt__(self, other: asyncio.TimerHandle) -> bool:
-        if isinstance(other, _SequencedTimer):
-            return self._coordsim_key > other._coordsim_key
-        return NotImplemented
-
-    def __ge__(self, other: asyncio.TimerHandle) -> bool:
-        if isinstance(other, _SequencedTimer):
-            return self._coordsim_key >= other._coordsim_key
-        return NotImplemented
+    def cancel(self) -> None:
+        if self._loop._debug:  # type: ignore[attr-defined]
+            super().cancel()
+            return
+        self._cancelled = True
+        self._callback = None
+        self._args = None  # type: ignore[assignment]
 
 
-class _VirtualSelector(selectors.BaseSelector):
-    """A selector that never waits: it advances the loop's clock to the next timer."""
+class _Timer(asyncio.TimerHandle):
+    """asyncio's `TimerHandle`, kept on the loop's heap as `(deadline, sequence
+    number, timer)`: ties fire in scheduling order, and the heap compares
+    tuples in C instead of calling a Python `__lt__`. Hashes and compares as
+    an object (asyncio's compares by deadline alone)."""
 
-    def __init__(self) -> None:
-        self._loop: VirtualEventLoop | None = None
+    __slots__ = ()
 
-    def register(self, fileobj: Any, events: int, data: Any = None) -> NoReturn:
-        raise VirtualIOError(
-            f"real I/O on the virtual-time loop (tried to watch {fileobj!r}); "
-            "virtual mode must use the in-memory backends"
-        )
+    __hash__ = object.__hash__
+    __eq__ = object.__eq__
 
-    def unregister(self, fileobj: Any) -> NoReturn:
-        raise KeyError(fileobj)
+    def cancel(self) -> None:
+        if self._cancelled:
+            return
+        loop: VirtualEventLoop = self._loop  # type: ignore[attr-defined]
+        if self._scheduled:  # type: ignore[attr-defined]
+            loop._timer_cancelled_count += 1
+        if loop._debug:  # type: ignore[attr-defined]
+            self._repr = repr(self)
+        self._cancelled = True
+        self._callback = None
+        self._args = None  # type: ignore[assignment]
 
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        loop = self._loop
-        assert loop is not None
-        if timeout is None:  # nothing ready, no timer
-            raise loop._deadlock()
-        if timeout > 0:
-            # Jump exactly onto the next deadline (float-safe), even past asyncio's
-            # one-day select cap: capped steps never reach a far-off timer.
-            head = patches.next_timer(loop)
-            assert head is not None
-            when = head.when()
-            # An infinite timer (`anyio.sleep_forever()` is `asyncio.sleep(math.inf)`)
-            # can never fire: waiting on it is a deadlock, not endless capped jumps.
-            if math.isinf(when):
-                raise loop._deadlock()
-            loop._virtual_now = max(loop._virtual_now, when)
-        return []
 
-    def get_map(self) -> Mapping[Any, selectors.SelectorKey]:
-        return {}
+_new: Final = object.__new__
+_copy_context: Final = contextvars.copy_context
+_heappush: Final = heapq.heappush
+_heappop: Final = heapq.heappop
+_ulp: Final = math.ulp
+_inf: Final = math.inf
 
-    def close(self) -> None:
-        pass
+#: Below this many scheduled timers the heap is never swept of cancelled
+#: ones; above it, once more than half are cancelled (asyncio's rule).
+_MIN_SWEPT_TIMERS: Final = 100
+#: The clock value below which one float step is under asyncio's 1 ns
+#: resolution (2**23 s, about 97 days): due means `when < now + ulp(now)`.
+_NS_EXACT_UNTIL: Final = 2.0**23
 
 
 def _forbidden(name: str) -> Callable[..., NoReturn]:
@@ -176,13 +159,20 @@ def _thread_refused() -> VirtualIOError:
     )
 
 
-class VirtualEventLoop(patches.PatchedSelectorEventLoop):
+class VirtualEventLoop(asyncio.BaseEventLoop):
     """A deterministic asyncio loop whose `time()` is virtual.
 
     When no callback is ready, time jumps to the next scheduled timer instead of
     waiting, so simulated seconds cost microseconds. Timers, task groups, anyio
     cancel scopes, `asyncio.timeout` all work unchanged. Real I/O raises
     `VirtualIOError`; waiting forever raises `VirtualDeadlock`.
+
+    Its own scheduler, not a selector loop's: it never touches a selector or
+    a self-pipe, keeps its ready callbacks in a deque and its timers in a
+    `(deadline, sequence number)` heap of its own, and runs each turn exactly
+    as asyncio's `_run_once` does (timers due by `now` join the ready queue's
+    tail, then the callbacks ready at the turn's start run), so programs see
+    asyncio's order, only faster (issue 20).
 
     Determinism: callbacks run in asyncio's FIFO order, or in the order a
     seeded scheduling policy picks (`schedule`, see `sim.runtime.schedule`);
@@ -199,17 +189,18 @@ class VirtualEventLoop(patches.PatchedSelectorEventLoop):
     def __init__(self, *, epoch_ms: int = VIRTUAL_EPOCH_MS, schedule: str = "fifo", seed: int = 0) -> None:
         patches.check_asyncio()
         patches.patch_anyio(VirtualEventLoop, _thread_refused)
+        super().__init__()
         self._virtual_now = 0.0
         self._seq = 0  # tasks and futures
         self._timer_seq = 0  # timers: a stream of its own, so task hashes stay put
+        #: The timer heap: (deadline, sequence number, timer).
+        self._timers: list[tuple[float, int, _Timer]] = []
+        self._turn_count = 0
+        self._callback_count = 0
         self.epoch_ms = epoch_ms
-        selector = _VirtualSelector()
-        super().__init__(selector)
-        selector._loop = self
         queue = ready_queue(schedule, seed, self)
-        # fifo keeps asyncio's deque: not one instruction more per callback.
-        if queue is not None:
-            patches.replace_ready_queue(self, queue)
+        # fifo keeps a plain deque: not one instruction more per callback.
+        self._ready: Any = collections.deque() if queue is None else queue
         self.schedule = "fifo" if queue is None else schedule
 
     def _deadlock(self) -> VirtualDeadlock:
@@ -221,19 +212,124 @@ class VirtualEventLoop(patches.PatchedSelectorEventLoop):
     def time(self) -> float:
         return self._virtual_now
 
-    def run_forever(self) -> None:
+    def next_timer(self) -> asyncio.TimerHandle | None:
+        """The next timer that can fire (cancelled ones at the head are
+        dropped first), or None."""
+        timers = self._timers
+        while timers and timers[0][2]._cancelled:
+            _heappop(timers)[2]._scheduled = False  # type: ignore[attr-defined]
+            self._timer_cancelled_count -= 1
+        return timers[0][2] if timers else None
+
+    def _sweep_timers(self) -> None:
+        """Drops every cancelled timer and rebuilds the heap (as asyncio does
+        once most of a large heap is cancelled)."""
+        kept = []
+        for entry in self._timers:
+            if entry[2]._cancelled:
+                entry[2]._scheduled = False  # type: ignore[attr-defined]
+            else:
+                kept.append(entry)
+        heapq.heapify(kept)
+        self._timers = kept
+        self._timer_cancelled_count = 0
+
+    def _run_once(self) -> None:
+        """Runs turns until the loop is asked to stop (`BaseEventLoop.run_forever`
+        calls this, then checks `_stopping`): each turn moves the timers due by
+        now (after a jump to the next deadline if nothing is ready) to the
+        ready queue's tail, then runs the callbacks ready at its start, as
+        asyncio's `_run_once` does for one turn."""
         with patches.running(self):  # patch 7: lookups of the running loop
-            super().run_forever()
+            self._turns()
 
-    def create_task(  # type: ignore[override]
-        self, coro: Coroutine[Any, Any, T], *, name: str | None = None, **kwargs: Any
-    ) -> asyncio.Task[T]:
-        if self.is_closed():
+    def _turns(self) -> None:
+        ready = self._ready
+        popleft = ready.popleft
+        append = ready.append
+        while True:
+            timers = self._timers
+            n = len(timers)
+            if n > _MIN_SWEPT_TIMERS and 2 * self._timer_cancelled_count > n:
+                self._sweep_timers()
+                timers = self._timers
+            else:
+                while timers and timers[0][2]._cancelled:
+                    _heappop(timers)[2]._scheduled = False  # type: ignore[attr-defined]
+                    self._timer_cancelled_count -= 1
+            now = self._virtual_now
+            if not ready and not self._stopping:  # type: ignore[attr-defined]
+                if not timers:
+                    raise self._deadlock()
+                when = timers[0][0]
+                # An infinite timer (`anyio.sleep_forever()` is `asyncio.sleep(math.inf)`)
+                # can never fire: waiting on it is a deadlock, not endless jumps.
+                if when == _inf:
+                    raise self._deadlock()
+                if when > now:
+                    self._virtual_now = now = when
+            # Due: before now plus one unit of the clock (asyncio's 1 ns; past
+            # 2**23 s a float step is larger, and past 2**24 s now + 1e-9 == now).
+            end = now + (1e-9 if now < _NS_EXACT_UNTIL else max(1e-9, _ulp(now)))
+            while timers and timers[0][0] < end:
+                timer = _heappop(timers)[2]
+                timer._scheduled = False  # type: ignore[attr-defined]
+                append(timer)
+            n = len(ready)
+            self._turn_count += 1
+            self._callback_count += n
+            for _ in range(n):
+                handle = popleft()
+                if handle._cancelled:
+                    continue
+                try:
+                    handle._context.run(handle._callback, *handle._args)
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    self._report(handle, exc)
+            if self._stopping:  # type: ignore[attr-defined]
+                return
+
+    def statistics(self) -> LoopStatistics:
+        """What the loop has done so far (for benchmarks: the cost per
+        simulated operation is mostly callbacks and timers)."""
+        return LoopStatistics(self._turn_count, self._callback_count, self._timer_seq, self._seq)
+
+    def _report(self, handle: asyncio.Handle, exc: BaseException) -> None:
+        """What `Handle._run` does with a callback's exception."""
+        self.call_exception_handler(
+            {
+                "message": f"Exception in callback {handle._callback!r}",  # type: ignore[attr-defined]
+                "exception": exc,
+                "handle": handle,
+            }
+        )
+
+    def _process_events(self, event_list: list[Any]) -> None:
+        pass  # no selector: nothing ever becomes ready from outside
+
+    def _write_to_self(self) -> None:
+        """Wakes nothing: the loop never blocks, so its next turn sees what
+        `call_soon_threadsafe` queued."""
+
+    def call_soon(
+        self, callback: Callable[[*Ts], object], *args: *Ts, context: Context | None = None
+    ) -> asyncio.Handle:
+        if self._debug:  # type: ignore[attr-defined]
+            return super().call_soon(callback, *args, context=context)
+        if self._closed:  # type: ignore[attr-defined]
             raise RuntimeError("Event loop is closed")
-        return _VirtualTask(coro, loop=self, name=name, **kwargs)
-
-    def create_future(self) -> asyncio.Future[Any]:
-        return _VirtualFuture(loop=self)
+        handle: Any = _new(_Handle)
+        handle._callback = callback
+        handle._args = args
+        handle._cancelled = False
+        handle._loop = self
+        handle._source_traceback = None
+        handle._repr = None
+        handle._context = _copy_context() if context is None else context
+        self._ready.append(handle)
+        return handle  # type: ignore[no-any-return]
 
     def call_at(
         self,
@@ -244,13 +340,51 @@ class VirtualEventLoop(patches.PatchedSelectorEventLoop):
     ) -> asyncio.TimerHandle:
         """`BaseEventLoop.call_at` (which `call_later`, `asyncio.sleep`, timeouts and
         anyio's deadlines all go through), with ties broken by scheduling order."""
-        if self.is_closed():
+        if self._closed:  # type: ignore[attr-defined]
             raise RuntimeError("Event loop is closed")
+        if when is None:
+            raise TypeError("when cannot be None")
+        timer: Any = _new(_Timer)
+        timer._callback = callback
+        timer._args = args
+        timer._cancelled = False
+        timer._loop = self
+        timer._source_traceback = None
+        timer._repr = None
+        timer._context = _copy_context() if context is None else context
+        timer._when = when
+        timer._scheduled = True
         self._timer_seq += 1
-        timer = _SequencedTimer(when, callback, args, self, context)
-        timer._coordsim_key = (when, self._timer_seq)
-        patches.schedule_timer(self, timer)
-        return timer
+        _heappush(self._timers, (when, self._timer_seq, timer))
+        return timer  # type: ignore[no-any-return]
+
+    def call_later(
+        self, delay: float, callback: Callable[[*Ts], object], *args: *Ts, context: Context | None = None
+    ) -> asyncio.TimerHandle:
+        if delay is None:
+            raise TypeError("delay must not be None")
+        return self.call_at(self._virtual_now + delay, callback, *args, context=context)
+
+    def create_task(  # type: ignore[override]
+        self, coro: Coroutine[Any, Any, T], *, name: str | None = None, **kwargs: Any
+    ) -> asyncio.Task[T]:
+        if self._closed:  # type: ignore[attr-defined]
+            raise RuntimeError("Event loop is closed")
+        self._seq += 1
+        task: Any = _VirtualTask.__new__(_VirtualTask)
+        task._coordsim_seq = self._seq
+        task.__init__(coro, loop=self, name=name, **kwargs)
+        return task  # type: ignore[no-any-return]
+
+    def create_future(self) -> asyncio.Future[Any]:
+        self._seq += 1
+        future = _VirtualFuture(loop=self)
+        future._coordsim_seq = self._seq
+        return future
+
+    def close(self) -> None:
+        super().close()
+        self._timers.clear()
 
     run_in_executor = _forbidden("run_in_executor")  # type: ignore[assignment]
     getaddrinfo = _forbidden("getaddrinfo")

@@ -1,8 +1,10 @@
 """Every use of asyncio's and anyio's private internals, in one place.
 
-The virtual-time loop (`sim.runtime.loop`) needs seven; each is documented below
-with why it is needed, what breaks without it and the versions it was verified
-against. Missing internals raise `UnverifiedInternals` when a loop is built, and
+The virtual-time loop (`sim.runtime.loop`) needs five: 1 (the loop's own
+turn), 4, 5, 6 (the ready queue) and 7; patches 2 and 3 (the selector loop's
+self-pipe and timer heap) went when patch 1 became a scheduler of its own
+(issue 20). Each is documented below with why it is needed, what breaks without
+it and the versions it was verified against. Missing internals raise `UnverifiedInternals` when a loop is built, and
 tests/sim/test_patches.py has a test per patched behaviour, so a library upgrade
 shows up as a failing test, not as a flaky trace.
 
@@ -14,9 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import heapq
 import inspect
-import math
 import threading
 from typing import TYPE_CHECKING, Any, Final
 
@@ -31,19 +31,16 @@ __all__ = [
     "VERIFIED_ANYIO",
     "VERIFIED_PYTHON",
     "InsertionOrderedSet",
-    "PatchedSelectorEventLoop",
     "UnverifiedInternals",
     "check_asyncio",
     "check_cancel_scope",
     "check_worker_threads",
     "current_task",
     "get_running_loop",
+    "get_running_loop_or_none",
     "handle_callback",
-    "next_timer",
     "patch_anyio",
-    "replace_ready_queue",
     "running",
-    "schedule_timer",
 ]
 
 #: (major, minor) of the CPython versions the asyncio patches were verified on.
@@ -69,139 +66,62 @@ def _unverified(what: str) -> UnverifiedInternals:
 
 # --- asyncio ----------------------------------------------------------------------------
 
-#: The private hooks of asyncio's selector loop that `PatchedSelectorEventLoop`
-#: overrides; each must exist, or the override is dead code.
-_ASYNCIO_HOOKS: Final = ("_make_self_pipe", "_close_self_pipe", "_write_to_self")
+#: What `sim.runtime.loop.VirtualEventLoop` (patch 1) builds on: the private
+#: attributes of asyncio's `BaseEventLoop` it reads or sets, and the slots of
+#: `Handle`/`TimerHandle` it fills without their constructors.
+_LOOP_ATTRIBUTES: Final = ("_ready", "_stopping", "_closed", "_debug", "_timer_cancelled_count")
+_HANDLE_SLOTS: Final = ("_callback", "_args", "_cancelled", "_loop", "_source_traceback", "_repr", "_context")
+_TIMER_SLOTS: Final = ("_scheduled", "_when")
 
 _asyncio_checked = False
 
 
 def check_asyncio() -> None:
-    """Raises `UnverifiedInternals` unless asyncio still has the names that
-    `PatchedSelectorEventLoop`, `schedule_timer` and `next_timer` use (a cheap
-    structural check; tests/sim/test_patches.py checks the behaviour)."""
+    """Raises `UnverifiedInternals` unless asyncio still has what patch 1
+    relies on (a cheap structural check; tests/sim/test_patches.py and
+    tests/sim/test_loop.py check the behaviour).
+
+    Patch 1: the virtual loop's turn. `VirtualEventLoop` subclasses
+    `asyncio.BaseEventLoop` and replaces `_run_once` (which
+    `BaseEventLoop.run_forever` calls until `_stopping`) with a scheduler of
+    its own: no selector, no self-pipe, a `(deadline, sequence)` timer heap,
+    handles built without their constructors. Why: asyncio's selector loop
+    costs a selector call and a Python `TimerHandle.__lt__` per timer, and a
+    constructor frame and a debug-flag call per callback, which is most of a
+    virtual run's loop overhead (issue 20); and it breaks timer ties by heap
+    shape. Without it: the same order of events, 20-30 % slower. Verified:
+    CPython 3.11.7 (`base_events.py`: `run_forever` calls `_run_once` and
+    checks `_stopping`; `__init__` makes `_ready`, `_closed`, `_debug`,
+    `_timer_cancelled_count`; `close` clears `_ready`; `call_soon_threadsafe`
+    appends to `_ready` and calls `_write_to_self`; `events.py`: the slots).
+    """
     global _asyncio_checked
     if _asyncio_checked:
         return
-    for name in _ASYNCIO_HOOKS:
-        if not callable(getattr(asyncio.SelectorEventLoop, name, None)):
-            raise _unverified(f"asyncio.SelectorEventLoop has no method {name}()")
-    if "_callback" not in asyncio.Handle.__slots__:
-        raise _unverified("asyncio.Handle has no _callback slot")
-    if "_scheduled" not in asyncio.TimerHandle.__slots__:
-        raise _unverified("asyncio.TimerHandle has no _scheduled slot")
+    probe = asyncio.BaseEventLoop()
+    try:
+        for name in _LOOP_ATTRIBUTES:
+            if not hasattr(probe, name):
+                raise _unverified(f"asyncio.BaseEventLoop has no attribute {name}")
+        if type(probe._ready) is not collections.deque:  # type: ignore[attr-defined]
+            raise _unverified("asyncio.BaseEventLoop keeps no collections.deque in _ready")
+    finally:
+        probe.close()
+    for name in ("_run_once", "_write_to_self", "_process_events"):
+        if not callable(getattr(asyncio.BaseEventLoop, name, None)):
+            raise _unverified(f"asyncio.BaseEventLoop has no method {name}()")
+    for cls, slots in ((asyncio.Handle, _HANDLE_SLOTS), (asyncio.TimerHandle, _TIMER_SLOTS)):
+        missing = [name for name in slots if name not in cls.__slots__]
+        if missing:
+            raise _unverified(f"asyncio.{cls.__name__} has no slot {missing[0]}")
     _asyncio_checked = True
-
-
-class PatchedSelectorEventLoop(asyncio.SelectorEventLoop):
-    """asyncio's selector loop with the private hooks the virtual loop overrides
-    (patches 1 and 2), for a selector that never blocks and refuses every
-    registration, such as the virtual loop's."""
-
-    # Patch 1: the clock resolution.
-    @property
-    def _clock_resolution(self) -> float:
-        """One unit of `time()` at the current time, at least asyncio's 1 ns.
-
-        Why: `BaseEventLoop._run_once` runs the timers due before
-        `time() + _clock_resolution`, with the resolution of the real monotonic
-        clock (1e-9 s). The virtual clock jumps exactly onto a timer's deadline;
-        once it passes 2**24 s (~194 days) `time() + 1e-9 == time()` in floats.
-        Without it: a timer that is due never runs, and the loop spins forever
-        at that instant (tests/sim/test_runtime.py::test_far_future_timers_still_fire).
-        Verified: CPython 3.11.7, where `BaseEventLoop.__init__` assigns the
-        attribute (ignored by the setter below) and `_run_once` reads it.
-        """
-        return max(1e-9, math.ulp(self.time()))
-
-    @_clock_resolution.setter
-    def _clock_resolution(self, value: float) -> None:
-        pass  # BaseEventLoop.__init__ stores the real clock's resolution: not ours.
-
-    # Patch 2: no self-pipe.
-    def _make_self_pipe(self) -> None:
-        """Creates no self-pipe.
-
-        Why: `BaseSelectorEventLoop.__init__` makes a socket pair and registers
-        it with the selector, so that `call_soon_threadsafe` (and signals) can
-        wake a loop blocked in `select`. The virtual loop's selector never
-        blocks and refuses every registration, since real I/O cannot happen in
-        virtual time. Without it: building the loop raises `VirtualIOError`;
-        without the other two hooks, `call_soon_threadsafe` and `close()` fail
-        on the missing sockets. Verified: CPython 3.11.7 (`selector_events.py`).
-        """
-
-    def _close_self_pipe(self) -> None:
-        """Closes nothing: see `_make_self_pipe`."""
-
-    def _write_to_self(self) -> None:
-        """Wakes nothing: the selector never blocks, so the next loop iteration
-        sees the callback `call_soon_threadsafe` queued. See `_make_self_pipe`."""
-
-
-# Patch 3: the timer heap.
-def schedule_timer(loop: asyncio.AbstractEventLoop, timer: asyncio.TimerHandle) -> None:
-    """Pushes `timer` onto `loop`'s timer heap, as `BaseEventLoop.call_at` does
-    with the `TimerHandle` it builds itself.
-
-    Why: `call_at` cannot be told which handle class to build, and asyncio's
-    `TimerHandle` compares by deadline only, so timers due at the same instant
-    leave the heap in an order that depends on the heap's shape, not on the
-    order they were scheduled in. The virtual loop's `call_at` builds a handle
-    ordered by (deadline, sequence number) and pushes it here. Without it:
-    ties fire in heap order (0, 2, 6, 5, 9, … for ten ties). Verified: CPython
-    3.11.7, where `_run_once` pops due timers off `loop._scheduled` with heapq,
-    and `_scheduled` on the handle marks it as counted in the heap (for the
-    bulk removal of cancelled timers).
-    """
-    heapq.heappush(loop._scheduled, timer)  # type: ignore[attr-defined]
-    timer._scheduled = True  # type: ignore[attr-defined]
-
-
-def next_timer(loop: asyncio.AbstractEventLoop) -> asyncio.TimerHandle | None:
-    """The head of `loop`'s timer heap (the next timer to fire), or None.
-
-    Why: the virtual selector jumps the clock exactly onto the next deadline;
-    the timeout `select` is given is `deadline - time()` (not float-exact) and
-    capped at one day. Without it: timers fire a rounding error off their
-    deadline, and a far-off timer takes one capped step per day. Verified:
-    CPython 3.11.7, where `_run_once` removes cancelled timers from the head
-    before it calls `select`, so the head is the next timer that will fire.
-    """
-    heap: list[asyncio.TimerHandle] = loop._scheduled  # type: ignore[attr-defined]
-    return heap[0] if heap else None
-
-
-# Patch 6: the ready queue (only for a scheduling policy other than fifo).
-def replace_ready_queue(loop: asyncio.AbstractEventLoop, queue: Any) -> None:
-    """Makes `queue` the ready queue of `loop` (a fresh loop, nothing ready yet).
-
-    Why: `BaseEventLoop._run_once` takes the next callback with
-    `self._ready.popleft()` and asyncio offers no hook to choose another; a
-    scheduling policy (`sim.runtime.schedule`) replaces the deque with an
-    object doing the operations the loop uses on it (append, popleft, len,
-    truth, clear) and picking which ready callback `popleft` returns. Without
-    it: every seed runs its ready callbacks in FIFO order, so interleavings
-    that the latencies do not produce are never explored. Verified: CPython
-    3.11.7, where `_ready` is a `collections.deque` that `_call_soon`,
-    `_add_callback` and `_run_once` (due timers) append to, `_run_once` pops
-    from the left and tests for emptiness, and `close` clears.
-
-    Raises:
-        UnverifiedInternals: `loop._ready` is not the deque described.
-        InvalidUsage: callbacks are already queued (they would be lost).
-    """
-    ready = getattr(loop, "_ready", None)
-    if type(ready) is not collections.deque:
-        raise _unverified("the event loop keeps no collections.deque in _ready")
-    if ready:
-        raise InvalidUsage("the ready queue can only be replaced before anything is scheduled")
-    loop._ready = queue  # type: ignore[attr-defined]
 
 
 def handle_callback(handle: asyncio.Handle) -> Any:
     """The callable `handle` will run (asyncio's `Handle._callback`).
 
+    Part of patch 6, the ready queue: a scheduling policy
+    (`sim.runtime.schedule`) is the loop's ready queue instead of a deque.
     Why: a scheduling policy keeps each task's steps in order, and tells a
     task's step from other callbacks by the callback's `__self__` (the task,
     for `Task.__step`'s and `Task.__wakeup`'s wrappers); `Handle` has no public
@@ -219,6 +139,7 @@ class _RunningVirtualLoop(threading.local):
 
 _RUNNING: Final = _RunningVirtualLoop()
 _get_running_loop: Final = asyncio.events.get_running_loop
+_get_running_loop_or_none: Final = asyncio.events._get_running_loop
 _current_task: Final = asyncio.tasks.current_task
 
 
@@ -240,6 +161,13 @@ def get_running_loop() -> asyncio.AbstractEventLoop:
     return loop if loop is not None else _get_running_loop()
 
 
+def get_running_loop_or_none() -> asyncio.AbstractEventLoop | None:
+    """`asyncio.events._get_running_loop()` (None when no loop runs), answered
+    like `get_running_loop` (patch 7)."""
+    loop = _RUNNING.loop
+    return loop if loop is not None else _get_running_loop_or_none()
+
+
 def current_task(loop: asyncio.AbstractEventLoop | None = None) -> asyncio.Task[Any] | None:
     """`asyncio.current_task(loop)`, its loop from `get_running_loop` above."""
     return _current_task(loop if loop is not None else get_running_loop())
@@ -249,22 +177,25 @@ def _patch_running_loop_lookups() -> None:
     """Patch 7: the running-loop lookups of asyncio's Python code and of
     anyio's backend go through `get_running_loop`/`current_task` above.
 
-    Why: CPython 3.11's `get_running_loop` calls getpid() on every call (it
-    checks the loop was not inherited across a fork), and asyncio's Python
-    code (`current_task`, `sleep`, locks) and anyio's cancel scopes and task
-    groups ask for the running loop dozens of times per simulated statement:
+    Why: CPython 3.11's `get_running_loop` and `_get_running_loop` call
+    getpid() on every call (they check the loop was not inherited across a
+    fork), and asyncio's Python code (`current_task`, `sleep`, and every
+    `Event`, `Lock` and `Semaphore` through `mixins._LoopBoundMixin._get_loop`)
+    and anyio's cancel scopes and task groups ask for the running loop dozens
+    of times per simulated statement:
     a system call each, about a tenth of a virtual run (issue 20). While a
     virtual loop runs in this thread the answer is that loop (a thread-local);
     otherwise the originals answer, unchanged. Without it: the same results,
     slower. Verified: CPython 3.11.7 (`asyncio.events.get_running_loop`, which
-    `asyncio.tasks.current_task`, `tasks.sleep` and `mixins._LoopBoundMixin`
-    look up at call time) and anyio 4.16.0 (`anyio._backends._asyncio` binds
+    `asyncio.tasks.current_task` and `tasks.sleep` look up at call time, and
+    `asyncio.events._get_running_loop`, which `mixins._LoopBoundMixin` does) and anyio 4.16.0 (`anyio._backends._asyncio` binds
     `get_running_loop` and `current_task` at import).
     """
     uses = (getattr(anyio_asyncio, "get_running_loop", None), getattr(anyio_asyncio, "current_task", None))
     if uses != (_get_running_loop, _current_task):
         raise _unverified(f"{anyio_asyncio.__name__} does not use asyncio's get_running_loop and current_task")
     asyncio.events.get_running_loop = get_running_loop
+    asyncio.events._get_running_loop = get_running_loop_or_none
     anyio_asyncio.get_running_loop = get_running_loop  # type: ignore[attr-defined]
     anyio_asyncio.current_task = current_task  # type: ignore[attr-defined]
 

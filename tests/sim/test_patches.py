@@ -74,17 +74,11 @@ def test_structural_checks_pass_and_name_what_is_missing() -> None:
         patches.patch_anyio(asyncio.SelectorEventLoop, RuntimeError)
 
 
-# --- Patch 1: the clock resolution ---------------------------------------------------------
+# --- Patch 1: the loop's own turn -----------------------------------------------------------
 
 
-class _RealClockResolution(VirtualEventLoop):
-    """The virtual loop without patch 1: asyncio keeps the real clock's resolution."""
-
-    _clock_resolution = 1e-9
-
-
-def _timer_due_now_runs(loop_cls: type[VirtualEventLoop], now: float) -> bool:
-    loop = loop_cls()
+def _timer_due_now_runs(now: float) -> bool:
+    loop = VirtualEventLoop()
     try:
         loop._virtual_now = now  # the clock as a jump onto a timer at `now` leaves it
         fired: list[bool] = []
@@ -100,48 +94,40 @@ def _timer_due_now_runs(loop_cls: type[VirtualEventLoop], now: float) -> bool:
         loop.close()
 
 
-def test_clock_resolution_patch() -> None:
-    stock = asyncio.new_event_loop()
+def test_due_timers_run_at_any_clock_value() -> None:
+    # asyncio's 1 ns clock resolution is below one float step past 2**24 s
+    # (2**30 + 1e-9 == 2**30): a due timer must still run there.
+    assert 2.0**30 + 1e-9 == 2.0**30
+    for now in (1.0, 2.0**23 + 0.5, 2.0**30, 2.0**60):
+        assert _timer_due_now_runs(now)
+
+
+def test_run_forever_still_drives_the_loop_through_run_once() -> None:
+    # Patch 1 replaces `_run_once`; asyncio's `run_forever` must still call it
+    # and stop once `_stopping` is set.
+    turns: list[int] = []
+
+    class Counting(VirtualEventLoop):
+        def _run_once(self) -> None:
+            turns.append(1)
+            super()._run_once()
+
+    loop = Counting()
     try:
-        assert isinstance(vars(stock)["_clock_resolution"], float)  # set by __init__
+        loop.call_soon(loop.stop)
+        loop.run_forever()
+        assert turns == [1]
+        assert loop.run_until_complete(asyncio.sleep(5, result="done")) == "done"
+        assert loop.time() == 5.0
     finally:
-        stock.close()
-    assert _timer_due_now_runs(_RealClockResolution, 1.0)
-    # Without the patch a due timer never runs past 2**24 s: 2**30 + 1e-9 == 2**30.
-    assert not _timer_due_now_runs(_RealClockResolution, 2.0**30)
-    assert _timer_due_now_runs(VirtualEventLoop, 2.0**30)
-    assert _timer_due_now_runs(VirtualEventLoop, 2.0**60)
-
-
-# --- Patch 2: no self-pipe -----------------------------------------------------------------
+        loop.close()
 
 
 def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def test_self_pipe_hooks_are_called_where_the_patch_expects() -> None:
-    calls: list[str] = []
-
-    class Recording(VirtualEventLoop):
-        def _make_self_pipe(self) -> None:
-            calls.append("make")
-
-        def _close_self_pipe(self) -> None:
-            calls.append("close")
-
-        def _write_to_self(self) -> None:
-            calls.append("write")
-
-    loop = Recording()
-    assert calls == ["make"]  # asyncio makes its self-pipe through the hook, in __init__
-    _call_from_another_thread(loop, calls.append, "callback")
-    loop.run_until_complete(asyncio.sleep(0))
-    loop.close()
-    assert calls == ["make", "write", "callback", "close"]
-
-
-def test_virtual_loop_opens_no_self_pipe() -> None:
+def test_virtual_loop_opens_no_self_pipe_and_takes_callbacks_from_threads() -> None:
     before = _open_fds()
     loop = VirtualEventLoop()
     try:
@@ -161,9 +147,6 @@ def _call_from_another_thread(loop: asyncio.AbstractEventLoop, fn: Any, arg: obj
     thread.join()
 
 
-# --- Patch 3: the timer heap ---------------------------------------------------------------
-
-
 def _fire_order(loop: asyncio.AbstractEventLoop, whens: list[float]) -> list[int]:
     fired: list[int] = []
     for i, when in enumerate(whens):
@@ -173,9 +156,9 @@ def _fire_order(loop: asyncio.AbstractEventLoop, whens: list[float]) -> list[int
 
 
 def test_stock_asyncio_breaks_timer_ties_by_heap_shape() -> None:
-    # What patch 3 fixes: ten timers due at one instant, scheduled 0..9, fire in
-    # the order the heap's shape gives. If this starts passing, asyncio breaks
-    # ties by itself and the patch can go.
+    # Why the loop keeps a heap of its own: ten timers due at one instant,
+    # scheduled 0..9, fire in the order asyncio's heap shape gives. If this
+    # starts passing, asyncio breaks ties by itself.
     loop = asyncio.new_event_loop()
     try:
         order = _fire_order(loop, [loop.time() - 1] * 10)
@@ -185,23 +168,24 @@ def test_stock_asyncio_breaks_timer_ties_by_heap_shape() -> None:
     assert order != list(range(10))
 
 
-def test_timer_heap_patch() -> None:
+def test_timers_fire_by_deadline_then_scheduling_order() -> None:
     loop = VirtualEventLoop()
     try:
-        assert patches.next_timer(loop) is None
+        assert loop.next_timer() is None
         late = loop.call_at(5.0, lambda: None)
         early = loop.call_at(2.0, lambda: None)
-        head = patches.next_timer(loop)
+        head = loop.next_timer()
         assert head is early
         assert head.when() == 2.0
         early.cancel()
+        assert loop.next_timer() is late
         late.cancel()
 
         # Ties fire in scheduling order, other timers by deadline.
         whens = [float(1 + i % 3) for i in range(30)]
         assert _fire_order(loop, whens) == sorted(range(30), key=lambda i: whens[i])
 
-        # Also after asyncio's bulk removal of cancelled timers rebuilds the heap
+        # Also after the bulk removal of cancelled timers rebuilds the heap
         # (more than 100 timers, more than half of them cancelled).
         start = loop.time()
         fired: list[int] = []
@@ -211,6 +195,53 @@ def test_timer_heap_patch() -> None:
                 timer.cancel()
         loop.run_until_complete(asyncio.sleep(2.0))
         assert fired == list(range(0, 300, 3))
+        assert loop._timer_cancelled_count == 0
+    finally:
+        loop.close()
+
+
+def test_a_turn_runs_what_was_ready_at_its_start_then_due_timers_join_the_tail() -> None:
+    """asyncio's turn structure, which the traces depend on: a callback
+    scheduled during a turn runs in the next one, after the timers that fall
+    due by then have joined the queue behind the callbacks already ready."""
+
+    def order(loop: asyncio.AbstractEventLoop) -> list[str]:
+        seen: list[str] = []
+
+        def first() -> None:
+            seen.append("first")
+            loop.call_soon(seen.append, "soon-from-first")
+            loop.call_later(0, seen.append, "timer-from-first")
+
+        loop.call_soon(first)
+        loop.call_soon(seen.append, "second")
+        loop.call_later(0, seen.append, "timer")
+        loop.run_until_complete(asyncio.sleep(0.01))
+        return seen
+
+    stock = asyncio.new_event_loop()
+    virtual = VirtualEventLoop()
+    try:
+        assert order(virtual) == order(stock)
+    finally:
+        stock.close()
+        virtual.close()
+
+
+def test_callback_exceptions_reach_the_exception_handler() -> None:
+    loop = VirtualEventLoop()
+    seen: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: seen.append(context))
+    try:
+
+        def boom() -> None:
+            raise ValueError("boom")
+
+        loop.call_soon(boom)
+        loop.run_until_complete(asyncio.sleep(0))
+        [context] = seen
+        assert isinstance(context["exception"], ValueError)
+        assert "boom" in context["message"]
     finally:
         loop.close()
 
