@@ -170,7 +170,14 @@ class Transform:
         return CompiledTransform(keep, project, self.count, out, identity=project is _same)
 
     def output_columns(self, columns: Sequence[str]) -> tuple[str, ...]:
-        return self.compile(columns).columns
+        """`compile(columns).columns` without compiling (planning asks on
+        every peek); the same `InvalidUsage` for an unknown column."""
+        for name in (*(c.column for c in self.predicate), *(self.project or ())):
+            if name not in columns:
+                raise InvalidUsage(f"unknown column {name!r}; columns are {list(columns)}")
+        if self.count:
+            return ("count",)
+        return tuple(columns) if self.project is None else tuple(self.project)
 
     def to_sql(self, source: str) -> str:
         """The `SELECT` text `parse_select` reads back into this transform."""

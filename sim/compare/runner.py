@@ -27,7 +27,7 @@ import anyio
 
 from sim.compare.stats import estimate, percentile_shown
 from sim.history.recorder import HistoryRecorder
-from sim.history.recording import RecordingSession
+from sim.history.recording import PreparedStatements, RecordingSession
 from sim.history.traces import write_trace
 from sim.load.deployment import Deployment
 from sim.load.loadgen import (
@@ -118,14 +118,17 @@ class RunOutput:
 
 @final
 class SessionFactory:
-    """Recording sessions on one coordinator, each its own history process."""
+    """Recording sessions on one coordinator, each its own history process;
+    they share one cache of parsed statements (a level's 64 sessions send
+    the same few texts: one parse each, not one per session)."""
 
     def __init__(self, coord: Coordinator, recorder: HistoryRecorder) -> None:
         self.coord = coord
         self.recorder = recorder
+        self._statements = PreparedStatements()
 
     def __call__(self, client: str) -> RecordingSession:
-        return RecordingSession(self.coord.connect(), self.recorder, client=client)
+        return RecordingSession(self.coord.connect(), self.recorder, client=client, statements=self._statements)
 
 
 def level_ops(cfg: Config, workload_name: str, concurrency: int) -> int:

@@ -33,10 +33,15 @@ from sim.history.model import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
-__all__ = ["Clock", "HistoryRecorder"]
+__all__ = ["Clock", "HistoryRecorder", "encode_args"]
 
 #: The recorder's time source (`Runtime.now`, seconds); stored as integer ns.
 Clock: TypeAlias = "Callable[[], float]"
+
+
+def encode_args(args: Mapping[str, Any]) -> str:
+    """An op's args as the history stores them: canonical JSON."""
+    return json.dumps(args, sort_keys=True)
 
 
 @final
@@ -56,6 +61,9 @@ class HistoryRecorder:
         self._busy: dict[int, int] = {}  # process -> op id
         self._dead: set[int] = set()
         self._next_process = 0
+        #: Events as rows (`Event`'s fields in order), built into `Event`s
+        #: only when asked for: a run records a few per statement (issue 20).
+        self._event_rows: list[tuple[Any, ...]] = []
         self._events: list[Event] = []
 
     def _now(self) -> int:
@@ -81,8 +89,16 @@ class HistoryRecorder:
         *,
         elements: Sequence[int] = (),
         args: Mapping[str, Any] | None = None,
+        args_json: str | None = None,
         client: str | None = None,
     ) -> int:
+        """Records an invocation; returns its op id. `args_json`: `args`
+        already as `encode_args` writes them (a caller recording the same
+        statement over and over encodes them once); not with `args`."""
+        if args is not None:
+            if args_json is not None:
+                raise HistoryError("invoke takes args or args_json, not both")
+            args_json = encode_args(args)
         if process in self._dead:
             raise HistoryError(f"process {process} acts after an `info`; use a fresh process id")
         if process in self._busy:
@@ -91,7 +107,7 @@ class HistoryRecorder:
         oid = len(self._ops)
         self._ops.append(
             [oid, process, KIND_CODE[Kind(kind)], obj, self._now(), NONE, INFO, tuple(elements),
-             None, NONE, None if args is None else json.dumps(args, sort_keys=True),
+             None, NONE, args_json,
              None, None, NONE, NONE, NONE, client]
         )  # fmt: skip
         self._pending[oid] = process
@@ -177,20 +193,21 @@ class HistoryRecorder:
     ) -> None:
         """Records an internal event; times default to now (an instant)."""
         now = self._now()
-        self._events.append(
-            Event(
-                seq=len(self._events),
-                kind=str(kind),
-                component=component,
-                start_ns=now if start_ns is None else start_ns,
-                end_ns=now if end_ns is None and start_ns is None else end_ns,
-                status=status,
-                timeline=timeline,
-                ts=ts,
-                batch_size=batch_size,
-                actor=actor,
-                ops=tuple(ops),
-                detail=None if detail is None else json.dumps(detail, sort_keys=True),
+        rows = self._event_rows
+        rows.append(
+            (
+                len(rows),
+                str(kind),
+                component,
+                now if start_ns is None else start_ns,
+                now if end_ns is None and start_ns is None else end_ns,
+                status,
+                timeline,
+                ts,
+                batch_size,
+                actor,
+                tuple(ops),
+                None if detail is None else json.dumps(detail, sort_keys=True),
             )
         )
 
@@ -203,4 +220,7 @@ class HistoryRecorder:
         return b.build()
 
     def events(self) -> list[Event]:
-        return list(self._events)
+        built = self._events
+        for row in self._event_rows[len(built) :]:
+            built.append(Event(*row))
+        return list(built)

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, final
 from coordinator.sql import StatementCache
 from coordinator.statements import Select, SqlState
 from sim.history.model import HistoryError, Kind, Status
+from sim.history.recorder import encode_args
+from sim.runtime.lru import Lru
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from coordinator.statements import Statement
     from sim.history.recorder import HistoryRecorder
 
-__all__ = ["RecordingSession", "StatementOp", "event_sink", "statement_op"]
+__all__ = ["Prepared", "PreparedStatements", "RecordingSession", "StatementOp", "event_sink", "prepare", "statement_op"]
 
 #: Failures that may have taken effect, recorded as `info`.
 _INDETERMINATE = frozenset({SqlState.INDETERMINATE.value, SqlState.ADMIN_SHUTDOWN.value})
@@ -104,6 +106,41 @@ def statement_op(stmt: Statement) -> StatementOp | None:
     return StatementOp(Kind.DROP_CLUSTER, stmt.name)
 
 
+@final
+class PreparedStatements:
+    """Statement texts prepared for recording, each once: parsed, turned into
+    its `StatementOp`, its args encoded as the recorder stores them. Shared
+    by the sessions of one run (statements are frozen values): a level's
+    clients send the same few texts thousands of times (issue 20). A text
+    that fails to parse is not kept, and fails again."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        self._parsed = StatementCache(capacity)
+        self._lru: Lru[str, Prepared] = Lru(capacity)
+
+    def __call__(self, sql: str) -> Prepared:
+        return self._lru.get(sql, lambda: prepare(self._parsed.parse(sql)))
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A statement with what recording it takes (`op` None: not recorded)."""
+
+    statement: Statement
+    op: StatementOp | None
+    args_json: str | None
+
+
+def prepare(stmt: Statement) -> Prepared:
+    try:
+        op = statement_op(stmt)
+    except HistoryError:
+        op = None  # not part of the set workload (e.g. a text first column)
+    args = None if op is None or op.args is None else encode_args(op.args)
+    return Prepared(stmt, op, args)
+
+
 def event_sink(recorder: HistoryRecorder) -> Callable[[CoordinatorEvent], None]:
     """A coordinator event sink that records into `recorder`'s event table."""
 
@@ -130,14 +167,19 @@ class RecordingSession:
 
     Args:
         client: a label for the history's `client` column (e.g. "c1").
+        statements: prepared statement texts, shared by the sessions of one
+            run; default: this session's own.
     """
 
-    def __init__(self, session: Session, recorder: HistoryRecorder, *, client: str) -> None:
+    def __init__(
+        self, session: Session, recorder: HistoryRecorder, *, client: str,
+        statements: PreparedStatements | None = None,
+    ) -> None:  # fmt: skip
         self.session = session
         self.recorder = recorder
         self.client = client
         self.process = recorder.fresh_process()
-        self._parsed = StatementCache()
+        self._prepared = PreparedStatements() if statements is None else statements
 
     def rebind(self, session: Session) -> None:
         """Continues on another coordinator's session (after a restart), as a
@@ -146,15 +188,12 @@ class RecordingSession:
         self.process = self.recorder.fresh_process()
 
     async def execute(self, statement: Statement | str) -> Result:
-        stmt = self._parsed.parse(statement) if isinstance(statement, str) else statement
-        try:
-            op = statement_op(stmt)
-        except HistoryError:
-            op = None  # not part of the set workload (e.g. a text first column)
+        prepared = self._prepared(statement) if isinstance(statement, str) else prepare(statement)
+        stmt, op = prepared.statement, prepared.op
         if op is None:
             return await self.session.execute(stmt)
         oid = self.recorder.invoke(
-            self.process, op.kind, op.obj, elements=op.elements, args=op.args, client=self.client
+            self.process, op.kind, op.obj, elements=op.elements, args_json=prepared.args_json, client=self.client
         )
         try:
             result = await self.session.execute(stmt)

@@ -17,7 +17,7 @@ import anyio
 
 from coordinator.session import Result
 from coordinator.statements import SqlError, SqlState
-from sim.history.recording import RecordingSession
+from sim.history.recording import PreparedStatements, RecordingSession
 from sim.load.deployment import Deployment, LatencySwitch
 from sim.runtime.errors import InvalidUsage
 
@@ -78,7 +78,9 @@ class Client:
         coord = live[self.index % len(live)]
         if coord is not self._coord or self._session is None:
             if self._session is None:
-                self._session = RecordingSession(coord.connect(), self.sim.recorder, client=self.name)
+                self._session = RecordingSession(
+                    coord.connect(), self.sim.recorder, client=self.name, statements=self.sim.statements
+                )
             else:
                 self._session.rebind(coord.connect())
             self._coord = coord
@@ -162,6 +164,8 @@ class Sim:
         self._sessions = 0
         self.transcript = transcript
         self.t0 = rt.now()
+        #: Statement texts prepared once for all the clients (issue 20).
+        self.statements = PreparedStatements()
 
     def client(self, index: int) -> Client:
         """Client `index` (named `c<index + 1>`)."""

@@ -307,10 +307,9 @@ def patch_anyio(
     check_worker_threads(anyio_asyncio.AsyncIOBackend)
 
     def applies() -> bool:
-        try:
-            return isinstance(get_running_loop(), loop_type)
-        except RuntimeError:  # no running loop
-            return False
+        # Only a virtual loop marks itself running in `_RUNNING` (patch 7):
+        # no lookup of the running loop per cancel scope.
+        return isinstance(_RUNNING.loop, loop_type)
 
     _patch_child_scopes(applies)
     _patch_worker_threads(applies, thread_error)
