@@ -26,7 +26,7 @@ from sim.runtime.lru import Lru
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["FORMAT_VERSION", "DecodedBatches", "Update", "consolidate", "decode_batch", "encode_batch"]
+__all__ = ["FORMAT_VERSION", "DecodedBatches", "Update", "consolidate", "consolidate_at", "decode_batch", "encode_batch"]
 
 FORMAT_VERSION = "2"  # 1 was Parquet
 
@@ -39,6 +39,8 @@ _SCHEMA = pa.schema(
     ],
     metadata={b"coordsim.batch.format": FORMAT_VERSION.encode()},
 )
+#: Arrow's current IPC format (not the pre-0.15 one, metadata V5).
+_WRITE_OPTIONS = ipc.IpcWriteOptions(use_legacy_format=False, metadata_version=ipc.MetadataVersion.V5)
 
 
 class Update(NamedTuple):
@@ -51,20 +53,23 @@ class Update(NamedTuple):
 
 
 def encode_batch(updates: Iterable[Update]) -> bytes:
-    """Parquet bytes for `updates`, in the order given."""
-    rows = list(updates)
-    table = pa.table(
-        {
-            "key": pa.array([u.key for u in rows], pa.binary()),
-            "value": pa.array([u.value for u in rows], pa.binary()),
-            "ts": pa.array([u.ts for u in rows], pa.int64()),
-            "diff": pa.array([u.diff for u in rows], pa.int64()),
-        },
+    """Arrow IPC stream bytes for `updates`, in the order given."""
+    rows = updates if isinstance(updates, list | tuple) else list(updates)
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array([u[0] for u in rows], pa.binary()),
+            pa.array([u[1] for u in rows], pa.binary()),
+            pa.array([u[2] for u in rows], pa.int64()),
+            pa.array([u[3] for u in rows], pa.int64()),
+        ],
         schema=_SCHEMA,
     )
     sink = io.BytesIO()
-    with ipc.new_stream(sink, _SCHEMA) as writer:
-        writer.write_table(table)
+    # Explicit options: pyarrow's defaults read two environment variables
+    # on every writer (issue 20), and the format must not depend on them.
+    with ipc.new_stream(sink, _SCHEMA, options=_WRITE_OPTIONS) as writer:
+        if len(rows):  # an empty table is a stream with no batch
+            writer.write_batch(batch)
     return sink.getvalue()
 
 
@@ -87,11 +92,27 @@ def consolidate(updates: Iterable[Update], *, since: int | None = None) -> list[
     """Sums diffs per `(key, value, ts)`, drops zeros, sorts; with `since`, first
     forwards every time to at least `since` (logical compaction)."""
     acc: dict[tuple[bytes, bytes, int], int] = {}
-    for u in updates:
-        ts = u.ts if since is None or u.ts >= since else since
-        k = (u.key, u.value, ts)
-        acc[k] = acc.get(k, 0) + u.diff
+    get = acc.get
+    for key, value, ts, diff in updates:
+        if since is not None and ts < since:
+            ts = since
+        k = (key, value, ts)
+        acc[k] = get(k, 0) + diff
     return [Update(k, v, t, d) for (k, v, t), d in sorted(acc.items()) if d != 0]
+
+
+def consolidate_at(updates: Iterable[Update], ts: int) -> list[Update]:
+    """`consolidate(updates, since=ts)` for updates all at or before `ts`,
+    each returned at `ts`: a snapshot's consolidation, which sums per
+    `(key, value)` alone (every time is forwarded to `ts`)."""
+    acc: dict[tuple[bytes, bytes], int] = {}
+    get = acc.get
+    for key, value, at, diff in updates:
+        if at > ts:
+            raise InvalidUsage(f"consolidate_at({ts}) got an update at {at}")
+        k = (key, value)
+        acc[k] = get(k, 0) + diff
+    return [Update(k, v, ts, d) for (k, v), d in sorted(acc.items()) if d != 0]
 
 
 @final

@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, final
 
-from persist.codec import Update, consolidate
+from persist.codec import Update, consolidate_at
 from persist.frontier import Frontier
 from persist.machine import (
     LeaseExpired,
@@ -101,7 +101,12 @@ class ReadHandle:
                         self._expired = True
                         self._check()
                     raise InvalidUsage(f"shard {self.shard_id}: batch {key} vanished while held (GC bug)")
-                out.extend(u for u in self._client.decoded.decode(key, data) if u.ts >= lo and not hi.less_equal(u.ts))
+                decoded = self._client.decoded.decode(key, data)
+                hi_ts = hi.ts  # None: no upper bound
+                if hi_ts is None:
+                    out.extend(u for u in decoded if u[2] >= lo)
+                else:
+                    out.extend(u for u in decoded if lo <= u[2] < hi_ts)
         finally:
             self._reading.remove(state.seqno)
         return out
@@ -113,7 +118,7 @@ class ReadHandle:
         self._check_as_of(as_of)
         state = await self._wait_upper_beyond(as_of)
         rows = await self._fetch(state, 0, Frontier.at(as_of + 1))
-        return [u._replace(ts=as_of) for u in consolidate(rows, since=as_of)]
+        return consolidate_at(rows, as_of)
 
     def listen(self, as_of: int) -> Listen:
         """Every update at times after `as_of`, in time order by batches, with

@@ -114,7 +114,12 @@ class ShardState:
     tombstone: bool = False
 
     def with_seqno(self, seqno: int) -> ShardState:
-        return replace(self, seqno=seqno)
+        # The constructor, not dataclasses.replace (which re-reads the fields
+        # each call): every state transition takes a new seqno (issue 20).
+        return ShardState(
+            self.shard_id, seqno, self.upper, self.since, self.writers, self.readers, self.batches,
+            self.rollups, self.garbage, self.tombstone,
+        )  # fmt: skip
 
     @property
     def latest_rollup(self) -> int | None:

@@ -77,6 +77,15 @@ class _VirtualTask(asyncio.Task[Any]):
     def __hash__(self) -> int:
         return self._coordsim_seq
 
+    def __repr__(self) -> str:
+        # asyncio's repr formats the coroutine's frame and arguments; anyio
+        # puts the current task's repr into every cancel reason, so a cancel
+        # scope's exit paid for it once per statement (issue 20).
+        state = "done" if self.done() else "cancelling" if self.cancelling() else "pending"
+        coro = self.get_coro()
+        name = getattr(coro, "__qualname__", type(coro).__name__)
+        return f"<Task #{self._coordsim_seq} {self.get_name()!r} {state} coro={name}>"
+
 
 class _VirtualFuture(asyncio.Future[Any]):
     """A Future with a deterministic hash, for the same reason as `_VirtualTask`."""

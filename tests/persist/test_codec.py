@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from persist.codec import DecodedBatches, Update, decode_batch, encode_batch
+from persist.codec import (
+    DecodedBatches,
+    Update,
+    consolidate,
+    consolidate_at,
+    decode_batch,
+    encode_batch,
+)
 from sim.runtime.errors import InvalidUsage
 
 
@@ -38,3 +47,22 @@ def test_a_failed_decode_is_not_cached() -> None:
 def test_capacity_must_be_positive() -> None:
     with pytest.raises(ValueError, match="capacity"):
         DecodedBatches(capacity=0)
+
+
+@given(
+    st.lists(
+        st.tuples(st.binary(max_size=2), st.binary(max_size=1), st.integers(0, 9), st.integers(-2, 2)),
+        max_size=40,
+    ),
+    st.integers(9, 12),
+)
+def test_consolidate_at_is_consolidate_forwarded_to_ts(rows: list[tuple[bytes, bytes, int, int]], ts: int) -> None:
+    updates = [Update(*r) for r in rows]
+    want = [u._replace(ts=ts) for u in consolidate(updates, since=ts)]
+    assert consolidate_at(updates, ts) == want
+    assert all(u.ts == ts for u in want)
+
+
+def test_consolidate_at_refuses_a_later_update() -> None:
+    with pytest.raises(InvalidUsage, match="at 5"):
+        consolidate_at([Update(b"k", b"", 5, 1)], 4)

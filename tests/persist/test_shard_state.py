@@ -7,6 +7,8 @@ state must give the new one, and a rollup must round-trip.
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -89,3 +91,13 @@ def test_diffs_and_rollups_reproduce_every_state(cmds: list[tuple[str, int, int]
         assert replayed == new, (kind, diff)
         assert decode_rollup(encode_rollup(new)) == new
         s = new
+
+
+@given(commands)
+def test_with_seqno_changes_only_the_seqno(cmds: list[tuple[str, int, int]]) -> None:
+    # with_seqno spells out the fields (issue 20): a field added to
+    # ShardState must be carried over too.
+    s = ShardState(shard_id="s", seqno=0, tombstone=True)
+    for n, (kind, a, b) in enumerate(cmds, start=1):
+        s = _step(s, kind, a, b, n)
+        assert s.with_seqno(s.seqno + 7) == dataclasses.replace(s, seqno=s.seqno + 7)
