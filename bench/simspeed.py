@@ -1,31 +1,44 @@
 """Virtual-mode simulation speed: simulated operations per wall-second.
 
 For select-one, insert and update on `decoupled` and `event-loop` at 64
-clients: simulated ops per wall-second (a timed run, nothing instrumented),
-then loop callbacks and timers per simulated operation (a second run that
-counts them), then, for every pair, the top functions by own time under
-cProfile (a third run; cProfile's overhead is why it never times anything).
-The first level of 64 clients is a warm-up; the measurement is the second.
+clients: simulated ops per wall-second (a timed run in a fresh process,
+nothing instrumented), then loop callbacks and timers per simulated operation
+(the loop's own counts, over a second run), then, for every pair, the top
+functions by own time under cProfile (a third run; cProfile's overhead is why
+it never times anything). The first level of 64 clients is a warm-up; the
+measurement is the second. Last, the anomaly sweep issue 20 names: 200 seeds
+of crash-restart on decoupled, every checker, in one process.
 
-Usage: uv run python bench/simspeed.py [--quick] [--top N]
-Last line: `RESULT sim_ops_per_wall_s=… events_per_op=… select_one_el=… insert_dec=… update_dec=…`
-(`sim_ops_per_wall_s` and `events_per_op` are select-one on decoupled, the
-figure the issue's target is stated in; the others are each pair's ops per
-wall-second.)
+`--against REV` measures a git revision beside this tree in the same run:
+each round times both in fresh processes, in alternating order, and the
+ratios are per round. The revision is checked out into a temporary worktree,
+removed afterwards; its sweep verdicts must equal this tree's.
+
+Usage: uv run python bench/simspeed.py [--quick] [--top N] [--against REV] [--rounds N]
+Last line: `RESULT sim_ops_per_wall_s=… events_per_op=… select_one_el=… insert_dec=… update_dec=…
+select_one_dec=… insert_el=… update_el=… sweep_s=…` (`sim_ops_per_wall_s` and
+`events_per_op` are select-one on decoupled, the figure the issue's target is
+stated in; the others are each pair's ops per wall-second, means over the
+rounds; with `--against`, `speedup_<pair>=…` and `sweep_speedup=…` follow,
+each the mean of the per-round ratios).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
+import json
+import os
 import pstats
+import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -36,6 +49,7 @@ from sim.runtime.loop import VirtualEventLoop
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+ROOT = Path(__file__).resolve().parents[1]
 PAIRS = (
     ("select-one", "decoupled", "select_one_dec"),
     ("select-one", "event-loop", "select_one_el"),
@@ -44,6 +58,37 @@ PAIRS = (
     ("update", "decoupled", "update_dec"),
     ("update", "event-loop", "update_el"),
 )
+SWEEP = ("crash-restart", "decoupled")
+
+# Run in a fresh interpreter with a tree's root first on sys.path, so this
+# tree and an older revision are timed by the same code. Uses only what both
+# provide (run_pair's on_level, the sweep's tasks/sweep).
+_MEASURE = """
+import json, sys, tempfile, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from sim.compare.runner import run_pair
+from sim.load.config import Config
+workload, config, ops = sys.argv[2], sys.argv[3], int(sys.argv[4])
+cfg = Config(mode="virtual", configurations=(config,), workloads=(workload,), concurrency=(64, 64),
+             ops_per_level=ops, warmup_ops=20, repeat=1)
+marks = []
+with tempfile.TemporaryDirectory() as tmp:
+    out = run_pair(cfg, config, workload, Path(tmp) / "trace", on_level=lambda r: marks.append(time.perf_counter()))
+row = out.rows[1]
+print(json.dumps({"ops": row.ops, "simulated_s": row.window_s * row.repeats, "wall_s": marks[1] - marks[0]}))
+"""
+_SWEEP = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from sim.nemesis.sweep import sweep, tasks
+work = tasks(sys.argv[2], sys.argv[3], seeds=int(sys.argv[4]))
+start = time.perf_counter()
+results = sweep(work, jobs=1)
+wall = time.perf_counter() - start
+print(json.dumps({"wall_s": wall, "ops": sum(r.ops for r in results),
+                  "verdicts": [[r.seed, r.outcome, sorted(r.anomalies.items())] for r in results]}))
+"""
 
 
 @dataclass
@@ -59,19 +104,34 @@ def _config(workload: str, config: str, ops: int) -> Config:
     )  # fmt: skip
 
 
-def _measured(workload: str, config: str, ops: int) -> tuple[int, float, float]:
-    """(operations, simulated seconds, wall seconds) of the second level."""
-    marks: list[float] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        out = run_pair(
-            _config(workload, config, ops), config, workload, Path(tmp) / "trace",
-            on_level=lambda r: marks.append(time.perf_counter()),
-        )  # fmt: skip
-    row = out.rows[1]
-    return row.ops, row.window_s * row.repeats, marks[1] - marks[0]
+def _in_tree(root: Path, script: str, *args: object) -> dict[str, Any]:
+    """Runs `script` in a fresh interpreter on the tree at `root`; its JSON line."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(root), *map(str, args)],
+        cwd=root, env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"simspeed: measuring {root} failed:\n{done.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
-@contextmanager
+@contextlib.contextmanager
+def _worktree(rev: str) -> Iterator[Path]:
+    """`rev` checked out (detached) into a temporary directory this bench
+    makes and removes; nothing else is touched."""
+    parent = Path(tempfile.mkdtemp(prefix="coordsim-simspeed-"))
+    tree = parent / "tree"
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--quiet", str(tree), rev], check=True)
+    try:
+        yield tree
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def _counting(counts: Counts) -> Iterator[None]:
     """Adds up the statistics of every virtual loop closed in the block
     (the loop counts its callbacks and timers itself)."""
@@ -114,40 +174,105 @@ def _profile(workload: str, config: str, ops: int, top: int) -> list[str]:
     for (path, line, func), (_cc, ncalls, tottime, _ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
         where = "/".join(Path(path).parts[-2:]) if path != "~" else "builtin"
         rows.append((tottime, ncalls, f"{where}:{line}({func})"))
-    rows.sort(reverse=True)
     whole = sum(r[0] for r in rows)
+    # cProfile counts every resumption of a coroutine as a call, and charges
+    # a few long-lived frames (the run's exit stack) with time across task
+    # switches: rows called less than once per 20 operations are not per-op
+    # costs and are left out.
+    rows = sorted((r for r in rows if r[1] >= total_ops / 20), reverse=True)
     return [
         f"    {t / whole:6.1%}  {n / total_ops:8.1f} calls/op  {name}" for t, n, name in rows[:top]
     ]
 
 
+def _spread(values: list[float]) -> str:
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):,.0f} ± {sd:,.0f}"
+
+
+def _ratio(values: list[float]) -> str:
+    return f"{statistics.mean(values):.2f}x ({min(values):.2f}-{max(values):.2f})"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="fewer operations; one profile (select-one decoupled)")
+    p.add_argument("--quick", action="store_true", help="fewer operations and seeds; one profile (select-one decoupled)")
     p.add_argument("--top", type=int, default=12, help="profile entries per pair")
+    p.add_argument("--against", metavar="REV", help="a git revision to time beside this tree, round by round")
+    p.add_argument("--rounds", type=int, default=None, help="timed runs per pair and tree (default 1, or 3 with --against)")
     args = p.parse_args()
     ops = 40 if args.quick else 250  # at concurrency 1; 64 clients measure 8x as many
+    seeds = 40 if args.quick else 200
+    rounds = args.rounds or (3 if args.against and not args.quick else 1)
+    with contextlib.ExitStack() as stack:
+        trees = {"this": ROOT}
+        if args.against:
+            trees["base"] = stack.enter_context(_worktree(args.against))
+        _run(trees, ops=ops, seeds=seeds, rounds=rounds, quick=args.quick, top=args.top)
+
+
+def _run(trees: dict[str, Path], *, ops: int, seeds: int, rounds: int, quick: bool, top: int) -> None:
     result: dict[str, str] = {}
+    ratios: dict[str, str] = {}
     for workload, config, key in PAIRS:
-        n, simulated, wall = _measured(workload, config, ops)
+        rates: dict[str, list[float]] = {name: [] for name in trees}
+        simulated = 0.0
+        n = 0
+        for r in range(rounds):
+            order = list(trees) if r % 2 == 0 else list(reversed(trees))
+            for name in order:
+                m = _in_tree(trees[name], _MEASURE, workload, config, ops)
+                rates[name].append(m["ops"] / m["wall_s"])
+                if name == "this":
+                    simulated, n = m["simulated_s"], m["ops"]
         callbacks, timers = _per_op(workload, config, ops)
-        rate = n / wall
-        print(
-            f"{workload:<10} {config:<10} c=64: {n} ops in {simulated:.3f} simulated s, {wall:.2f} wall s "
-            f"-> {rate:,.0f} simulated ops/wall s; {callbacks:.1f} callbacks/op, {timers:.1f} timers/op",
-            flush=True,
+        line = (
+            f"{workload:<10} {config:<10} c=64: {n} ops in {simulated:.3f} simulated s "
+            f"-> {_spread(rates['this'])} simulated ops/wall s (n={rounds}); "
+            f"{callbacks:.1f} callbacks/op, {timers:.1f} timers/op"
         )
+        if "base" in trees:
+            per_round = [a / b for a, b in zip(rates["this"], rates["base"], strict=True)]
+            line += f"; base {_spread(rates['base'])}, speed-up {_ratio(per_round)}"
+            ratios[f"speedup_{key}"] = f"{statistics.mean(per_round):.2f}"
+        print(line, flush=True)
+        rate = statistics.mean(rates["this"])
         result[key] = f"{rate:.0f}"
         if key == "select_one_dec":
             result["sim_ops_per_wall_s"] = f"{rate:.0f}"
             result["events_per_op"] = f"{callbacks + timers:.1f}"
-        if not args.quick or key == "select_one_dec":
+        if not quick or key == "select_one_dec":
             print(f"  profile (own time share, calls per op), {workload} {config}:")
-            for line in _profile(workload, config, ops, args.top):
-                print(line)
+            for entry in _profile(workload, config, ops, top):
+                print(entry)
+
+    scenario, config = SWEEP
+    walls: dict[str, list[float]] = {name: [] for name in trees}
+    verdicts: dict[str, Any] = {}
+    ops_total = 0
+    for r in range(rounds):
+        for name in list(trees) if r % 2 == 0 else list(reversed(trees)):
+            s = _in_tree(trees[name], _SWEEP, scenario, config, seeds)
+            walls[name].append(s["wall_s"])
+            verdicts[name] = s["verdicts"]
+            ops_total = s["ops"]
+    line = (
+        f"sweep {scenario} {config}: {seeds} seeds, {ops_total} ops, every checker, one process: "
+        f"{statistics.mean(walls['this']):.2f} s (n={rounds})"
+    )
+    if "base" in trees:
+        per_round = [b / a for a, b in zip(walls["this"], walls["base"], strict=True)]
+        same = verdicts["this"] == verdicts["base"]
+        line += f"; base {statistics.mean(walls['base']):.2f} s, speed-up {_ratio(per_round)}; verdicts identical: {same}"
+        ratios["sweep_speedup"] = f"{statistics.mean(per_round):.2f}"
+        if not same:
+            raise SystemExit("simspeed: the sweep's verdicts differ from the base revision's")
+    print(line, flush=True)
+    result["sweep_s"] = f"{statistics.mean(walls['this']):.2f}"
+
     keys = ["sim_ops_per_wall_s", "events_per_op", "select_one_el", "insert_dec", "update_dec",
-            "select_one_dec", "insert_el", "update_el"]  # fmt: skip
-    print("RESULT " + " ".join(f"{k}={result[k]}" for k in keys))
+            "select_one_dec", "insert_el", "update_el", "sweep_s"]  # fmt: skip
+    print("RESULT " + " ".join([f"{k}={result[k]}" for k in keys] + [f"{k}={v}" for k, v in ratios.items()]))
 
 
 if __name__ == "__main__":
