@@ -131,6 +131,10 @@ class ReadThenWritePlan:
         return tuple(out)
 
 
+#: SELECT plans a catalog view keeps (cleared when full).
+_CACHED_PLANS = 1024
+
+
 def _transform(
     where: Predicate, *, project: tuple[str, ...] | None = None, count: bool = False
 ) -> Transform:
@@ -158,6 +162,10 @@ class CatalogView:
                 self.indexes[i.name] = i
             self.indexes_on.setdefault(i.on_id, []).append(i)
         self.clusters = {c.name: c for c in state.objects(Cluster)}
+        # Plans of the SELECTs seen on this snapshot, by the statement object
+        # (kept alive in the entry, so its id is not reused): clients send
+        # the same parsed statement thousands of times (issue 20).
+        self._select_plans: dict[tuple[int, str | None], tuple[Select, PeekPlan]] = {}
 
     # --- lookups -------------------------------------------------------------------
 
@@ -184,6 +192,16 @@ class CatalogView:
     # --- queries and writes ------------------------------------------------------------
 
     def plan_select(self, stmt: Select, *, cluster: str | None = None) -> PeekPlan:
+        known = self._select_plans.get((id(stmt), cluster))
+        if known is not None and known[0] is stmt:
+            return known[1]
+        plan = self._plan_select(stmt, cluster)
+        if len(self._select_plans) >= _CACHED_PLANS:
+            self._select_plans.clear()
+        self._select_plans[id(stmt), cluster] = (stmt, plan)
+        return plan
+
+    def _plan_select(self, stmt: Select, cluster: str | None) -> PeekPlan:
         rel = self.relation(stmt.source)
         names = tuple(c.name for c in rel.columns)
         for name in [*(stmt.columns or ()), *(t.column for t in stmt.where.terms)]:
