@@ -1,7 +1,9 @@
 """The virtual-time event loop: asyncio whose clock jumps to the next timer
 whenever nothing is ready, so a seeded program replays the same events.
 
-Every private internal of asyncio or anyio it needs is in `sim.runtime.patches`."""
+The loop is a scheduler of its own on `asyncio.BaseEventLoop` (patch 1 of
+`sim.runtime.patches`, which lists and checks the private attributes it uses);
+every other private internal of asyncio or anyio is patched there."""
 
 from __future__ import annotations
 
