@@ -26,7 +26,18 @@ from sim.runtime.lru import Lru
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-__all__ = ["FORMAT_VERSION", "DecodedBatches", "Update", "consolidate", "consolidate_at", "decode_batch", "encode_batch"]
+__all__ = [
+    "FORMAT_VERSION",
+    "BatchSums",
+    "DecodedBatches",
+    "Update",
+    "consolidate",
+    "consolidate_at",
+    "consolidated_sums",
+    "decode_batch",
+    "encode_batch",
+    "sum_batch",
+]
 
 FORMAT_VERSION = "2"  # 1 was Parquet
 
@@ -101,6 +112,34 @@ def consolidate(updates: Iterable[Update], *, since: int | None = None) -> list[
     return [Update(k, v, t, d) for (k, v, t), d in sorted(acc.items()) if d != 0]
 
 
+@final
+class BatchSums(NamedTuple):
+    """A batch's diffs summed per `(key, value)` (zeros kept: they cancel
+    nothing), and its earliest and latest times (None: empty). A snapshot
+    whose range holds both adds these instead of every update (issue 20)."""
+
+    min_ts: int | None
+    max_ts: int | None
+    sums: dict[tuple[bytes, bytes], int]
+
+
+def sum_batch(updates: Iterable[Update]) -> BatchSums:
+    sums: dict[tuple[bytes, bytes], int] = {}
+    get = sums.get
+    times: list[int] = []
+    for key, value, ts, diff in updates:
+        times.append(ts)
+        k = (key, value)
+        sums[k] = get(k, 0) + diff
+    return BatchSums(min(times, default=None), max(times, default=None), sums)
+
+
+def consolidated_sums(sums: dict[tuple[bytes, bytes], int], ts: int) -> list[Update]:
+    """The updates at `ts` of per-`(key, value)` sums, as `consolidate_at`
+    returns them: sorted, zeros dropped."""
+    return [Update(k, v, ts, d) for (k, v), d in sorted(sums.items()) if d != 0]
+
+
 def consolidate_at(updates: Iterable[Update], ts: int) -> list[Update]:
     """`consolidate(updates, since=ts)` for updates all at or before `ts`,
     each returned at `ts`: a snapshot's consolidation, which sums per
@@ -127,10 +166,16 @@ class DecodedBatches:
 
     def __init__(self, capacity: int = 4096) -> None:
         self._lru: Lru[str, tuple[Update, ...]] = Lru(capacity)
+        self._sums: Lru[str, BatchSums] = Lru(capacity)
 
     def decode(self, key: str, data: bytes) -> tuple[Update, ...]:
         """`decode_batch(data)` for the blob at `key`, decoded once."""
         return self._lru.get(key, lambda: tuple(decode_batch(data)))
+
+    def summed(self, key: str, updates: tuple[Update, ...]) -> BatchSums:
+        """`sum_batch(updates)` for the blob at `key` (whose decoded updates
+        are `updates`), computed once: a batch never changes under its key."""
+        return self._sums.get(key, lambda: sum_batch(updates))
 
     def wrote(self, key: str, updates: tuple[Update, ...]) -> None:
         """Records that the blob at `key` was just written as `encode_batch(updates)`,

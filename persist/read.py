@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, final
 
-from persist.codec import Update, consolidate_at
+from persist.codec import Update, consolidated_sums
 from persist.frontier import Frontier
 from persist.machine import (
     LeaseExpired,
@@ -28,7 +28,7 @@ from sim.runtime.errors import InvalidUsage
 from sim.runtime.retry import retry_external
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
     from persist.client import PersistClient
     from persist.state import ShardState
@@ -75,13 +75,29 @@ class ReadHandle:
 
     async def _fetch(self, state: ShardState, lo: int, hi: Frontier) -> list[Update]:
         """Every update of `state`'s batches with a time in `[lo, hi)`."""
+        out: list[Update] = []
+        hi_ts = hi.ts  # None: no upper bound
+
+        def take(key: str, decoded: tuple[Update, ...]) -> None:
+            if hi_ts is None:
+                out.extend(u for u in decoded if u[2] >= lo)
+            else:
+                out.extend(u for u in decoded if lo <= u[2] < hi_ts)
+
+        await self._read_batches(state, lo, hi, take)
+        return out
+
+    async def _read_batches(
+        self, state: ShardState, lo: int, hi: Frontier, take: Callable[[str, tuple[Update, ...]], None]
+    ) -> None:
+        """Fetches every batch of `state` that may hold a time in `[lo, hi)`
+        and hands it, decoded, to `take` (with its blob key), in order."""
         rt, blob = self._client.rt, self._client.blob
         if self.reader_id not in state.readers:
             # Expired (by another process's transition): our since and seqno hold no
             # longer protect anything, so nothing read now could be trusted.
             self._expired = True
             self._check()
-        out: list[Update] = []
         self._reading.append(state.seqno)
         try:
             for b in state.batches:
@@ -101,24 +117,40 @@ class ReadHandle:
                         self._expired = True
                         self._check()
                     raise InvalidUsage(f"shard {self.shard_id}: batch {key} vanished while held (GC bug)")
-                decoded = self._client.decoded.decode(key, data)
-                hi_ts = hi.ts  # None: no upper bound
-                if hi_ts is None:
-                    out.extend(u for u in decoded if u[2] >= lo)
-                else:
-                    out.extend(u for u in decoded if lo <= u[2] < hi_ts)
+                take(key, self._client.decoded.decode(key, data))
         finally:
             self._reading.remove(state.seqno)
-        return out
 
     async def snapshot(self, as_of: int) -> list[Update]:
         """The collection's contents at `as_of`: consolidated updates, each at time
-        `as_of`. Waits while `as_of` is not yet complete (`as_of >= upper`)."""
+        `as_of`. Waits while `as_of` is not yet complete (`as_of >= upper`).
+
+        What `consolidate_at(self._fetch(state, 0, as_of + 1), as_of)` gives, with
+        each batch wholly in range added as its per-`(key, value)` sums, summed
+        once per batch (`DecodedBatches.summed`): a point read of a busy table
+        otherwise re-adds every update since the last compaction (issue 20)."""
         self._check()
         self._check_as_of(as_of)
         state = await self._wait_upper_beyond(as_of)
-        rows = await self._fetch(state, 0, Frontier.at(as_of + 1))
-        return consolidate_at(rows, as_of)
+        acc: dict[tuple[bytes, bytes], int] = {}
+        get = acc.get
+        decoded_batches = self._client.decoded
+
+        def take(key: str, decoded: tuple[Update, ...]) -> None:
+            batch = decoded_batches.summed(key, decoded)
+            if batch.min_ts is None or batch.max_ts is None:
+                return
+            if batch.min_ts >= 0 and batch.max_ts <= as_of:
+                for k, diff in batch.sums.items():
+                    acc[k] = get(k, 0) + diff
+                return
+            for row_key, value, ts, diff in decoded:
+                if 0 <= ts <= as_of:
+                    k = (row_key, value)
+                    acc[k] = get(k, 0) + diff
+
+        await self._read_batches(state, 0, Frontier.at(as_of + 1), take)
+        return consolidated_sums(acc, as_of)
 
     def listen(self, as_of: int) -> Listen:
         """Every update at times after `as_of`, in time order by batches, with

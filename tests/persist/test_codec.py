@@ -11,8 +11,10 @@ from persist.codec import (
     Update,
     consolidate,
     consolidate_at,
+    consolidated_sums,
     decode_batch,
     encode_batch,
+    sum_batch,
 )
 from sim.runtime.errors import InvalidUsage
 
@@ -66,3 +68,35 @@ def test_consolidate_at_is_consolidate_forwarded_to_ts(rows: list[tuple[bytes, b
 def test_consolidate_at_refuses_a_later_update() -> None:
     with pytest.raises(InvalidUsage, match="at 5"):
         consolidate_at([Update(b"k", b"", 5, 1)], 4)
+
+
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(st.binary(max_size=1), st.binary(max_size=1), st.integers(0, 12), st.integers(-2, 2)),
+            max_size=12,
+        ),
+        max_size=5,
+    ),
+    st.integers(0, 12),
+)
+def test_batch_sums_add_up_to_the_snapshot(batches: list[list[tuple[bytes, bytes, int, int]]], as_of: int) -> None:
+    # How ReadHandle.snapshot uses them: a batch wholly at or before as_of
+    # adds its sums; any other adds its updates at or before as_of.
+    acc: dict[tuple[bytes, bytes], int] = {}
+    every: list[Update] = []
+    for rows in batches:
+        updates = [Update(*r) for r in rows]
+        every.extend(u for u in updates if u.ts <= as_of)
+        summed = sum_batch(updates)
+        assert (summed.min_ts, summed.max_ts) == (
+            (min(u.ts for u in updates), max(u.ts for u in updates)) if updates else (None, None)
+        )
+        if summed.max_ts is not None and summed.max_ts <= as_of:
+            for k, d in summed.sums.items():
+                acc[k] = acc.get(k, 0) + d
+        else:
+            for u in updates:
+                if u.ts <= as_of:
+                    acc[u.key, u.value] = acc.get((u.key, u.value), 0) + u.diff
+    assert consolidated_sums(acc, as_of) == consolidate_at(every, as_of)
