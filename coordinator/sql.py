@@ -15,7 +15,7 @@ change together and read best side by side.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Final, NamedTuple, final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from controllers.transform import sql_literal
 from coordinator.statements import (
@@ -40,12 +40,11 @@ from coordinator.statements import (
     SqlState,
     Update,
 )
-from sim.runtime.lru import Lru
 
 if TYPE_CHECKING:
     from coordinator.statements import Statement, Value
 
-__all__ = ["StatementCache", "parse", "parse_script", "render"]
+__all__ = ["parse", "parse_script", "render"]
 
 _TYPES: Final = {
     "int": ColumnType.INT,
@@ -109,20 +108,6 @@ def parse(sql: str) -> Statement:
     if len(statements) != 1:
         raise SqlError(SqlState.SYNTAX_ERROR, f"expected one statement, got {len(statements)}")
     return statements[0]
-
-
-@final
-class StatementCache:
-    """`parse` for texts a client sends again and again, parsed once each (the
-    most recently used `capacity` of them). Statements are frozen values, so
-    one parse can serve every execution of the same text; a text that fails to
-    parse is not kept, and fails again."""
-
-    def __init__(self, capacity: int = 256) -> None:
-        self._lru: Lru[str, Statement] = Lru(capacity)
-
-    def parse(self, sql: str) -> Statement:
-        return self._lru.get(sql, lambda: parse(sql))
 
 
 def parse_script(sql: str) -> list[Statement]:

@@ -144,14 +144,10 @@ def consolidate_at(updates: Iterable[Update], ts: int) -> list[Update]:
     """`consolidate(updates, since=ts)` for updates all at or before `ts`,
     each returned at `ts`: a snapshot's consolidation, which sums per
     `(key, value)` alone (every time is forwarded to `ts`)."""
-    acc: dict[tuple[bytes, bytes], int] = {}
-    get = acc.get
-    for key, value, at, diff in updates:
-        if at > ts:
-            raise InvalidUsage(f"consolidate_at({ts}) got an update at {at}")
-        k = (key, value)
-        acc[k] = get(k, 0) + diff
-    return [Update(k, v, ts, d) for (k, v), d in sorted(acc.items()) if d != 0]
+    batch = sum_batch(updates)
+    if batch.max_ts is not None and batch.max_ts > ts:
+        raise InvalidUsage(f"consolidate_at({ts}) got an update at {batch.max_ts}")
+    return consolidated_sums(batch.sums, ts)
 
 
 @final

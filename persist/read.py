@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, final
 
-from persist.codec import Update, consolidated_sums
+from persist.codec import Update, consolidated_sums, sum_batch
 from persist.frontier import Frontier
 from persist.machine import (
     LeaseExpired,
@@ -140,14 +140,10 @@ class ReadHandle:
             batch = decoded_batches.summed(key, decoded)
             if batch.min_ts is None or batch.max_ts is None:
                 return
-            if batch.min_ts >= 0 and batch.max_ts <= as_of:
-                for k, diff in batch.sums.items():
-                    acc[k] = get(k, 0) + diff
-                return
-            for row_key, value, ts, diff in decoded:
-                if 0 <= ts <= as_of:
-                    k = (row_key, value)
-                    acc[k] = get(k, 0) + diff
+            if not (batch.min_ts >= 0 and batch.max_ts <= as_of):  # straddles as_of
+                batch = sum_batch(u for u in decoded if 0 <= u[2] <= as_of)
+            for k, diff in batch.sums.items():
+                acc[k] = get(k, 0) + diff
 
         await self._read_batches(state, 0, Frontier.at(as_of + 1), take)
         return consolidated_sums(acc, as_of)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
 
-from coordinator.sql import StatementCache
+from coordinator.sql import parse
 from coordinator.statements import Select, SqlState
 from sim.history.model import HistoryError, Kind, Status
 from sim.history.recorder import encode_args
@@ -115,11 +115,10 @@ class PreparedStatements:
     that fails to parse is not kept, and fails again."""
 
     def __init__(self, capacity: int = 256) -> None:
-        self._parsed = StatementCache(capacity)
         self._lru: Lru[str, Prepared] = Lru(capacity)
 
     def __call__(self, sql: str) -> Prepared:
-        return self._lru.get(sql, lambda: prepare(self._parsed.parse(sql)))
+        return self._lru.get(sql, lambda: prepare(parse(sql)))
 
 
 @final

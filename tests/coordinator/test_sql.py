@@ -205,20 +205,3 @@ _statements = st.one_of(
 @given(_statements)
 def test_render_then_parse_is_the_identity(stmt: Statement) -> None:
     assert parse(render(stmt)) == stmt
-
-
-def test_statement_cache_parses_a_text_once_and_forgets_failures() -> None:
-    from coordinator.sql import StatementCache, parse
-
-    cache = StatementCache(capacity=2)
-    first = cache.parse("SELECT * FROM t WHERE a = 1")
-    assert first == parse("SELECT * FROM t WHERE a = 1")
-    assert cache.parse("SELECT * FROM t WHERE a = 1") is first
-    cache.parse("SELECT 1")
-    cache.parse("SELECT 2")  # evicts the least recently used: the first text
-    assert cache.parse("SELECT * FROM t WHERE a = 1") is not first
-    for _ in range(2):  # a failure is raised each time, never cached
-        with pytest.raises(SqlError):
-            cache.parse("SELEC nonsense")
-    with pytest.raises(ValueError, match="capacity"):
-        StatementCache(capacity=0)

@@ -75,3 +75,23 @@ def test_checker_names_the_anomaly_of_peeks_ignoring_catalog_ts() -> None:
             found |= set(report.names)
     assert {"insert-unknown-table", "select-unknown-table"} & found, found
 
+
+def test_prepared_statements_parse_a_text_once_and_forget_failures() -> None:
+    from coordinator.sql import parse
+    from coordinator.statements import SqlError
+    from sim.history.recording import PreparedStatements
+
+    prepared = PreparedStatements(capacity=2)
+    first = prepared("SELECT * FROM t WHERE a = 1")
+    assert first.statement == parse("SELECT * FROM t WHERE a = 1")
+    assert first.op is not None
+    assert first.args_json == '{"where": [["=", 1]]}'
+    assert prepared("SELECT * FROM t WHERE a = 1") is first
+    assert prepared("SELECT 1").op is None  # a constant query is not recorded
+    prepared("SELECT 2")  # evicts the least recently used: the first text
+    assert prepared("SELECT * FROM t WHERE a = 1") is not first
+    for _ in range(2):  # a failure is raised each time, never cached
+        with pytest.raises(SqlError):
+            prepared("SELEC nonsense")
+    with pytest.raises(ValueError, match="capacity"):
+        PreparedStatements(capacity=0)
