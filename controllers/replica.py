@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, TypeAlias, final
 
@@ -45,6 +46,7 @@ from controllers.transform import CompiledTransforms, Transform, decode_row, enc
 from persist.frontier import Frontier
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.latency import Constant, LogNormal
+from sim.runtime.tasks import started_after
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -481,12 +483,22 @@ class Replica:
         if current is not None and persist_target - current >= step:
             await reader.downgrade_since(persist_target)
 
+    def _heartbeat_period(self) -> float:
+        return self._persist.config.machine.lease_ms / 1000 / 4
+
     async def _heartbeat(self, reader: ReadHandle) -> None:
         """Renews the reader's lease; a crash stops it, so the lease lapses."""
-        period = self._persist.config.machine.lease_ms / 1000 / 4
+        period = self._heartbeat_period()
         while True:
             await self._rt.sleep(period)
             await reader.downgrade_since(reader.since)
+
+    async def _renewals(self, reader: ReadHandle) -> None:
+        """`_heartbeat` from its first renewal on (started when that falls due)."""
+        period = self._heartbeat_period()
+        while True:
+            await reader.downgrade_since(reader.since)
+            await self._rt.sleep(period)
 
     # --- peeks ---------------------------------------------------------------------------
 
@@ -544,11 +556,10 @@ class Replica:
                     since=reader.since.ts,
                 )
             # The snapshot may wait for the upper to pass `as_of`: keep the lease
-            # (and so the since hold) alive meanwhile.
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._heartbeat, reader)
+            # (and so the since hold) alive meanwhile. Renewals start when the
+            # first falls due, which almost no snapshot lasts until.
+            async with started_after(self._heartbeat_period(), functools.partial(self._renewals, reader)):
                 snapshot = await reader.snapshot(cmd.as_of)
-                tg.cancel_scope.cancel()
         finally:
             if not life.crashed:
                 with anyio.CancelScope(shield=True):

@@ -107,7 +107,11 @@ async def open_stores(
         if modeled is None:
             yield Stores(MemBlob(), MemConsensus())
         else:
-            yield Stores(LatentBlob(MemBlob(), modeled), LatentConsensus(MemConsensus(), modeled))
+            # The modeled round trip is the yield before each call.
+            yield Stores(
+                LatentBlob(MemBlob(yields=False), modeled),
+                LatentConsensus(MemConsensus(yields=False), modeled),
+            )
         return
     from persist.open import open_blob, open_consensus
 

@@ -127,7 +127,7 @@ MATRIX: Final[tuple[Entry, ...]] = (
     Entry("skip_epoch_fencing", "split-brain", "decoupled", frozenset(), 0, "not-caught",
           "tables and catalog are compare-and-append on persist; the oracle is shared"),
     _caught("blind_catalog_append", "ddl-dml", "decoupled",
-            _UNKNOWN_TABLE | {"dropped-object-visible", "not-strict-serializable"}, 2,
+            _UNKNOWN_TABLE | {"dropped-object-visible", "not-strict-serializable"}, 4,
             "a DDL planned on a stale catalog silently undoes one committed meanwhile"),
     *(
         # On busy-reads the stale answers happen too (a read's read_ts below

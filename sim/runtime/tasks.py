@@ -15,32 +15,38 @@ if TYPE_CHECKING:
 
     from anyio.abc import TaskGroup
 
-__all__ = ['AsyncExitStack', 'TaskOwner', 'concurrently']
+__all__ = ['AsyncExitStack', 'TaskOwner', 'concurrently', 'started_after']
 
 A = TypeVar("A")
 B = TypeVar("B")
 
 
 async def concurrently(first: Callable[[], Awaitable[A]], second: Callable[[], Awaitable[B]]) -> tuple[A, B]:
-    """Runs `first()` and `second()` as two tasks (started in that order) and
-    returns both results; the first to fail cancels the other and is raised
-    as itself, not in an exception group.
+    """Runs `first()` in the calling task and `second()` beside it in a task of
+    its own, and returns both results; the first to fail cancels the other and
+    is raised as itself, not in an exception group.
 
-    `asyncio.TaskGroup`'s algorithm for exactly two tasks (`_Pair`), step for
-    step — the same futures, callbacks and cancellations in the same order —
-    without its generic entry and exit. It runs on every peek (issue 20: the
-    group itself was a sixth of the call). Cancellation from an enclosing
-    anyio scope reaches both tasks, as with a task group.
+    `asyncio.TaskGroup`'s algorithm for a body (`first`) and one task
+    (`second`), step for step — the same futures, callbacks and cancellations
+    in the same order — without its generic entry and exit. It runs on every
+    peek: issue 20 measured the group itself at a sixth of the call, and a
+    second task at three more loop callbacks per peek than running `first` in
+    the caller. Cancellation from an enclosing anyio scope reaches both, as
+    with a task group.
     """
     loop = get_running_loop()
     parent = current_task(loop)
     if parent is None:
         raise RuntimeError("concurrently() cannot determine the parent task")
-    pair = _Pair(loop, parent)
-    a = pair.start(_coroutine(first()))
-    b = pair.start(_coroutine(second()))
-    await pair.join()
-    return a.result(), b.result()
+    group = _Group(loop, parent)
+    b = group.start(_coroutine(second()))
+    try:
+        a = await first()
+    except BaseException as exc:
+        await group.join(exc)
+        raise
+    await group.join(None)
+    return a, b.result()
 
 
 def _coroutine(awaitable: Awaitable[A]) -> Coroutine[Any, Any, A]:
@@ -51,10 +57,11 @@ async def _awaited(awaitable: Awaitable[A]) -> A:
     return await awaitable
 
 
-class _Pair:
+class _Group:
     """The state and steps of an `asyncio.TaskGroup` (CPython 3.11.7's
-    `taskgroups.py`) whose body only starts tasks: `start` is its
-    `create_task`, `join` its `__aexit__` with no exception from the body."""
+    `taskgroups.py`): `start` is its `create_task`, `join` its `__aexit__`,
+    given the exception the body raised (or None). Where the group would raise
+    an exception group, `join` raises the group's first exception."""
 
     __slots__ = ("_aborting", "_base_error", "_errors", "_loop", "_on_completed_fut",
                  "_parent_cancel_requested", "_parent_task", "_tasks")  # fmt: skip
@@ -75,10 +82,17 @@ class _Pair:
         self._tasks.add(task)
         return task
 
-    async def join(self) -> None:
-        propagate: BaseException | None = None
+    async def join(self, exc: BaseException | None) -> None:
+        """Waits for the tasks; raises what the group would (its first
+        exception), or returns when the body's own exception (if any) is to
+        propagate unchanged."""
+        if exc is not None and _is_base_error(exc) and self._base_error is None:
+            self._base_error = exc
+        propagate = exc if isinstance(exc, asyncio.CancelledError) else None
         if self._parent_cancel_requested and self._parent_task.uncancel() == 0:
             propagate = None
+        if exc is not None and not self._aborting:
+            self._abort()
         while self._tasks:
             if self._on_completed_fut is None:
                 self._on_completed_fut = self._loop.create_future()
@@ -93,8 +107,17 @@ class _Pair:
             raise self._base_error
         if propagate is not None and not self._errors:
             raise propagate
+        if exc is not None and not isinstance(exc, asyncio.CancelledError):
+            self._errors.append(exc)
         if self._errors:
             raise self._errors[0] from None
+
+    def cancel_tasks(self) -> None:
+        """Cancels the tasks still running (as an enclosing cancel scope would),
+        without aborting the group: a failure is still the group's."""
+        for t in self._tasks:
+            if not t.done():
+                t.cancel()
 
     def _abort(self) -> None:
         self._aborting = True
@@ -112,7 +135,7 @@ class _Pair:
         if exc is None:
             return
         self._errors.append(exc)
-        if isinstance(exc, SystemExit | KeyboardInterrupt) and self._base_error is None:
+        if _is_base_error(exc) and self._base_error is None:
             self._base_error = exc
         if self._parent_task.done():
             self._loop.call_exception_handler(
@@ -127,6 +150,53 @@ class _Pair:
             self._abort()
             self._parent_cancel_requested = True
             self._parent_task.cancel()
+
+
+class started_after:
+    """`async with started_after(seconds, fn):` runs `fn()` beside the block in
+    a task of its own, started only once `seconds` have passed — never, if the
+    block ends first. The block's end cancels the task and waits for it; its
+    failure cancels the block and is raised, as in a task group.
+
+    For a guard that is rarely due (a lease renewal during a read that almost
+    always ends within one period): issue 20 measured starting and cancelling
+    a task group's task on every fast-path peek at a tenth of an update.
+    """
+
+    __slots__ = ("_fn", "_group", "_seconds", "_timer")
+
+    def __init__(self, seconds: float, fn: Callable[[], Coroutine[Any, Any, object]]) -> None:
+        self._seconds = seconds
+        self._fn = fn
+        self._group: _Group | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    async def __aenter__(self) -> None:
+        loop = get_running_loop()
+        parent = current_task(loop)
+        if parent is None:
+            raise RuntimeError("started_after() cannot determine the parent task")
+        self._group = _Group(loop, parent)
+        self._timer = loop.call_at(loop.time() + self._seconds, self._due)
+
+    def _due(self) -> None:
+        assert self._group is not None
+        self._group.start(self._fn())
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        group, timer = self._group, self._timer
+        assert group is not None, "__aexit__ without __aenter__"
+        assert timer is not None
+        timer.cancel()
+        group.cancel_tasks()
+        await group.join(exc)
+
+
+def _is_base_error(exc: BaseException) -> bool:
+    """`TaskGroup._is_base_error`: SystemExit and KeyboardInterrupt."""
+    return isinstance(exc, SystemExit | KeyboardInterrupt)
 
 
 # --- Owning background tasks -----------------------------------------------------------

@@ -54,11 +54,11 @@ def _latency_runtime(seed: int) -> Runtime:
 
 
 async def _latent_mem_blob() -> Blob:
-    return LatentBlob(MemBlob(), _latency_runtime(3))
+    return LatentBlob(MemBlob(yields=False), _latency_runtime(3))  # as virtual runs build it
 
 
 async def _latent_mem_consensus() -> Consensus:
-    return LatentConsensus(MemConsensus(), _latency_runtime(5))
+    return LatentConsensus(MemConsensus(yields=False), _latency_runtime(5))  # as virtual runs build it
 
 
 @pytest.fixture(

@@ -1,6 +1,7 @@
 """`sim.runtime.tasks.concurrently` against the `asyncio.TaskGroup` it
-replaced: the same results, errors and order of events, step by step, in
-every outcome (issue 20 made it TaskGroup's algorithm without the group)."""
+stands for (`first` awaited in the group's body, `second` in its one task):
+the same results, errors and order of events, step by step, in every
+outcome (issue 20 made it TaskGroup's algorithm without the group)."""
 
 from __future__ import annotations
 
@@ -20,18 +21,18 @@ if TYPE_CHECKING:
 
 
 async def _reference(first: Callable[[], Awaitable[Any]], second: Callable[[], Awaitable[Any]]) -> tuple[Any, Any]:
-    """The implementation before issue 20."""
+    """The same with `asyncio.TaskGroup`."""
 
     async def awaited(fn: Callable[[], Awaitable[Any]]) -> Any:
         return await fn()
 
     try:
         async with asyncio.TaskGroup() as tg:
-            a = tg.create_task(awaited(first))
             b = tg.create_task(awaited(second))
+            a = await first()
     except BaseExceptionGroup as group:
         raise group.exceptions[0] from None
-    return a.result(), b.result()
+    return a, b.result()
 
 
 Step = tuple[str, float, Any]
@@ -62,6 +63,8 @@ CASES: dict[str, tuple[list[Any], list[Any], float | None]] = {
     "both-ok-same-instant": ([0.001], [0.001], None),
     "first-fails-later": ([0.001, 0.002, ValueError("a")], [0.001, 0.01], None),
     "second-fails-at-once": ([0.005], [ValueError("b")], None),
+    "first-fails-at-once": ([ValueError("a")], [0.001], None),
+    "second-fails-later": ([0.001, 0.001, 0.001], [0.002, ValueError("b")], None),
     "both-fail": ([0.001, KeyError("a")], [0.001, ValueError("b")], None),
     "fails-while-other-sleeps-in-finally": ([ValueError("a")], [0.0, 0.0, 0.003], None),
     "parent-cancelled": ([0.002, 0.004], [0.003], 0.0025),
