@@ -49,7 +49,7 @@ from sim.runtime.latency import Constant, LogNormal
 from sim.runtime.tasks import started_after
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
     from anyio.abc import TaskGroup
 
@@ -410,8 +410,10 @@ class Replica:
             if running is not None:
                 running.cancel()
 
-    async def _cpu(self, seconds: float) -> None:
-        await self._rt.cpu(seconds, self._pool)
+    def _cpu(self, seconds: float) -> Awaitable[None]:
+        """Modeled CPU on the replica's workers; await it (the hold itself, not a
+        coroutine around it: see `Runtime.cpu`)."""
+        return self._rt.cpu(seconds, self._pool)
 
     # --- dataflows -----------------------------------------------------------------------
 

@@ -18,9 +18,10 @@ from coordinator.planner import CatalogView
 from coordinator.session import Coordinator, CoordinatorStatistics, Result
 from coordinator.statements import SqlError, SqlState
 from oracle.api import CATALOG_TIMELINE
-from sim.runtime.tasks import AsyncExitStack
+from sim.runtime.tasks import DONE, AsyncExitStack
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
     from types import TracebackType
 
     from anyio.abc import TaskGroup
@@ -160,9 +161,10 @@ class RunningCoordinator(Coordinator):
         """Modeled CPU spent; the event loop overrides it with its handler time."""
         return self._pool.statistics().busy_s
 
-    async def _cpu(self, seconds: float) -> None:
-        if seconds > 0:
-            await self._rt.cpu(seconds, self._pool)
+    def _cpu(self, seconds: float) -> Awaitable[None]:
+        """Modeled CPU on the coordinator's cores (nothing for 0); await it. The
+        hold itself, not a coroutine around it (see `Runtime.cpu`)."""
+        return self._rt.cpu(seconds, self._pool) if seconds > 0 else DONE
 
     def _fence(self, exc: BaseException) -> SqlError:
         """Marks this coordinator fenced (it stops serving, as Materialize halts)."""

@@ -18,7 +18,7 @@ from sim.runtime.cpu import CorePool
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.interrupts import guard
 from sim.runtime.latency import Constant, LatencyModel
-from sim.runtime.loop import VirtualEventLoop
+from sim.runtime.loop import VirtualEventLoop, wake
 from sim.runtime.patches import get_running_loop
 from sim.runtime.schedule import parse_schedule
 
@@ -111,7 +111,7 @@ class Runtime:
             return
         loop = get_running_loop()
         future = loop.create_future()
-        timer = loop.call_at(loop.time() + seconds, _wake, future)
+        timer = loop.call_at(loop.time() + seconds, wake, future)
         try:
             await future
         finally:
@@ -146,18 +146,23 @@ class Runtime:
     def core_pool(self, cores: int, name: str) -> CorePool:
         return CorePool(self, cores, name)
 
-    async def cpu(self, seconds: float, pool: CorePool) -> None:
+    def cpu(self, seconds: float, pool: CorePool) -> Coroutine[Any, Any, None]:
         """Spends `seconds` of modeled CPU on one core of `pool` (waiting for a free
-        core first).
+        core first); await it.
 
         In real time the stock loop's timers are about a millisecond coarse (a
         50 µs sleep takes over 1 ms here), so small costs are owed to the pool
         and slept off together once `REAL_CPU_QUANTUM_S` is owed: the total
-        stays right, each cost is not inflated twentyfold.
+        stays right, each cost is not inflated twentyfold. In virtual time it
+        is `pool.hold(seconds)` itself, not a coroutine around it: every layer
+        of coroutines is passed again on each suspension and resumption of the
+        statement that awaits it (issue 20).
         """
         if self.virtual:
-            await pool.hold(seconds)
-            return
+            return pool.hold(seconds)
+        return self._real_cpu(seconds, pool)
+
+    async def _real_cpu(self, seconds: float, pool: CorePool) -> None:
         async with pool.core():
             pool.owed_s += seconds
             if pool.owed_s >= REAL_CPU_QUANTUM_S:
@@ -165,12 +170,6 @@ class Runtime:
                 await self.sleep(owed)
             else:
                 await asyncio.sleep(0)
-
-
-def _wake(future: asyncio.Future[None]) -> None:
-    """A sleep's timer: `asyncio.sleep`'s `_set_result_unless_cancelled`."""
-    if not future.cancelled():
-        future.set_result(None)
 
 
 #: Real time: the least modeled CPU slept at once (see `Runtime.cpu`).

@@ -8,6 +8,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, final
 
+from sim.runtime.loop import wake
 from sim.runtime.patches import get_running_loop
 
 if TYPE_CHECKING:
@@ -125,7 +126,16 @@ class CorePool:
         self._wait_s += got - start
         self._acquisitions += 1
         try:
-            await self._rt.sleep(seconds)
+            # `Runtime.sleep`'s steps, inline (one coroutine layer less).
+            if not seconds > 0:
+                await asyncio.sleep(0)
+            else:
+                future = loop.create_future()
+                timer = loop.call_at(got + seconds, wake, future)
+                try:
+                    await future
+                finally:
+                    timer.cancel()
         finally:
             self._busy_s += loop.time() - got
             self._release()

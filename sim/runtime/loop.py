@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
     from contextvars import Context
 
-__all__ = ["VIRTUAL_EPOCH_MS", "LoopStatistics", "VirtualDeadlock", "VirtualEventLoop", "VirtualIOError"]
+__all__ = ["VIRTUAL_EPOCH_MS", "LoopStatistics", "VirtualDeadlock", "VirtualEventLoop", "VirtualIOError", "wake"]
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -424,3 +424,9 @@ class VirtualEventLoop(asyncio.BaseEventLoop):
     sock_accept = _forbidden("sock_accept")
     sock_sendfile = _forbidden("sock_sendfile")
     add_signal_handler = _forbidden("add_signal_handler")  # type: ignore[assignment]
+
+
+def wake(future: asyncio.Future[None]) -> None:
+    """A sleep's timer: `asyncio.sleep`'s `_set_result_unless_cancelled`."""
+    if not future.cancelled():
+        future.set_result(None)

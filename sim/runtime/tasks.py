@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from collections.abc import Coroutine, Generator
+from typing import TYPE_CHECKING, Any, Final, Self, TypeVar, final
 
 from sim.runtime.patches import current_task, get_running_loop
 
@@ -15,10 +15,27 @@ if TYPE_CHECKING:
 
     from anyio.abc import TaskGroup
 
-__all__ = ['AsyncExitStack', 'TaskOwner', 'concurrently', 'started_after']
+__all__ = ['DONE', 'AsyncExitStack', 'TaskOwner', 'concurrently', 'started_after']
 
 A = TypeVar("A")
 B = TypeVar("B")
+
+
+@final
+class _Done:
+    """An awaitable that completes at once, without yielding to the loop: what
+    a function returning an awaitable returns when there is nothing to wait
+    for (`await DONE` is `pass`)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield  # a generator that returns at once
+
+
+#: The `_Done` awaitable.
+DONE: Final = _Done()
 
 
 async def concurrently(first: Callable[[], Awaitable[A]], second: Callable[[], Awaitable[B]]) -> tuple[A, B]:
