@@ -4,8 +4,9 @@ For select-one, insert and update on `decoupled` and `event-loop` at 64
 clients: simulated ops per wall-second (a timed run in a fresh process,
 nothing instrumented), then loop callbacks and timers per simulated operation
 (the loop's own counts, over a second run), then, for every pair, the top
-functions by own time under cProfile (a third run; cProfile's overhead is why
-it never times anything). The first level of 64 clients is a warm-up; the
+functions by own time under cProfile and the own time summed by component
+(package, library, asyncio, C builtins) (a third run; cProfile's overhead is
+why it never times anything). The first level of 64 clients is a warm-up; the
 measurement is the second. Last, the anomaly sweep issue 20 names: 200 seeds
 of crash-restart on decoupled, every checker, in one process.
 
@@ -180,9 +181,36 @@ def _profile(workload: str, config: str, ops: int, top: int) -> list[str]:
     # switches: rows called less than once per 20 operations are not per-op
     # costs and are left out.
     rows = sorted((r for r in rows if r[1] >= total_ops / 20), reverse=True)
-    return [
-        f"    {t / whole:6.1%}  {n / total_ops:8.1f} calls/op  {name}" for t, n, name in rows[:top]
-    ]
+    lines = [f"    {t / whole:6.1%}  {n / total_ops:8.1f} calls/op  {name}" for t, n, name in rows[:top]]
+    by_part = _by_component(stats)
+    lines.append("    own time by component: " + ", ".join(
+        f"{part} {t / whole:.0%}" for part, t in sorted(by_part.items(), key=lambda kv: -kv[1]) if t / whole >= 0.01
+    ))  # fmt: skip
+    return lines
+
+
+def _by_component(stats: pstats.Stats) -> dict[str, float]:
+    """Own time summed by where the code lives: the project's packages (`sim`
+    by subpackage), each installed library, asyncio, the rest of the standard
+    library, and C builtins. Every function counts, so the parts add up to
+    the whole (under cProfile, whose per-call overhead weighs most on code
+    made of many small calls: the loop's and the runtime's)."""
+    root = str(ROOT) + os.sep
+    parts: dict[str, float] = {}
+    for (path, _line, _func), (_cc, _n, tottime, _ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        if path == "~":
+            part = "builtins (C)"
+        elif "site-packages" in Path(path).parts:  # before the root: the venv may be in it
+            part = Path(path.split("site-packages" + os.sep, 1)[1]).parts[0]
+        elif path.startswith(root):
+            rel = Path(path[len(root):]).parts
+            part = "/".join(rel[:2]) if rel[0] == "sim" and len(rel) > 2 else rel[0]
+        elif f"{os.sep}asyncio{os.sep}" in path:
+            part = "asyncio"
+        else:
+            part = "stdlib"
+        parts[part] = parts.get(part, 0.0) + tottime
+    return parts
 
 
 def _spread(values: list[float]) -> str:
