@@ -117,6 +117,14 @@ class Runtime:
         finally:
             timer.cancel()
 
+    def call_after(self, seconds: float, fn: Callable[..., object], *args: object) -> asyncio.TimerHandle:
+        """Calls `fn(*args)` once `seconds` of (real or virtual) time have passed
+        (on the next loop turn for 0, less, or NaN, as `sleep`). A modeled hop
+        whose far end is a plain function is one timer this way, where a task
+        sleeping through it costs a future and a task step more (issue 20)."""
+        loop = get_running_loop()
+        return loop.call_at(loop.time() + (seconds if seconds > 0 else 0.0), fn, *args)
+
     async def delay(self, name: str) -> float:
         """Sleeps for one sample of the latency named `name`; returns it (seconds)."""
         seconds = self.latency.distribution(name).sample(self.rng)

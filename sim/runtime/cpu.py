@@ -12,11 +12,11 @@ from sim.runtime.loop import wake
 from sim.runtime.patches import get_running_loop
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
 
     from sim.runtime.core import Runtime
 
-__all__ = ["CorePool", "CorePoolStatistics"]
+__all__ = ["CorePool", "CorePoolStatistics", "Hold"]
 
 # --- Modeled CPU ------------------------------------------------------------------------
 
@@ -140,5 +140,96 @@ class CorePool:
             self._busy_s += loop.time() - got
             self._release()
 
+    def hold_then(self, seconds: float, then: Callable[[], None]) -> Hold:
+        """`hold(seconds)` run by loop callbacks, then `then()`: for a component
+        that is a chain of callbacks rather than a task. The same queue of
+        waiters and the same accounting; `cancel()` on the result stops it at
+        any point, giving back a core it holds or was just granted."""
+        hold = Hold(self, seconds, then)
+        hold.start()
+        return hold
+
     def statistics(self) -> CorePoolStatistics:
         return CorePoolStatistics(self.name, self.cores, self._busy_s, self._acquisitions, self._wait_s)
+
+
+@final
+class Hold:
+    """One `CorePool.hold_then`: waiting for a core, then holding it."""
+
+    __slots__ = ("_got", "_loop", "_pool", "_seconds", "_start", "_then", "_timer", "_waiter")
+
+    def __init__(self, pool: CorePool, seconds: float, then: Callable[[], None]) -> None:
+        self._pool = pool
+        self._seconds = seconds
+        self._then = then
+        self._loop = get_running_loop()
+        self._start = self._loop.time()
+        self._got: float | None = None
+        self._waiter: asyncio.Future[bool] | None = None
+        self._timer: asyncio.Handle | None = None
+
+    def start(self) -> None:
+        pool = self._pool
+        if pool._free > 0 and not pool._waiters:
+            pool._free -= 1
+            self._hold()
+            return
+        # `_acquire`'s second branch: wait in line for `_wake_up_next`.
+        if pool._waiters is None:
+            pool._waiters = collections.deque()
+        self._waiter = fut = self._loop.create_future()
+        pool._waiters.append(fut)
+        fut.add_done_callback(self._granted)
+
+    def _granted(self, fut: asyncio.Future[bool]) -> None:
+        if fut.cancelled():
+            return  # `cancel()` did the rest
+        self._waiter = None
+        pool = self._pool
+        assert pool._waiters is not None
+        pool._waiters.remove(fut)
+        if pool._free > 0:
+            pool._wake_up_next()
+        self._hold()
+
+    def _hold(self) -> None:
+        pool, loop = self._pool, self._loop
+        self._got = got = loop.time()
+        pool._wait_s += got - self._start
+        pool._acquisitions += 1
+        # `hold`'s sleep: a timer, or the next turn for nothing.
+        if not self._seconds > 0:
+            self._timer = loop.call_soon(self._done)
+        else:
+            self._timer = loop.call_at(got + self._seconds, self._done)
+
+    def _done(self) -> None:
+        self._timer = None
+        self._release()
+        self._then()
+
+    def _release(self) -> None:
+        assert self._got is not None
+        self._pool._busy_s += self._loop.time() - self._got
+        self._pool._release()
+
+    def cancel(self) -> None:
+        """Stops the hold wherever it is: `hold`'s cancellation paths."""
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            pool = self._pool
+            assert pool._waiters is not None
+            pool._waiters.remove(waiter)
+            if waiter.done():  # granted, `_granted` not yet run: give it back
+                waiter.remove_done_callback(self._granted)
+                pool._free += 1
+                pool._wake_up_next()
+            else:
+                waiter.remove_done_callback(self._granted)
+                waiter.cancel()
+            return
+        timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+            self._release()
