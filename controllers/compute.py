@@ -41,11 +41,11 @@ which they must keep consistent with each other.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias, final
 
-import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
 from controllers.commands import (
@@ -508,7 +508,8 @@ class PeekWaiters:
     def __init__(self, inner: ResponseSink | None = None) -> None:
         self._inner = inner
         self._results: dict[int, PeekResponse] = {}
-        self._events: dict[int, anyio.Event] = {}
+        # asyncio's events, not anyio's: one per peek (see `oracle.batching._Batch`).
+        self._events: dict[int, asyncio.Event] = {}
 
     def __call__(self, response: ComputeResponse) -> None:
         if isinstance(response, PeekResponse):
@@ -522,6 +523,6 @@ class PeekWaiters:
     async def wait(self, peek_id: int) -> PeekResponse:
         """The response to `peek_id` (consumed: a second wait would block)."""
         while peek_id not in self._results:
-            event = self._events.setdefault(peek_id, anyio.Event())
+            event = self._events.setdefault(peek_id, asyncio.Event())
             await event.wait()
         return self._results.pop(peek_id)

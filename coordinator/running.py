@@ -18,7 +18,7 @@ from coordinator.planner import CatalogView
 from coordinator.session import Coordinator, CoordinatorStatistics, Result
 from coordinator.statements import SqlError, SqlState
 from oracle.api import CATALOG_TIMELINE
-from sim.runtime.tasks import DONE, AsyncExitStack
+from sim.runtime.tasks import DONE, AsyncExitStack, Ready
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -118,14 +118,12 @@ class RunningCoordinator(Coordinator):
 
     # --- the client API --------------------------------------------------------------
 
-    async def execute(self, session: Session, statement: Statement) -> Result:
+    def execute(self, session: Session, statement: Statement) -> Awaitable[Result]:
         if self._fenced is not None:
-            return Result.failed(self._fenced)
+            return Ready(Result.failed(self._fenced))
         if self._tg is None:
-            return Result.failed(
-                SqlError(SqlState.ADMIN_SHUTDOWN, "the coordinator is not running")
-            )
-        return await self._serve(session, statement)
+            return Ready(Result.failed(SqlError(SqlState.ADMIN_SHUTDOWN, "the coordinator is not running")))
+        return self._serve(session, statement)
 
     @abstractmethod
     async def _serve(self, session: Session, statement: Statement) -> Result:

@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Self, final
 
 from coordinator.sql import parse
 from coordinator.statements import SqlError, SqlState
+from sim.runtime.tasks import Ready
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
     from types import TracebackType
 
     from controllers.transform import Row
@@ -137,8 +139,10 @@ class Coordinator(ABC):
     ) -> bool | None: ...
 
     @abstractmethod
-    async def execute(self, session: Session, statement: Statement) -> Result:
-        """Runs `statement` for `session`; never raises for a client-visible error."""
+    def execute(self, session: Session, statement: Statement) -> Awaitable[Result]:
+        """Runs `statement` for `session` (await it); never raises for a
+        client-visible error. An `async def` implements it; so does a function
+        returning the awaitable of the call it passes the statement on to."""
 
     @abstractmethod
     def statistics(self) -> CoordinatorStatistics: ...
@@ -152,11 +156,12 @@ class Session:
         self.coordinator = coordinator
         self.id = session_id
 
-    async def execute(self, statement: Statement | str) -> Result:
-        """Runs a typed statement or one SQL statement of the supported subset."""
+    def execute(self, statement: Statement | str) -> Awaitable[Result]:
+        """Runs a typed statement or one SQL statement of the supported subset
+        (await it). Returns the coordinator's awaitable itself (see `Ready`)."""
         if isinstance(statement, str):
             try:
                 statement = parse(statement)
             except SqlError as exc:
-                return Result.failed(exc)
-        return await self.coordinator.execute(self, statement)
+                return Ready(Result.failed(exc))
+        return self.coordinator.execute(self, statement)

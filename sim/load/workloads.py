@@ -19,7 +19,7 @@ import anyio
 from sim.runtime.errors import CoordsimError, InvalidUsage
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
 
     from coordinator.session import Result
     from coordinator.statements import Statement
@@ -34,7 +34,7 @@ ROWS: Final = 10
 class Executor(Protocol):
     """What a workload drives: a `Session` or a `RecordingSession`."""
 
-    async def execute(self, statement: Statement | str) -> Result: ...
+    def execute(self, statement: Statement | str) -> Awaitable[Result]: ...
 
 
 class SetupFailed(CoordsimError):

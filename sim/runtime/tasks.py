@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Coroutine, Generator
-from typing import TYPE_CHECKING, Any, Final, Self, TypeVar, final
+from typing import TYPE_CHECKING, Any, Final, Generic, Self, TypeVar, final
 
 from sim.runtime.patches import current_task, get_running_loop
 
@@ -15,27 +15,31 @@ if TYPE_CHECKING:
 
     from anyio.abc import TaskGroup
 
-__all__ = ['DONE', 'AsyncExitStack', 'TaskOwner', 'concurrently', 'started_after']
+__all__ = ['DONE', 'AsyncExitStack', 'Ready', 'TaskOwner', 'concurrently', 'started_after']
 
 A = TypeVar("A")
 B = TypeVar("B")
 
 
 @final
-class _Done:
-    """An awaitable that completes at once, without yielding to the loop: what
-    a function returning an awaitable returns when there is nothing to wait
-    for (`await DONE` is `pass`)."""
+class Ready(Generic[A]):
+    """An awaitable that is already done: `await Ready(x)` is `x`, without
+    yielding to the loop. What a function that returns an awaitable (instead
+    of being a coroutine: one layer less for its awaiting caller to pass on
+    each suspension, issue 20) returns when it has its answer at once."""
 
-    __slots__ = ()
+    __slots__ = ("_value",)
 
-    def __await__(self) -> Generator[Any, None, None]:
-        return
-        yield  # a generator that returns at once
+    def __init__(self, value: A) -> None:
+        self._value = value
+
+    def __await__(self) -> Generator[Any, None, A]:
+        yield from ()  # a generator that returns at once
+        return self._value
 
 
-#: The `_Done` awaitable.
-DONE: Final = _Done()
+#: `Ready(None)`: nothing to wait for.
+DONE: Final[Ready[None]] = Ready(None)
 
 
 async def concurrently(first: Callable[[], Awaitable[A]], second: Callable[[], Awaitable[B]]) -> tuple[A, B]:
