@@ -581,9 +581,10 @@ class Replica:
 class _ArrangedPeek:
     """A peek of an arrangement, run by loop callbacks instead of a task:
     wait until the arrangement passes `as_of`, read it, hold a worker for the
-    read's modeled CPU, evaluate, then the response hop. A task, its cancel
-    scope and three coroutine frames per peek were a tenth of a simulated
-    point read (issue 20). `cancel()` stops it at any step."""
+    read's modeled CPU, evaluate, then the response hop. The task version
+    (a task, its cancel scope and three coroutine frames per peek) was a
+    sixth of a simulated point read's time; this made the read about 6 %
+    faster with the same trace (issue 20). `cancel()` stops it at any step."""
 
     __slots__ = ("_cancelled", "_cmd", "_contents", "_df", "_holding", "_life", "_pending", "_replica")
 

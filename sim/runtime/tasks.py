@@ -51,8 +51,8 @@ async def concurrently(first: Callable[[], Awaitable[A]], second: Callable[[], A
     (`second`), step for step — the same futures, callbacks and cancellations
     in the same order — without its generic entry and exit. It runs on every
     peek: issue 20 measured the group itself at a sixth of the call, and a
-    second task at three more loop callbacks per peek than running `first` in
-    the caller. Cancellation from an enclosing anyio scope reaches both, as
+    second task at 2.5 more loop callbacks per peek (18.8 against 16.3) than
+    running `first` in the caller. Cancellation from an enclosing anyio scope reaches both, as
     with a task group.
     """
     loop = get_running_loop()
@@ -180,8 +180,8 @@ class started_after:
     failure cancels the block and is raised, as in a task group.
 
     For a guard that is rarely due (a lease renewal during a read that almost
-    always ends within one period): issue 20 measured starting and cancelling
-    a task group's task on every fast-path peek at a tenth of an update.
+    always ends within one period): starting and cancelling a task group's
+    task on every fast-path peek instead cost about 9 % of an update (issue 20).
     """
 
     __slots__ = ("_fn", "_group", "_seconds", "_timer")
