@@ -631,7 +631,7 @@ class _ArrangedPeek:
         self._contents = contents = arr.read(cmd.as_of)
         rt = replica._rt
         cost = replica_cost(rt, "replica.peek") + len(contents) * replica_cost(rt, "replica.peek_row")
-        self._pending = replica._pool.hold_then(cost, self._read)
+        self._pending = rt.cpu_then(cost, replica._pool, self._read)
 
     def _read(self) -> None:
         self._pending = None

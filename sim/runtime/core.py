@@ -14,7 +14,7 @@ from typing import Any, Final, TypeVar, final
 
 import sniffio
 
-from sim.runtime.cpu import CorePool
+from sim.runtime.cpu import CorePool, Hold
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.interrupts import guard
 from sim.runtime.latency import Constant, LatencyModel
@@ -160,7 +160,7 @@ class Runtime:
 
         In real time the stock loop's timers are about a millisecond coarse (a
         50 µs sleep takes over 1 ms here), so small costs are owed to the pool
-        and slept off together once `REAL_CPU_QUANTUM_S` is owed: the total
+        and slept off together once `REAL_CPU_QUANTUM_S` is owed (`CorePool.owe`): the total
         stays right, each cost is not inflated twentyfold. In virtual time it
         is `pool.hold(seconds)` itself, not a coroutine around it: every layer
         of coroutines is passed again on each suspension and resumption of the
@@ -172,16 +172,17 @@ class Runtime:
 
     async def _real_cpu(self, seconds: float, pool: CorePool) -> None:
         async with pool.core():
-            pool.owed_s += seconds
-            if pool.owed_s >= REAL_CPU_QUANTUM_S:
-                owed, pool.owed_s = pool.owed_s, 0.0
+            owed = pool.owe(seconds)
+            if owed > 0:
                 await self.sleep(owed)
             else:
                 await asyncio.sleep(0)
 
-
-#: Real time: the least modeled CPU slept at once (see `Runtime.cpu`).
-REAL_CPU_QUANTUM_S: Final = 0.001
+    def cpu_then(self, seconds: float, pool: CorePool, then: Callable[[], None]) -> Hold:
+        """`cpu(seconds, pool)` by loop callbacks, then `then()`, for a component
+        that is a chain of callbacks rather than a task; `cancel()` on the result
+        stops it. In real time small costs are owed to the pool as in `cpu`."""
+        return pool.hold_then(seconds, then, owed=not self.virtual)
 
 #: The OS's randomness, for ids that must be unique across processes (real mode).
 _SYSTEM_RANDOM: Final = random.SystemRandom()

@@ -6,7 +6,7 @@ import asyncio
 import collections
 import contextlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Final, final
 
 from sim.runtime.loop import wake
 from sim.runtime.patches import get_running_loop
@@ -16,9 +16,12 @@ if TYPE_CHECKING:
 
     from sim.runtime.core import Runtime
 
-__all__ = ["CorePool", "CorePoolStatistics", "Hold"]
+__all__ = ["REAL_CPU_QUANTUM_S", "CorePool", "CorePoolStatistics", "Hold"]
 
 # --- Modeled CPU ------------------------------------------------------------------------
+
+#: Real time: the least modeled CPU slept at once (see `CorePool.owe`).
+REAL_CPU_QUANTUM_S: Final = 0.001
 
 
 @final
@@ -140,14 +143,28 @@ class CorePool:
             self._busy_s += loop.time() - got
             self._release()
 
-    def hold_then(self, seconds: float, then: Callable[[], None]) -> Hold:
+    def hold_then(self, seconds: float, then: Callable[[], None], *, owed: bool = False) -> Hold:
         """`hold(seconds)` run by loop callbacks, then `then()`: for a component
         that is a chain of callbacks rather than a task. The same queue of
         waiters and the same accounting; `cancel()` on the result stops it at
-        any point, giving back a core it holds or was just granted."""
-        hold = Hold(self, seconds, then)
+        any point, giving back a core it holds or was just granted. With
+        `owed` (real time), the core is held for what `owe(seconds)` says once
+        it is granted, as `Runtime.cpu` does."""
+        hold = Hold(self, seconds, then, owed=owed)
         hold.start()
         return hold
+
+    def owe(self, seconds: float) -> float:
+        """Real time only: adds `seconds` of modeled CPU to what the pool owes and
+        returns what to sleep off now: all of it once `REAL_CPU_QUANTUM_S` is
+        owed, else 0. The stock loop's timers are about a millisecond coarse (a
+        50 µs sleep takes over 1 ms), so small costs are slept off together:
+        the total stays right, each cost is not inflated twentyfold."""
+        self.owed_s += seconds
+        if self.owed_s < REAL_CPU_QUANTUM_S:
+            return 0.0
+        owed, self.owed_s = self.owed_s, 0.0
+        return owed
 
     def statistics(self) -> CorePoolStatistics:
         return CorePoolStatistics(self.name, self.cores, self._busy_s, self._acquisitions, self._wait_s)
@@ -157,11 +174,12 @@ class CorePool:
 class Hold:
     """One `CorePool.hold_then`: waiting for a core, then holding it."""
 
-    __slots__ = ("_got", "_loop", "_pool", "_seconds", "_start", "_then", "_timer", "_waiter")
+    __slots__ = ("_got", "_loop", "_owed", "_pool", "_seconds", "_start", "_then", "_timer", "_waiter")
 
-    def __init__(self, pool: CorePool, seconds: float, then: Callable[[], None]) -> None:
+    def __init__(self, pool: CorePool, seconds: float, then: Callable[[], None], *, owed: bool = False) -> None:
         self._pool = pool
         self._seconds = seconds
+        self._owed = owed
         self._then = then
         self._loop = get_running_loop()
         self._start = self._loop.time()
@@ -198,11 +216,12 @@ class Hold:
         self._got = got = loop.time()
         pool._wait_s += got - self._start
         pool._acquisitions += 1
+        seconds = pool.owe(self._seconds) if self._owed else self._seconds
         # `hold`'s sleep: a timer, or the next turn for nothing.
-        if not self._seconds > 0:
+        if not seconds > 0:
             self._timer = loop.call_soon(self._done)
         else:
-            self._timer = loop.call_at(got + self._seconds, self._done)
+            self._timer = loop.call_at(got + seconds, self._done)
 
     def _done(self) -> None:
         self._timer = None

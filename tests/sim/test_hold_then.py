@@ -136,3 +136,29 @@ def test_zero_seconds_still_takes_a_turn() -> None:
         return log
 
     assert run(main, seed=0) == ["returned", "held"]
+
+
+def test_owed_holds_sleep_only_once_a_quantum_is_owed() -> None:
+    """`owed=True` (what `Runtime.cpu_then` passes on the stock loop) holds a
+    core for `CorePool.owe`'s answer: nothing until a millisecond is owed,
+    then all of it. Costs of 2**-12 s keep the sums exact."""
+    cost = 2.0**-12
+
+    async def main(rt: Runtime) -> list[float]:
+        pool = rt.core_pool(1, "p")
+        times: list[float] = []
+        finished = asyncio.Event()
+
+        def step(i: int) -> None:
+            times.append(rt.now())
+            if i < 12:
+                pool.hold_then(cost, lambda: step(i + 1), owed=True)
+            else:
+                finished.set()
+
+        step(0)
+        await finished.wait()
+        assert pool.owed_s == 2 * cost
+        return times
+
+    assert run(main, seed=0) == [0.0] * 5 + [5 * cost] * 5 + [10 * cost] * 3

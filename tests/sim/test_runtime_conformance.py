@@ -11,12 +11,14 @@ above (machines are noisy); the virtual loop's exact times are checked in
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TYPE_CHECKING, Final
 
 import anyio
 import pytest
 
-from sim.runtime.core import REAL_CPU_QUANTUM_S, Runtime, run
+from sim.runtime.core import Runtime, run
+from sim.runtime.cpu import REAL_CPU_QUANTUM_S
 from sim.runtime.latency import LatencyModel, Uniform
 from sim.runtime.loop import VirtualEventLoop
 from sim.runtime.tasks import TaskOwner
@@ -320,6 +322,34 @@ def test_small_cpu_costs_add_up(virtual: bool) -> None:
     took, acquisitions = run(main, virtual=virtual)
     assert acquisitions == 80
     assert took >= 80 * 0.1 * MS - REAL_CPU_QUANTUM_S - EARLY_S
+
+
+def test_cpu_then_serves_in_arrival_order_and_adds_small_costs_up(virtual: bool) -> None:
+    """`Runtime.cpu_then`, the callback form of `cpu`: the same order, and on
+    the stock loop the same owing of costs below a timer's granularity (85
+    costs of 0.1 ms leave about half a millisecond owed there, none here)."""
+
+    async def main(rt: Runtime) -> tuple[list[int], float, int, float]:
+        pool = rt.core_pool(1, "loop")
+        done: list[int] = []
+        finished = anyio.Event()
+        start = rt.now()
+
+        def then(i: int) -> None:
+            done.append(i)
+            if len(done) == 85:
+                finished.set()
+
+        for i in range(85):
+            rt.cpu_then(0.1 * MS, pool, functools.partial(then, i))
+        await finished.wait()
+        return done, rt.now() - start, pool.statistics().acquisitions, pool.owed_s
+
+    done, took, acquisitions, owed = run(main, virtual=virtual)
+    assert done == list(range(85))
+    assert acquisitions == 85
+    assert took >= 85 * 0.1 * MS - REAL_CPU_QUANTUM_S - EARLY_S
+    assert owed == (0.0 if virtual else pytest.approx(0.5 * MS))
 
 
 # --- Task ownership -----------------------------------------------------------------------
