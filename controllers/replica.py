@@ -508,14 +508,14 @@ class Replica:
         return self._persist.config.machine.lease_ms / 1000 / 4
 
     async def _heartbeat(self, reader: ReadHandle) -> None:
-        """Renews the reader's lease; a crash stops it, so the lease lapses."""
-        period = self._heartbeat_period()
-        while True:
-            await self._rt.sleep(period)
-            await reader.downgrade_since(reader.since)
+        """Renews the reader's lease every period; a crash stops it, so the
+        lease lapses."""
+        await self._rt.sleep(self._heartbeat_period())
+        await self._renewals(reader)
 
     async def _renewals(self, reader: ReadHandle) -> None:
-        """`_heartbeat` from its first renewal on (started when that falls due)."""
+        """`_heartbeat` from its first renewal on (`started_after` starts it
+        when that falls due)."""
         period = self._heartbeat_period()
         while True:
             await reader.downgrade_since(reader.since)
