@@ -61,6 +61,7 @@ writes); what both architectures share lives in `running.py`, `peeks.py` and
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 from collections import deque
@@ -127,7 +128,9 @@ class _Request:
     session: Session
     statement: Statement
     result: Result | None = None
-    done: anyio.Event = field(default_factory=anyio.Event)
+    # asyncio's event, not anyio's: one per statement, waited on before it
+    # is set (see `oracle.batching._Batch`; issue 20).
+    done: asyncio.Event = field(default_factory=asyncio.Event)
 
     def reply(self, result: Result) -> None:
         if self.result is None:
@@ -167,7 +170,7 @@ class EventLoopCoordinator(RunningCoordinator):
         super().__init__(config, env, rt, cores=1, events=events, actor=actor)
         self._queues: dict[_Queue, deque[tuple[int, Any]]] = {q: deque() for q in _PRIORITY}
         self._arrivals = itertools.count()
-        self._wake = anyio.Event()
+        self._wake = asyncio.Event()
         self._peek_ids = itertools.count(1)
         self._peeks: dict[int, _PeekJob] = {}
         # Answers that read coordinator state and wait for one confirm_leadership:
@@ -234,7 +237,7 @@ class EventLoopCoordinator(RunningCoordinator):
                             return name, [q.popleft()]
                         n = min(len(q), self.config.max_batch)
                         return name, [q.popleft() for _ in range(n)]
-            self._wake = anyio.Event()
+            self._wake = asyncio.Event()  # waited on before it is set, as `_Request.done`
             await self._wake.wait()
 
     async def _run_loop(self) -> None:
@@ -606,7 +609,7 @@ class EventLoopCoordinator(RunningCoordinator):
         message to it)."""
         bad = self.config.known_bad.no_write_lock
         async with contextlib.nullcontext() if bad else self._write_lock:
-            read_done = anyio.Event()
+            read_done = asyncio.Event()  # waited on before it is set, as `_Request.done`
             read: list[Result] = []
 
             def got(result: Result) -> None:

@@ -20,10 +20,9 @@ fails, never will be).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, final
-
-import anyio
 
 from controllers.commands import Append
 from controllers.storage import AppendConflict
@@ -52,7 +51,9 @@ class PendingWrite:
     catalog_ts: int
     write_ts: int | None = None
     error: SqlError | None = None
-    done: anyio.Event = field(default_factory=anyio.Event)
+    # asyncio's event, not anyio's: one per write, and its waiter always
+    # waits before it is set (see `oracle.batching._Batch`; issue 20).
+    done: asyncio.Event = field(default_factory=asyncio.Event)
 
     def resolve(self, write_ts: int | None, error: SqlError | None) -> None:
         self.write_ts, self.error = write_ts, error

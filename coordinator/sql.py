@@ -69,6 +69,7 @@ _TOKEN: Final = re.compile(
   | (?P<qid>"(?:[^"]|"")+")
   | (?P<id>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<op><=|>=|<>|!=|[=<>(),;*+\-.])
+  | (?P<bad>.)
     """,
     re.VERBOSE,
 )
@@ -78,23 +79,31 @@ class _Tok(NamedTuple):
     kind: str  # num str id qid op end
     text: str
     pos: int
+    #: `text` lowered, for keyword checks ("" unless an `id`).
+    word: str = ""
 
 
 def _tokenize(sql: str) -> list[_Tok]:
+    # One `finditer` pass: every character belongs to some alternative (`bad`
+    # catches the rest), so the matches tile the text. A hand loop of `match`
+    # calls cost a third of an INSERT's parse (issue 20: inserts are parsed
+    # each time, their texts never repeat).
     out: list[_Tok] = []
-    pos = 0
-    while pos < len(sql):
-        m = _TOKEN.match(sql, pos)
-        if m is None:
-            raise SqlError(
-                SqlState.SYNTAX_ERROR, f"unexpected character {sql[pos]!r} at position {pos + 1}"
-            )
+    append = out.append
+    new = tuple.__new__  # _Tok's own __new__ is a Python call more per token
+    for m in _TOKEN.finditer(sql):
         kind = m.lastgroup
-        assert kind is not None
-        if kind != "ws":
-            out.append(_Tok(kind, m.group(), pos))
-        pos = m.end()
-    out.append(_Tok("end", "", len(sql)))
+        if kind == "ws":
+            continue
+        if kind == "id":
+            text = m.group()
+            append(new(_Tok, ("id", text, m.start(), text.lower())))
+        elif kind == "bad":
+            pos = m.start()
+            raise SqlError(SqlState.SYNTAX_ERROR, f"unexpected character {sql[pos]!r} at position {pos + 1}")
+        else:
+            append(new(_Tok, (kind, m.group(), m.start(), "")))
+    append(_Tok("end", "", len(sql)))
     return out
 
 
@@ -145,10 +154,14 @@ class _Parser:
         )
 
     def is_kw(self, *words: str, ahead: int = 0) -> bool:
-        return all(
-            self.peek(ahead + k).kind == "id" and self.peek(ahead + k).text.lower() == w
-            for k, w in enumerate(words)
-        )
+        toks = self.toks
+        last = len(toks) - 1
+        i = self.i + ahead
+        for w in words:
+            if toks[i if i < last else last].word != w:
+                return False
+            i += 1
+        return True
 
     def accept_kw(self, *words: str) -> bool:
         if self.is_kw(*words):

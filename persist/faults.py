@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar, final
+from typing import TYPE_CHECKING, final
 
 from persist.location import (
     Blob,
@@ -29,12 +29,8 @@ from sim.runtime.errors import Determinate, Indeterminate, InvalidUsage
 
 if TYPE_CHECKING:
     import random
-    from collections.abc import Awaitable, Callable
 
 __all__ = ["FaultStatistics", "UnreliableBlob", "UnreliableConsensus"]
-
-T = TypeVar("T")
-
 
 class _Fate(enum.Enum):
     OK = "ok"
@@ -80,17 +76,23 @@ class _Injector:
             return _Fate.TIMEOUT_AFTER if self.rng.random() < 0.5 else _Fate.TIMEOUT_BEFORE
         return _Fate.OK
 
-    async def call(self, op: str, write: bool, inner: Callable[[], Awaitable[T]]) -> T:
+    def before(self, op: str, write: bool) -> _Fate:
+        """Draws this call's fate and raises now if it fails before reaching the
+        inner store; the caller then awaits the inner call and passes the fate
+        to `after`. (Two plain calls instead of a coroutine around the inner
+        one: every modeled persist round trip passes here; issue 20.)"""
         fate = self._fate(write)
         self._counts[fate] += 1
         if fate is _Fate.FAIL:
             raise Determinate(f"injected failure: {self.name}.{op}")
         if fate is _Fate.TIMEOUT_BEFORE:
             raise Indeterminate(f"injected timeout: {self.name}.{op}")
-        result = await inner()
+        return fate
+
+    def after(self, op: str, fate: _Fate) -> None:
+        """Raises if `fate` says the call times out after it applied."""
         if fate is _Fate.TIMEOUT_AFTER:
             raise Indeterminate(f"injected timeout after applying: {self.name}.{op}")
-        return result
 
     def statistics(self) -> FaultStatistics:
         c = self._counts
@@ -139,18 +141,29 @@ class UnreliableBlob(_FaultControls, Blob):
 
     async def get(self, key: str) -> bytes | None:
         check_blob_key(key)
-        return await self._faults.call("get", False, lambda: self.inner.get(key))
+        fate = self._faults.before("get", False)
+        result = await self.inner.get(key)
+        self._faults.after("get", fate)
+        return result
 
     async def set(self, key: str, value: bytes) -> None:
         check_blob_key(key)
-        await self._faults.call("set", True, lambda: self.inner.set(key, value))
+        fate = self._faults.before("set", True)
+        await self.inner.set(key, value)
+        self._faults.after("set", fate)
 
     async def delete(self, key: str) -> bool:
         check_blob_key(key)
-        return await self._faults.call("delete", True, lambda: self.inner.delete(key))
+        fate = self._faults.before("delete", True)
+        result = await self.inner.delete(key)
+        self._faults.after("delete", fate)
+        return result
 
     async def list_keys(self, prefix: str = "") -> list[str]:
-        return await self._faults.call("list_keys", False, lambda: self.inner.list_keys(prefix))
+        fate = self._faults.before("list_keys", False)
+        result = await self.inner.list_keys(prefix)
+        self._faults.after("list_keys", fate)
+        return result
 
     async def close(self) -> None:
         await self.inner.close()
@@ -174,27 +187,35 @@ class UnreliableConsensus(_FaultControls, Consensus):
 
     async def head(self, key: str) -> VersionedData | None:
         check_consensus_key(key)
-        return await self._faults.call("head", False, lambda: self.inner.head(key))
+        fate = self._faults.before("head", False)
+        result = await self.inner.head(key)
+        self._faults.after("head", fate)
+        return result
 
     async def compare_and_set(
         self, key: str, expected: SeqNo | None, new: VersionedData
     ) -> CaSResult:
         check_consensus_key(key)
         check_cas_seqnos(expected, new)
-        return await self._faults.call(
-            "compare_and_set", True, lambda: self.inner.compare_and_set(key, expected, new)
-        )
+        fate = self._faults.before("compare_and_set", True)
+        result = await self.inner.compare_and_set(key, expected, new)
+        self._faults.after("compare_and_set", fate)
+        return result
 
     async def scan(self, key: str, from_seqno: SeqNo, limit: int) -> list[VersionedData]:
         check_consensus_key(key)
         check_scan_limit(limit)
-        return await self._faults.call(
-            "scan", False, lambda: self.inner.scan(key, from_seqno, limit)
-        )
+        fate = self._faults.before("scan", False)
+        result = await self.inner.scan(key, from_seqno, limit)
+        self._faults.after("scan", fate)
+        return result
 
     async def truncate(self, key: str, seqno: SeqNo) -> int:
         check_consensus_key(key)
-        return await self._faults.call("truncate", True, lambda: self.inner.truncate(key, seqno))
+        fate = self._faults.before("truncate", True)
+        result = await self.inner.truncate(key, seqno)
+        self._faults.after("truncate", fate)
+        return result
 
     async def close(self) -> None:
         await self.inner.close()
