@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import json
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 from persist.frontier import Frontier
 from sim.runtime.errors import InvalidUsage
@@ -44,6 +44,9 @@ __all__ = [
 ]
 
 STATE_FORMAT = 1
+#: The diffs' and rollups' JSON: made once, where `json.dumps` with these
+#: options builds an encoder per call (every CaS encodes a diff; issue 20).
+_JSON: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 
 
 @final
@@ -435,7 +438,7 @@ def encode_diff(diff: StateDiff) -> bytes:
         "set": diff.sets,
         "del": list(diff.deletes),
     }
-    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    return _JSON.encode(doc).encode()
 
 
 def decode_diff(data: bytes) -> StateDiff:
@@ -448,7 +451,7 @@ def decode_diff(data: bytes) -> StateDiff:
 def encode_rollup(state: ShardState) -> bytes:
     """The full state; deterministic bytes, so any writer writes the same rollup."""
     doc = {"format": STATE_FORMAT, "seqno": state.seqno, "state": state.to_flat()}
-    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    return _JSON.encode(doc).encode()
 
 
 def decode_rollup(data: bytes) -> ShardState:

@@ -11,7 +11,7 @@ checkers would reject later.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, TypeAlias, final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
 
 from sim.history.model import (
     FAIL,
@@ -39,9 +39,13 @@ __all__ = ["Clock", "HistoryRecorder", "encode_args"]
 Clock: TypeAlias = "Callable[[], float]"
 
 
+#: Canonical JSON, made once (`json.dumps` with options builds an encoder per call).
+_JSON: Final = json.JSONEncoder(sort_keys=True)
+
+
 def encode_args(args: Mapping[str, Any]) -> str:
     """An op's args as the history stores them: canonical JSON."""
-    return json.dumps(args, sort_keys=True)
+    return _JSON.encode(args)
 
 
 @final
@@ -207,7 +211,7 @@ class HistoryRecorder:
                 batch_size,
                 actor,
                 tuple(ops),
-                None if detail is None else json.dumps(detail, sort_keys=True),
+                None if detail is None else _JSON.encode(detail),
             )
         )
 
