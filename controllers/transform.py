@@ -153,7 +153,16 @@ class Transform:
         keep: Callable[[Row], bool]
         if not terms:
             keep = _always
-        elif len(terms) == 1:  # a point peek's filter: no generator per row
+        elif len(terms) == 1 and terms[0][1] == "=" and type(terms[0][2]) is int:
+            # A point peek's filter, `a = 1`: `_compare`'s answer for an integer
+            # (not a bool) compared for equality, without its checks per row.
+            [(at, _, wanted)] = terms
+
+            def keep(row: Row) -> bool:
+                v = row[at]
+                return type(v) is int and v == wanted
+
+        elif len(terms) == 1:  # no generator per row
             [(at, op, value)] = terms
 
             def keep(row: Row) -> bool:
