@@ -3,7 +3,9 @@
 For select-one, insert and update on `decoupled` and `event-loop` at 64
 clients: simulated ops per wall-second (a timed run in a fresh process,
 nothing instrumented), then loop callbacks and timers per simulated operation
-(the loop's own counts, over a second run), then, for every pair, the top
+(the loop's own counts, over a second run) and the loop floor they imply (what
+those events cost with no model code at all, so the ceiling on ops per
+wall-second that making the model code free would reach), then, for every pair, the top
 functions by own time under cProfile and the own time summed by component
 (package, library, asyncio, C builtins) (a third run; cProfile's overhead is
 why it never times anything). The first level of 64 clients is a warm-up; the
@@ -17,16 +19,19 @@ removed afterwards; its sweep verdicts must equal this tree's.
 
 Usage: uv run python bench/simspeed.py [--quick] [--top N] [--against REV] [--rounds N]
 Last line: `RESULT sim_ops_per_wall_s=… events_per_op=… select_one_el=… insert_dec=… update_dec=…
-select_one_dec=… insert_el=… update_el=… sweep_s=…` (`sim_ops_per_wall_s` and
+select_one_dec=… insert_el=… update_el=… sweep_s=… floor_callback_us=… floor_timer_us=…
+ceiling_<pair>=…` (`sim_ops_per_wall_s` and
 `events_per_op` are select-one on decoupled, the figure the issue's target is
 stated in; the others are each pair's ops per wall-second, means over the
-rounds; with `--against`, `speedup_<pair>=…` and `sweep_speedup=…` follow,
+rounds; `floor_callback_us`, `floor_timer_us` the loop floor's unit costs and
+`ceiling_<pair>` its ops per wall-second; with `--against`, `speedup_<pair>=…` and `sweep_speedup=…` follow,
 each the mean of the per-round ratios).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import cProfile
 import json
@@ -37,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim.compare.runner import run_pair
 from sim.load.config import Config
+from sim.runtime.core import Runtime, run
 from sim.runtime.loop import VirtualEventLoop
 
 if TYPE_CHECKING:
@@ -151,6 +158,55 @@ def _counting(counts: Counts) -> Iterator[None]:
         VirtualEventLoop.close = close  # type: ignore[method-assign]
 
 
+@dataclass(frozen=True)
+class Floor:
+    """What the virtual loop costs with no model code: wall seconds per
+    callback (a task step that only yields) and per timer (a sleep, less the
+    two callbacks it also takes: the timer's and the task's wake-up)."""
+
+    callback_s: float
+    timer_s: float
+    samples: int
+
+    def per_op(self, callbacks: float, timers: float) -> float:
+        """Seconds per operation of `callbacks` (fired timers included, as the
+        loop counts them) and `timers` per operation."""
+        return callbacks * self.callback_s + timers * self.timer_s
+
+
+def _loop_floor(steps: int, rounds: int = 3) -> Floor:
+    """64 tasks that each yield `steps` times, then 64 that each sleep
+    `steps` times, on the virtual loop through `Runtime.sleep`; the fastest
+    of `rounds` runs of each (the floor: noise only ever adds)."""
+
+    async def yields(rt: Runtime) -> float:
+        async def task() -> None:
+            for _ in range(steps):
+                await asyncio.sleep(0)
+
+        start = time.perf_counter()
+        async with asyncio.TaskGroup() as tg:
+            for _ in range(64):
+                tg.create_task(task())
+        return time.perf_counter() - start
+
+    async def sleeps(rt: Runtime) -> float:
+        async def task(i: int) -> None:
+            for k in range(steps):
+                await rt.sleep(1e-4 * (1 + (i * 7 + k) % 13))  # deadlines spread over the heap
+
+        start = time.perf_counter()
+        async with asyncio.TaskGroup() as tg:
+            for i in range(64):
+                tg.create_task(task(i))
+        return time.perf_counter() - start
+
+    n = 64 * steps
+    callback = min(run(yields) for _ in range(rounds)) / n
+    sleep = min(run(sleeps) for _ in range(rounds)) / n
+    return Floor(callback, sleep - 2 * callback, n)
+
+
 def _per_op(workload: str, config: str, ops: int) -> tuple[float, float]:
     """Callbacks and timers per operation over the whole run (warm-up levels
     included: they do the same work per operation)."""
@@ -242,6 +298,15 @@ def main() -> None:
 def _run(trees: dict[str, Path], *, ops: int, seeds: int, rounds: int, quick: bool, top: int) -> None:
     result: dict[str, str] = {}
     ratios: dict[str, str] = {}
+    ceilings: dict[str, str] = {}
+    floor = _loop_floor(500 if quick else 2000)
+    print(
+        f"loop floor (no model code, this tree, 64 tasks, {floor.samples} steps, fastest of 3): "
+        f"{floor.callback_s * 1e6:.2f} us per callback, {floor.timer_s * 1e6:.2f} us per timer",
+        flush=True,
+    )
+    result["floor_callback_us"] = f"{floor.callback_s * 1e6:.2f}"
+    result["floor_timer_us"] = f"{floor.timer_s * 1e6:.2f}"
     for workload, config, key in PAIRS:
         rates: dict[str, list[float]] = {name: [] for name in trees}
         simulated = 0.0
@@ -257,8 +322,11 @@ def _run(trees: dict[str, Path], *, ops: int, seeds: int, rounds: int, quick: bo
         line = (
             f"{workload:<10} {config:<10} c=64: {n} ops in {simulated:.3f} simulated s "
             f"-> {_spread(rates['this'])} simulated ops/wall s (n={rounds}); "
-            f"{callbacks:.1f} callbacks/op, {timers:.1f} timers/op"
+            f"{callbacks:.1f} callbacks/op, {timers:.1f} timers/op; "
+            f"loop floor {floor.per_op(callbacks, timers) * 1e6:.1f} us/op "
+            f"(ceiling {1 / floor.per_op(callbacks, timers):,.0f} ops/s)"
         )
+        ceilings[f"ceiling_{key}"] = f"{1 / floor.per_op(callbacks, timers):.0f}"
         if "base" in trees:
             per_round = [a / b for a, b in zip(rates["this"], rates["base"], strict=True)]
             line += f"; base {_spread(rates['base'])}, speed-up {_ratio(per_round)}"
@@ -299,8 +367,9 @@ def _run(trees: dict[str, Path], *, ops: int, seeds: int, rounds: int, quick: bo
     result["sweep_s"] = f"{statistics.mean(walls['this']):.2f}"
 
     keys = ["sim_ops_per_wall_s", "events_per_op", "select_one_el", "insert_dec", "update_dec",
-            "select_one_dec", "insert_el", "update_el", "sweep_s"]  # fmt: skip
-    print("RESULT " + " ".join([f"{k}={result[k]}" for k in keys] + [f"{k}={v}" for k, v in ratios.items()]))
+            "select_one_dec", "insert_el", "update_el", "sweep_s", "floor_callback_us", "floor_timer_us"]  # fmt: skip
+    fields = [f"{k}={result[k]}" for k in keys] + [f"{k}={v}" for k, v in {**ceilings, **ratios}.items()]
+    print("RESULT " + " ".join(fields))
 
 
 if __name__ == "__main__":
