@@ -42,8 +42,10 @@ from sim.load.config import MAX_DURATION_S, Config, check_float, is_scenario_fil
 from sim.load.workloads import WORKLOADS
 from sim.runtime.errors import CoordsimError, InvalidUsage
 from sim.runtime.outputs import atomic_write, run_dir, staged_dir
+from sim.runtime.workers import check_jobs, workers
 
 if TYPE_CHECKING:
+    import concurrent.futures
     from collections.abc import Callable
 
     from sim.compare.runner import LevelRow, RunOutput
@@ -163,10 +165,11 @@ def compare(
     as_json: options.Json = False,
     ablate: Annotated[str | None, typer.Option("--ablate", metavar="FROM..TO", help="Run the chain of configurations from FROM to TO that changes one mechanism at a time, and attribute the difference to each (e.g. event-loop..event-loop+pg-oracle).")] = None,
     sensitivity: Annotated[bool, typer.Option("--sensitivity", help="Rerun the comparison with each family of unmeasured costs (coordinator CPU, replica, catalog feed) scaled x0.5 and x2, and say which conclusions survive (7 sweeps in all: use with --mode virtual or --quick).")] = False,
+    jobs: options.Jobs = None,
 ) -> None:
     """Compare the configurations: run workloads under each with the same seeds, in steady state.
 
-    --repeat interleaved passes, each on a fresh deployment: per level a warm-up, then one window of --duration. Prints tables with 95 % intervals, errors and the checkers' verdict; writes plots, report.md, results.csv, config.toml, the traces and one latency histogram per level (hgrm/WORKLOAD/CONFIG/cN.hgrm) to the output directory, and prints its path last. Exit 1 on an anomaly, an error rate above --error-threshold, or a regression.
+    --repeat interleaved passes, each on a fresh deployment: per level a warm-up, then one window of --duration. In virtual mode the passes run on --jobs worker processes (their numbers are simulated time: the outputs are the same for any --jobs); real mode measures wall-clock time and runs one pass at a time. Prints tables with 95 % intervals, errors and the checkers' verdict; writes plots, report.md, results.csv, config.toml, the traces and one latency histogram per level (hgrm/WORKLOAD/CONFIG/cN.hgrm) to the output directory, and prints its path last. Exit 1 on an anomaly, an error rate above --error-threshold, or a regression.
 
     Examples:
       coordsim compare --quick
@@ -199,12 +202,16 @@ def compare(
             duration_s=duration or (None if ops else 0.3 if cfg.mode == "real" else 0.02),
             warmup_s=warmup or (None if ops else 0.2 if cfg.mode == "real" else 0.01),
         )
+    n_jobs = _jobs(cfg, jobs)
     base_rows = read_results(baseline) if baseline is not None else None
     _check_progress(progress)
     target = options_run_dir(cfg, "compare")
     wall0 = time.perf_counter()
-    with staged_dir(target, "compare") as stage, postgres_for(cfg) as cfg:
-        rows, verdicts, anomalies = _sweep(cfg, stage, check=not no_check, progress=progress, dest=target)
+    with staged_dir(target, "compare") as stage, postgres_for(cfg) as cfg, \
+            workers(n_jobs, preload="sim.compare.runner") as pool:  # fmt: skip
+        rows, verdicts, anomalies = _sweep(
+            cfg, stage, check=not no_check, progress=progress, dest=target, pool=pool
+        )
         write_hgrms(stage, rows)
         checked = compare_baseline(rows, base_rows, threshold=threshold) if base_rows is not None else None
         regressions = checked.regressions if checked is not None else []
@@ -221,7 +228,7 @@ def compare(
             def rerun(scaled: Config, label: str) -> list[LevelRow]:
                 _err.print(f"compare --sensitivity: {label}", markup=False, highlight=False)
                 sub = stage / "sensitivity" / label.replace(" ", "-")
-                return _sweep(scaled, sub, check=False, progress=progress)[0]
+                return _sweep(scaled, sub, check=False, progress=progress, pool=pool)[0]
 
             reruns = run_sensitivity(cfg, stage / "sensitivity", rerun)
             fragile_lines, fragile = survival_lines(rows, reruns)
@@ -242,8 +249,9 @@ def compare(
                 if cfg.open_loop_rate
                 else "closed loop; "
             )
-            + f"{how}; wall time {time.perf_counter() - wall0:.0f} s on {os.cpu_count()} cores. "
-            "Throughput: mean over the passes ± the 95 % Student-t half-width; latencies from "
+            + f"{how}; wall time {time.perf_counter() - wall0:.0f} s on {os.cpu_count()} cores"
+            + (f", passes on {n_jobs} worker processes. " if n_jobs > 1 else ". ")
+            + "Throughput: mean over the passes ± the 95 % Student-t half-width; latencies from "
             "HdrHistograms over all passes, `lat. n` operations (a percentile needs 10 samples beyond it, "
             "else —); errors by SQLSTATE; oracle q/op = backing oracle queries per statement; "
             "loop busy = modeled coordinator CPU / (time x cores); loop msg/op = messages the event loop "
@@ -313,6 +321,20 @@ def options_run_dir(cfg: Config, command: str) -> Path:
     return run_dir(cfg.output or None, command).absolute()
 
 
+def _jobs(cfg: Config, jobs: int | None) -> int:
+    """`--jobs`, or its default: one worker per core in virtual mode, 1 in real
+    mode, where passes run one at a time (their numbers are wall-clock)."""
+    if jobs is None:
+        return (os.cpu_count() or 1) if cfg.mode == "virtual" else 1
+    check_jobs(jobs)
+    if jobs > 1 and cfg.mode != "virtual":
+        raise InvalidUsage(
+            f"--jobs {jobs}: real mode measures wall-clock throughput, so its passes run one at a time "
+            "(leave out --jobs, or use --mode virtual)"
+        )
+    return jobs
+
+
 def _check_progress(progress: float | None) -> None:
     if progress is not None:
         check_float("--progress", progress, low=0, high=MAX_DURATION_S, unit="seconds", strict_low=True)
@@ -329,20 +351,22 @@ def _run_entry(
     traces: dict[str, Path],
     on_level: Callable[[str, int, LevelRow], None],
     on_pass: Callable[[str, int, RunOutput], None],
+    pool: concurrent.futures.Executor | None,
 ) -> dict[str, RunOutput]:
     """One `--workloads` entry under every configuration: a built-in workload's
     sweep or a TOML scenario's (its workload, with its own settings) in
     `--repeat` passes interleaved across the configurations
     (`sim.compare.runner.run_workload`), or a Python scenario run `--repeat` times per
     configuration as one row. `on_pass` gets each pass's (or script's first
-    run's) own output, to check."""
+    run's) own output, to check. `pool`: worker processes for the passes of
+    a virtual sweep (`run_workload`)."""
     from sim.compare.runner import run_workload
     from sim.compare.scripts import run_script
     from sim.load.scenarios import PythonScenario, load
 
     if not is_scenario_file(entry):
         return run_workload(cfg, cfg.configurations, entry, traces, on_level=on_level,
-                            on_pass=lambda name, p: on_pass(name, p.index, p.output))  # fmt: skip
+                            on_pass=lambda name, p: on_pass(name, p.index, p.output), pool=pool)  # fmt: skip
     sc = load(entry)
     if isinstance(sc, PythonScenario):
         outs = {}
@@ -355,7 +379,7 @@ def _run_entry(
         return outs
     own = cfg.with_overrides(**sc.params)
     outs = run_workload(own, cfg.configurations, sc.workload, traces, on_level=on_level,
-                        on_pass=lambda name, p: on_pass(name, p.index, p.output))  # fmt: skip
+                        on_pass=lambda name, p: on_pass(name, p.index, p.output), pool=pool)  # fmt: skip
     return {name: replace(out, rows=[replace(r, workload=sc.name) for r in out.rows]) for name, out in outs.items()}
 
 
@@ -406,14 +430,16 @@ class _Ticker:
 
 
 def _sweep(
-    cfg: Config, stage: Path, *, check: bool, progress: float | None = None, dest: Path | None = None
+    cfg: Config, stage: Path, *, check: bool, progress: float | None = None, dest: Path | None = None,
+    pool: concurrent.futures.Executor | None = None,
 ) -> tuple[list[LevelRow], list[str], list[str]]:
     """Every (workload, configuration) pair: measured in interleaved passes,
     each pass traced and (unless `check` is off) judged by the in-process
     checkers. Returns the rows (with their verdict: the worst of their
     passes'), one verdict line per pair (plus one per pass with an anomaly),
     and the anomaly lines. `dest` is where `stage` will be published (named
-    in the anomaly lines); `progress` is `-P`."""
+    in the anomaly lines); `progress` is `-P`; `pool` runs virtual passes
+    (`--jobs`)."""
     from sim.history.checker import check_history
 
     rows: list[LevelRow] = []
@@ -464,7 +490,7 @@ def _sweep(
                     anomalies.append(line)
 
             traces = {name: stage / "traces" / label / name for name in cfg.configurations}
-            outs = _run_entry(cfg, wl, traces, on_level, on_pass)
+            outs = _run_entry(cfg, wl, traces, on_level, on_pass, pool)
             for name in cfg.configurations:
                 verdict = outcome.get(name, "") if check else ""
                 if check:

@@ -17,13 +17,17 @@ size, its WAL and checkpoint timing) and so understate run-to-run noise.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import math
+import pickle
 import statistics
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, final
 
 import anyio
+from hdrh.histogram import HdrHistogram
 
 from sim.compare.stats import estimate, percentile_shown
 from sim.history.recorder import HistoryRecorder
@@ -42,10 +46,9 @@ from sim.load.workloads import OpContext, workload
 from sim.runtime.core import Runtime, run
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    import concurrent.futures
+    from collections.abc import Callable, Generator, Mapping, Sequence
     from pathlib import Path
-
-    from hdrh.histogram import HdrHistogram
 
     from coordinator.session import Coordinator, CoordinatorStatistics
     from sim.history.model import Event, History
@@ -324,17 +327,43 @@ def run_pass(
     deployment on its own loop (virtual or real) with seed `cfg.seed + index -
     1`, measured by `measure`; writes its trace to `pass_trace_dir(trace_dir,
     index)`."""
+    levels, history, events = _simulate(cfg, config_name, workload_name, index, on_level)
+    return _traced(cfg, config_name, workload_name, trace_dir, index, levels, history, events)
+
+
+def _simulate(
+    cfg: Config,
+    config_name: str,
+    workload_name: str,
+    index: int,
+    on_level: Callable[[LevelRow], None] = lambda row: None,
+) -> tuple[list[PassLevel], History, list[Event]]:
+    """The run of a pass: its levels, history and events."""
     holder: dict[str, Any] = {}
-    seed = cfg.seed + index - 1
 
     async def main(rt: Runtime) -> list[PassLevel]:
         recorder = HistoryRecorder(rt.now)
         holder["recorder"] = recorder
         return await measure(cfg, config_name, workload_name, rt, recorder, on_level)
 
-    levels = run(main, seed=seed, virtual=cfg.mode == "virtual", latency=cfg.latency())
+    levels = run(main, seed=cfg.seed + index - 1, virtual=cfg.mode == "virtual", latency=cfg.latency())
     recorder: HistoryRecorder = holder["recorder"]
-    history, events = recorder.history(), recorder.events()
+    return levels, recorder.history(), recorder.events()
+
+
+def _traced(
+    cfg: Config,
+    config_name: str,
+    workload_name: str,
+    trace_dir: Path,
+    index: int,
+    levels: list[PassLevel],
+    history: History,
+    events: list[Event],
+) -> PassOutput:
+    """A pass's output, its trace written (always by the process that owns
+    the output directory: see `_in_workers`)."""
+    seed = cfg.seed + index - 1
     where = pass_trace_dir(trace_dir, index)
     label = f"{workload_name}/{config_name}" + (f"/pass{index}" if index > 1 else "")
     write_trace(
@@ -366,6 +395,7 @@ def run_workload(
     *,
     on_level: Callable[[str, int, LevelRow], None] = lambda name, index, row: None,
     on_pass: Callable[[str, PassOutput], None] = lambda name, p: None,
+    pool: concurrent.futures.Executor | None = None,
 ) -> dict[str, RunOutput]:
     """`workload_name` under every configuration of `config_names`, in
     `cfg.window().repeat` passes interleaved across them (pass 1 of each in
@@ -378,6 +408,11 @@ def run_workload(
             row after each level of each pass.
         on_pass: called after each pass with its output (the compare command
             checks each pass's history here).
+        pool: in virtual mode, the passes run on these worker processes
+            (`sim.runtime.workers`); the callbacks still see them in the order
+            above, each pass's levels when the pass is done, and every output
+            is the same as without. Real mode always runs one pass at a time,
+            here: its numbers are wall-clock.
 
     Returns:
         Per configuration: a row per level over all passes (`repeats` = the
@@ -385,11 +420,17 @@ def run_workload(
         coordinator's counters summed over them), with the first pass's trace
         directory, history and events.
     """
+    order = [(index, name) for index in range(1, cfg.window().repeat + 1) for name in config_names]
     passes: dict[str, list[PassOutput]] = {name: [] for name in config_names}
-    for index in range(1, cfg.window().repeat + 1):
-        for name in config_names:
-            one = run_pass(cfg, name, workload_name, trace_dirs[name], index=index,
-                           on_level=functools.partial(on_level, name, index))  # fmt: skip
+    outputs: Generator[PassOutput, None, None]
+    if pool is not None and cfg.mode == "virtual":
+        outputs = _in_workers(pool, cfg, workload_name, trace_dirs, order, on_level)
+    else:
+        outputs = (run_pass(cfg, name, workload_name, trace_dirs[name], index=index,
+                            on_level=functools.partial(on_level, name, index))
+                   for index, name in order)  # fmt: skip
+    with contextlib.closing(outputs):  # the pool is shut down even if on_pass raises
+        for (_, name), one in zip(order, outputs, strict=True):
             on_pass(name, one)
             passes[name].append(one)
     out: dict[str, RunOutput] = {}
@@ -403,6 +444,52 @@ def run_workload(
         first = mine[0].output
         out[name] = RunOutput(rows, first.trace_dir, first.history, first.events)
     return out
+
+
+def _in_workers(
+    pool: concurrent.futures.Executor,
+    cfg: Config,
+    workload_name: str,
+    trace_dirs: Mapping[str, Path],
+    order: Sequence[tuple[int, str]],
+    on_level: Callable[[str, int, LevelRow], None],
+) -> Generator[PassOutput, None, None]:
+    """The passes of `order` submitted to `pool` at once and yielded in that
+    order (each after `on_level` has seen its rows). Workers only simulate;
+    the traces are written here, as the sweep's are: nothing writes into the
+    output directory once this process has stopped (an interrupt) or is
+    about to remove it."""
+    futures = [pool.submit(_simulated_in_worker, cfg, name, workload_name, index) for index, name in order]
+    try:
+        for (index, name), future in zip(order, futures, strict=True):
+            levels, history, events = pickle.loads(future.result())
+            one = _traced(cfg, name, workload_name, trace_dirs[name], index, levels, history, events)
+            for row in one.output.rows:
+                on_level(name, index, row)
+            yield one
+    finally:
+        for future in futures:  # stopped early: what has not started never will
+            future.cancel()
+
+
+def _simulated_in_worker(cfg: Config, config_name: str, workload_name: str, index: int) -> bytes:
+    """`_simulate` in a worker, its result pickled with every latency histogram
+    as HdrHistogram's own encoding (the histogram object holds a ctypes array,
+    which pickle refuses; the encoding round-trips every count)."""
+    buffer = io.BytesIO()
+    _HistogramPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(_simulate(cfg, config_name, workload_name, index))
+    return buffer.getvalue()
+
+
+class _HistogramPickler(pickle.Pickler):
+    def reducer_override(self, obj: object) -> Any:
+        if isinstance(obj, HdrHistogram):
+            return _decoded_histogram, (obj.encode(),)
+        return NotImplemented
+
+
+def _decoded_histogram(encoded: bytes) -> HdrHistogram:
+    return HdrHistogram.decode(encoded)
 
 
 def _summed(stats: Sequence[CoordinatorStatistics | None]) -> CoordinatorStatistics | None:

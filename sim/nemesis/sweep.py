@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import multiprocessing
-import signal
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Final, final
 
@@ -24,6 +22,7 @@ from sim.nemesis.anomalies import Spec, default_spec, parse_known_bad, run_spec
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.outputs import atomic_write
 from sim.runtime.schedule import parse_schedule
+from sim.runtime.workers import MAX_JOBS, check_jobs, workers
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -51,8 +50,6 @@ __all__ = [
 SUMMARY_FILE: Final = "summary.json"
 #: A seed takes 0.1-1 s: 10^7 seeds is months of CPU, past any sensible sweep.
 MAX_SEEDS: Final = 10_000_000
-#: More workers than this is a typo on any machine coordsim runs on.
-MAX_JOBS: Final = 1024
 #: What a seed can end as: the checkers' outcomes, or the simulated system crashed.
 CRASHED: Final = "crashed"
 INTERNAL_ERROR: Final = "XX000"
@@ -183,25 +180,6 @@ def run_seed(task: SeedTask) -> SeedResult:
     return replace(result, report=report, history=history, events=events)
 
 
-def _worker_init() -> None:
-    """Workers share the terminal's process group, so Ctrl-C reaches them too;
-    they ignore it and the parent, which owns the sweep, cancels what is queued
-    and lets each running seed (a second or so) finish."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-
-
-def _context() -> multiprocessing.context.BaseContext:
-    """forkserver where it exists (Linux): workers fork from a server that has
-    imported the simulator once, and no fork of a threaded parent happens;
-    spawn elsewhere."""
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        ctx = multiprocessing.get_context("forkserver")
-        ctx.set_forkserver_preload([__name__])
-        return ctx
-    return multiprocessing.get_context("spawn")
-
-
 def sweep(
     work: Sequence[SeedTask],
     *,
@@ -218,8 +196,7 @@ def sweep(
     Raises:
         InvalidUsage: `jobs` outside 1..MAX_JOBS.
     """
-    if not 1 <= jobs <= MAX_JOBS:
-        raise InvalidUsage(f"--jobs must be between 1 and {MAX_JOBS}, got {jobs}")
+    check_jobs(jobs)
     results: list[SeedResult] = []
 
     def done(r: SeedResult) -> None:
@@ -228,21 +205,14 @@ def sweep(
         # Only the trace needs the history: keep memory flat over 10^4 seeds.
         results.append(_without_history(r))
 
-    if jobs == 1 or len(work) == 1:
-        for t in work:
-            done(run(t))
-    else:
-        pool = concurrent.futures.ProcessPoolExecutor(
-            max_workers=min(jobs, len(work)), mp_context=_context(), initializer=_worker_init
-        )
-        try:
+    with workers(min(jobs, len(work)), preload=__name__) as pool:
+        if pool is None:
+            for t in work:
+                done(run(t))
+        else:
             futures = [pool.submit(run, t) for t in work]
             for f in concurrent.futures.as_completed(futures):
                 done(f.result())
-        finally:
-            # On an interrupt or a failure: drop what is queued, wait for the
-            # seeds in flight (workers ignore SIGINT), leave no process behind.
-            pool.shutdown(wait=True, cancel_futures=True)
     return sorted(results, key=lambda r: r.seed)
 
 

@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 
 import sim.compare.runner
 from sim.cli.main import app
-from sim.compare.runner import PassOutput, run_pair, run_workload
+from sim.compare.runner import LevelRow, PassOutput, RunOutput, run_pair, run_workload
 from sim.load.config import Config
+from sim.runtime.workers import workers
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -33,9 +34,11 @@ def test_compare_interleaves_passes_across_configurations(tmp_path: Path, monkey
 
     monkeypatch.setattr(sim.compare.runner, "run_pass", recording)
     out = tmp_path / "out"
+    # --jobs 1: the passes run here, where `recording` sees them (workers give
+    # the same outputs: test_passes_on_workers_are_what_one_process_gives).
     r = CliRunner().invoke(app, ["compare", "--mode", "virtual", "--workloads", "select-one,insert", "--configs",
                                  "event-loop,decoupled", "--concurrency", "1,4", "--duration", "0.01", "--warmup",
-                                 "0.005", "--repeat", "2", "--seed", "7", "-o", str(out)])  # fmt: skip
+                                 "0.005", "--repeat", "2", "--seed", "7", "--jobs", "1", "-o", str(out)])  # fmt: skip
     assert r.exit_code == 0, r.output
     assert order == [
         (wl, name, k, 7 + k - 1)
@@ -103,3 +106,40 @@ def test_baseline_of_an_identical_run_passes_and_says_how(tmp_path: Path) -> Non
     assert again.exit_code == 0, again.output
     assert ("baseline: no regression: 0 of 8 comparisons beyond 20% and significant at family-wise 5% "
             "(Welch, one-sided; Holm)") in again.output  # fmt: skip
+
+
+def test_passes_on_workers_are_what_one_process_gives(tmp_path: Path) -> None:
+    """`run_workload` with a pool of worker processes: the same rows, latency
+    histograms, callbacks in the same order, and byte-identical traces."""
+    names = ["event-loop", "decoupled"]
+    got: dict[int, tuple[dict[str, RunOutput], list[tuple[Any, ...]]]] = {}
+    for jobs in (1, 2):
+        seen: list[tuple[Any, ...]] = []
+
+        def level(n: str, i: int, row: LevelRow, seen: list[tuple[Any, ...]] = seen) -> None:
+            seen.append((n, i, row))
+
+        def done(n: str, p: PassOutput, seen: list[tuple[Any, ...]] = seen) -> None:
+            seen.append((n, p.index, p.seed, p.output.rows))
+
+        with workers(jobs, preload="sim.compare.runner") as pool:
+            assert (pool is None) == (jobs == 1)
+            outs = run_workload(CFG, names, "insert", {n: tmp_path / f"j{jobs}" / n for n in names},
+                                on_level=level, on_pass=done, pool=pool)  # fmt: skip
+        got[jobs] = (outs, seen)
+    (one, seen_one), (two, seen_two) = got[1], got[2]
+    assert seen_two == seen_one
+    assert len(seen_one) == 2 * 2 * (1 + 2)  # per pass: a pass callback and one per level
+    for n in names:
+        assert two[n].rows == one[n].rows
+        for a, b in zip(one[n].rows, two[n].rows, strict=True):
+            assert a.histogram is not None
+            assert b.histogram is not None
+            assert b.histogram.get_total_count() == a.histogram.get_total_count() > 0
+            for q in (50, 99, 99.9, 100):
+                assert b.histogram.get_value_at_percentile(q) == a.histogram.get_value_at_percentile(q)
+    files = sorted(p.relative_to(tmp_path / "j1") for p in (tmp_path / "j1").rglob("*") if p.is_file())
+    assert files
+    assert files == sorted(p.relative_to(tmp_path / "j2") for p in (tmp_path / "j2").rglob("*") if p.is_file())
+    for f in files:
+        assert (tmp_path / "j2" / f).read_bytes() == (tmp_path / "j1" / f).read_bytes(), f

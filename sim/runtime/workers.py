@@ -1,0 +1,70 @@
+"""Worker processes for runs that do not depend on each other (the seeds of an
+anomaly sweep, the passes of a virtual-mode comparison): one pool policy for
+every command, so Ctrl-C and process start behave the same everywhere.
+
+Only virtual runs go to workers: their results are in simulated time, so they
+do not change when several run at once. A real-mode measurement shares the
+machine with nothing of its own.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import multiprocessing
+import signal
+from typing import TYPE_CHECKING, Final
+
+from sim.runtime.errors import InvalidUsage
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = ["MAX_JOBS", "check_jobs", "process_pool", "workers"]
+
+#: More workers than this is a typo on any machine coordsim runs on.
+MAX_JOBS: Final = 1024
+
+
+def check_jobs(jobs: int) -> None:
+    """Raises `InvalidUsage` for a worker count outside 1..MAX_JOBS."""
+    if not 1 <= jobs <= MAX_JOBS:
+        raise InvalidUsage(f"--jobs must be between 1 and {MAX_JOBS}, got {jobs}")
+
+
+def process_pool(jobs: int, *, preload: str) -> concurrent.futures.ProcessPoolExecutor:
+    """A pool of `jobs` workers. They ignore SIGINT and SIGHUP: they share the
+    terminal's process group, and the parent owns the run (on Ctrl-C it drops
+    what is queued and lets the work in flight finish; shut the pool down with
+    `cancel_futures=True` in a `finally`). Started by forkserver where it
+    exists (Linux), whose server imports `preload` once and never forks a
+    threaded parent; by spawn elsewhere."""
+    check_jobs(jobs)
+    ctx: multiprocessing.context.BaseContext
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        server = multiprocessing.get_context("forkserver")
+        server.set_forkserver_preload([preload])
+        ctx = server
+    else:
+        ctx = multiprocessing.get_context("spawn")
+    return concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_ignore_interrupts)
+
+
+@contextlib.contextmanager
+def workers(jobs: int, *, preload: str) -> Iterator[concurrent.futures.ProcessPoolExecutor | None]:
+    """`process_pool(jobs)` for the block, or None for one job (run in this
+    process). On leaving, even by an interrupt or an error: what is queued is
+    dropped, the work in flight finishes, no process is left behind."""
+    if jobs == 1:
+        yield None
+        return
+    pool = process_pool(jobs, preload=preload)
+    try:
+        yield pool
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _ignore_interrupts() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
