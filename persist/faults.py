@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FaultStatistics", "UnreliableBlob", "UnreliableConsensus"]
 
+
 class _Fate(enum.Enum):
     OK = "ok"
     FAIL = "fail"

@@ -429,7 +429,7 @@ def run_workload(
         outputs = (run_pass(cfg, name, workload_name, trace_dirs[name], index=index,
                             on_level=functools.partial(on_level, name, index))
                    for index, name in order)  # fmt: skip
-    with contextlib.closing(outputs):  # the pool is shut down even if on_pass raises
+    with contextlib.closing(outputs):  # queued passes are cancelled even if on_pass raises
         for (_, name), one in zip(order, outputs, strict=True):
             on_pass(name, one)
             passes[name].append(one)
