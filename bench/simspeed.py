@@ -319,14 +319,14 @@ def _run(trees: dict[str, Path], *, ops: int, seeds: int, rounds: int, quick: bo
                 if name == "this":
                     simulated, n = m["simulated_s"], m["ops"]
         callbacks, timers = _per_op(workload, config, ops)
+        floor_s = floor.per_op(callbacks, timers)
         line = (
             f"{workload:<10} {config:<10} c=64: {n} ops in {simulated:.3f} simulated s "
             f"-> {_spread(rates['this'])} simulated ops/wall s (n={rounds}); "
             f"{callbacks:.1f} callbacks/op, {timers:.1f} timers/op; "
-            f"loop floor {floor.per_op(callbacks, timers) * 1e6:.1f} us/op "
-            f"(ceiling {1 / floor.per_op(callbacks, timers):,.0f} ops/s)"
+            f"loop floor {floor_s * 1e6:.1f} us/op (ceiling {1 / floor_s:,.0f} ops/s)"
         )
-        ceilings[f"ceiling_{key}"] = f"{1 / floor.per_op(callbacks, timers):.0f}"
+        ceilings[f"ceiling_{key}"] = f"{1 / floor_s:.0f}"
         if "base" in trees:
             per_round = [a / b for a, b in zip(rates["this"], rates["base"], strict=True)]
             line += f"; base {_spread(rates['base'])}, speed-up {_ratio(per_round)}"

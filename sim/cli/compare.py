@@ -38,11 +38,18 @@ from sim.compare.report import (
     write_csv,
     write_markdown,
 )
-from sim.load.config import MAX_DURATION_S, Config, check_float, is_scenario_file, knobs_toml
+from sim.load.config import (
+    MAX_DURATION_S,
+    Config,
+    check_float,
+    check_int,
+    is_scenario_file,
+    knobs_toml,
+)
 from sim.load.workloads import WORKLOADS
 from sim.runtime.errors import CoordsimError, InvalidUsage
 from sim.runtime.outputs import atomic_write, run_dir, staged_dir
-from sim.runtime.workers import check_jobs, workers
+from sim.runtime.workers import MAX_JOBS, workers
 
 if TYPE_CHECKING:
     import concurrent.futures
@@ -326,7 +333,7 @@ def _jobs(cfg: Config, jobs: int | None) -> int:
     mode, where passes run one at a time (their numbers are wall-clock)."""
     if jobs is None:
         return (os.cpu_count() or 1) if cfg.mode == "virtual" else 1
-    check_jobs(jobs)
+    check_int("--jobs", jobs, low=1, high=MAX_JOBS, unit="worker processes")  # as `anomalies sweep` does
     if jobs > 1 and cfg.mode != "virtual":
         raise InvalidUsage(
             f"--jobs {jobs}: real mode measures wall-clock throughput, so its passes run one at a time "

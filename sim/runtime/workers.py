@@ -20,7 +20,7 @@ from sim.runtime.errors import InvalidUsage
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-__all__ = ["MAX_JOBS", "check_jobs", "process_pool", "workers"]
+__all__ = ["MAX_JOBS", "check_jobs", "workers"]
 
 #: More workers than this is a typo on any machine coordsim runs on.
 MAX_JOBS: Final = 1024
@@ -32,14 +32,21 @@ def check_jobs(jobs: int) -> None:
         raise InvalidUsage(f"--jobs must be between 1 and {MAX_JOBS}, got {jobs}")
 
 
-def process_pool(jobs: int, *, preload: str) -> concurrent.futures.ProcessPoolExecutor:
-    """A pool of `jobs` workers. They ignore SIGINT and SIGHUP: they share the
-    terminal's process group, and the parent owns the run (on Ctrl-C it drops
-    what is queued and lets the work in flight finish; shut the pool down with
-    `cancel_futures=True` in a `finally`). Started by forkserver where it
-    exists (Linux), whose server imports `preload` once and never forks a
-    threaded parent; by spawn elsewhere."""
+@contextlib.contextmanager
+def workers(jobs: int, *, preload: str) -> Iterator[concurrent.futures.ProcessPoolExecutor | None]:
+    """A pool of `jobs` worker processes for the block, or None for one job
+    (run in this process).
+
+    The workers ignore SIGINT and SIGHUP: they share the terminal's process
+    group, and the parent owns the run. On leaving the block, even by an
+    interrupt or an error, what is queued is dropped, the work in flight
+    finishes, and no process is left behind. They are started by forkserver
+    where it exists (Linux), whose server imports `preload` once and never
+    forks a threaded parent; by spawn elsewhere."""
     check_jobs(jobs)
+    if jobs == 1:
+        yield None
+        return
     ctx: multiprocessing.context.BaseContext
     if "forkserver" in multiprocessing.get_all_start_methods():
         server = multiprocessing.get_context("forkserver")
@@ -47,18 +54,7 @@ def process_pool(jobs: int, *, preload: str) -> concurrent.futures.ProcessPoolEx
         ctx = server
     else:
         ctx = multiprocessing.get_context("spawn")
-    return concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_ignore_interrupts)
-
-
-@contextlib.contextmanager
-def workers(jobs: int, *, preload: str) -> Iterator[concurrent.futures.ProcessPoolExecutor | None]:
-    """`process_pool(jobs)` for the block, or None for one job (run in this
-    process). On leaving, even by an interrupt or an error: what is queued is
-    dropped, the work in flight finishes, no process is left behind."""
-    if jobs == 1:
-        yield None
-        return
-    pool = process_pool(jobs, preload=preload)
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_ignore_interrupts)
     try:
         yield pool
     finally:
