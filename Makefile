@@ -38,4 +38,5 @@ bench-quick: uv
 	$(UV) run python bench/persist_location.py --quick
 	$(UV) run python bench/oracle.py --quick
 	$(UV) run python bench/simspeed.py --quick
+	$(UV) run python bench/ablate.py --quick
 	$(UV) run python bench/architectures.py --quick
