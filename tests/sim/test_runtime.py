@@ -8,6 +8,7 @@ Virtual-time tests assert exact times: a timer fires at exactly its deadline, so
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 import random
 import statistics
@@ -355,6 +356,26 @@ def test_runtime_is_reusable_after_a_deadlock() -> None:
     with pytest.raises(VirtualDeadlock):
         run(stuck)
     assert run(fine) == 2.0
+
+
+@pytest.mark.parametrize("virtual", [True, False], ids=["virtual", "stock"])
+def test_a_virtual_run_collects_in_larger_batches_and_restores_the_thresholds(virtual: bool) -> None:
+    """The collector's first threshold is raised for a virtual run only, and
+    put back after it, also when the run fails: the process is the caller's."""
+    before = gc.get_threshold()
+
+    async def thresholds(rt: Runtime) -> tuple[int, ...]:
+        return gc.get_threshold()
+
+    async def fails(rt: Runtime) -> None:
+        raise RuntimeError("boom")
+
+    during = run(thresholds, virtual=virtual)
+    assert during == ((50_000, *before[1:]) if virtual else before)
+    assert gc.get_threshold() == before
+    with pytest.raises(RuntimeError, match="boom"):
+        run(fails, virtual=virtual)
+    assert gc.get_threshold() == before
 
 
 # --- Real I/O is refused ------------------------------------------------------------------
