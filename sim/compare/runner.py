@@ -21,15 +21,17 @@ import contextlib
 import functools
 import io
 import math
+import operator
 import pickle
 import statistics
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 import anyio
 from hdrh.histogram import HdrHistogram
 
 from sim.compare.stats import estimate, percentile_shown
+from sim.history.model import Event
 from sim.history.recorder import HistoryRecorder
 from sim.history.recording import PreparedStatements, RecordingSession
 from sim.history.traces import write_trace
@@ -41,6 +43,7 @@ from sim.load.loadgen import (
     measure_open,
     new_histogram,
     ops_for_level,
+    values_at_percentiles,
 )
 from sim.load.workloads import OpContext, workload
 from sim.runtime.core import Runtime, run
@@ -51,7 +54,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from coordinator.session import Coordinator, CoordinatorStatistics
-    from sim.history.model import Event, History
+    from sim.history.model import History
     from sim.load.config import Config
 
 __all__ = [
@@ -265,8 +268,8 @@ def level_row(
     samples = merged.get_total_count()
     tput = estimate([r.throughput for r in res])
 
-    def pct(q: float) -> float | None:
-        return merged.get_value_at_percentile(q) / 1000.0 if percentile_shown(samples, q) else None
+    p50, p99, p999 = values_at_percentiles(merged, (50, 99, 99.9))
+    shown = functools.partial(percentile_shown, samples)
 
     oracle_per_op: float | None = None
     busy_fraction: float | None = None
@@ -280,6 +283,7 @@ def level_row(
             messages_per_op = (after.loop_messages - before.loop_messages) / statements
         busy = after.loop_busy_s - before.loop_busy_s
         busy_fraction = busy / span / max(1, after.loop_cores) if span > 0 else 0.0
+    per_result = [r.percentiles_ms((50, 99)) for r in res]
     return LevelRow(
         workload=workload_name,
         config=config_name,
@@ -294,11 +298,11 @@ def level_row(
         throughput_ci95=tput.half,
         throughput_samples=tuple(r.throughput for r in res),
         latency_samples=samples,
-        p50_ms=pct(50),
-        p99_ms=pct(99),
-        p999_ms=pct(99.9),
-        p50_samples_ms=tuple(r.percentile_ms(50) for r in res),
-        p99_samples_ms=tuple(r.percentile_ms(99) for r in res),
+        p50_ms=p50 / 1000.0 if shown(50) else None,
+        p99_ms=p99 / 1000.0 if shown(99) else None,
+        p999_ms=p999 / 1000.0 if shown(99.9) else None,
+        p50_samples_ms=tuple(p[0] for p in per_result),
+        p99_samples_ms=tuple(p[1] for p in per_result),
         oracle_queries_per_op=oracle_per_op,
         loop_busy_fraction=busy_fraction,
         loop_messages_per_op=messages_per_op,
@@ -473,16 +477,31 @@ def _in_workers(
 
 
 def _simulated_in_worker(cfg: Config, config_name: str, workload_name: str, index: int) -> bytes:
-    """`_simulate` in a worker, its result pickled with every latency histogram
-    as HdrHistogram's own encoding (the histogram object holds a ctypes array,
-    which pickle refuses; the encoding round-trips every count)."""
+    """`_simulate` in a worker, its result pickled by `_PassPickler`."""
     buffer = io.BytesIO()
-    _HistogramPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(_simulate(cfg, config_name, workload_name, index))
+    _PassPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(_simulate(cfg, config_name, workload_name, index))
     return buffer.getvalue()
 
 
-class _HistogramPickler(pickle.Pickler):
+#: An `Event`'s fields in order, read in one call (what `Event(*…)` takes).
+_EVENT_FIELDS: Final = operator.attrgetter(*(f.name for f in fields(Event)))
+
+
+class _PassPickler(pickle.Pickler):
+    """Pickles a pass's result for the trip from a worker.
+
+    - A latency histogram goes as HdrHistogram's own encoding: the object
+      holds a ctypes array, which pickle refuses; the encoding round-trips
+      every count.
+    - An `Event` goes as its constructor's arguments. A slotted dataclass
+      pickles through `dataclasses`' state functions, which look up the
+      fields again for every instance: a pass's 24,000 events took 0.18 s
+      to send and receive, more than its trace takes to write (issue 20).
+    """
+
     def reducer_override(self, obj: object) -> Any:
+        if type(obj) is Event:
+            return Event, _EVENT_FIELDS(obj)
         if isinstance(obj, HdrHistogram):
             return _decoded_histogram, (obj.encode(),)
         return NotImplemented

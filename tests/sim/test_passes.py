@@ -132,6 +132,8 @@ def test_passes_on_workers_are_what_one_process_gives(tmp_path: Path) -> None:
     assert len(seen_one) == 2 * 2 * (1 + 2)  # per pass: a pass callback and one per level
     for n in names:
         assert two[n].rows == one[n].rows
+        assert two[n].events == one[n].events
+        assert two[n].events
         for a, b in zip(one[n].rows, two[n].rows, strict=True):
             assert a.histogram is not None
             assert b.histogram is not None
