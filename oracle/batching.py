@@ -15,19 +15,19 @@ Writes are not batched here (group commit batches them): `write_ts`,
 
 from __future__ import annotations
 
-import asyncio
 import copy
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, final
 
 import anyio
 
 from oracle.api import TimestampOracle, WriteTimestamp
 from oracle.metrics import OracleMetrics, OracleStatistics
 from sim.runtime.errors import CoordsimError, InvalidUsage
+from sim.runtime.patches import get_running_loop
 from sim.runtime.tasks import AsyncExitStack
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine
+    import asyncio
 
     from anyio.abc import TaskStatus
 
@@ -38,22 +38,26 @@ __all__ = ["BatchingOracle"]
 
 @final
 class _Batch:
-    """The requests one backing `read_ts()` answers; they all wait on one event."""
+    """The requests one backing `read_ts()` answers, each waiting on a future
+    of its own: what `asyncio.Event` does, inline in `read_ts` (the event's
+    `wait` would be one more coroutine layer for every waiting statement;
+    issue 20). `resolve` wakes them in the order they started waiting, as
+    `Event.set` does."""
 
-    __slots__ = ("done", "error", "ts")
+    __slots__ = ("done", "error", "ts", "waiters")
 
     def __init__(self) -> None:
-        # asyncio's event, not anyio's: one per batch, waited on by every
-        # request in it (anyio's wrapper finds its backend on each creation and
-        # adds a layer to each wait; issue 20). Waited on only before it is set.
-        self.done = asyncio.Event()
+        self.done = False
         self.ts: int | None = None
         self.error: BaseException | None = None
+        self.waiters: list[asyncio.Future[None]] = []
 
     def resolve(self, ts: int | None, error: BaseException | None) -> None:
-        if not self.done.is_set():
-            self.ts, self.error = ts, error
-            self.done.set()
+        if not self.done:
+            self.ts, self.error, self.done = ts, error, True
+            for waiter in self.waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
 
 
 @final
@@ -180,33 +184,46 @@ class BatchingOracle(TimestampOracle):
 
     # --- the TimestampOracle interface
 
-    def read_ts(self) -> Coroutine[Any, Any, int]:
-        # `observe`'s coroutine itself: one layer less per waiting statement.
-        return self._metrics.observe("read_ts", self._read_ts)
-
-    async def _read_ts(self) -> int:
-        if self._closed:
-            raise InvalidUsage(f"{self!r} is closed")
-        if self._scope is None:
-            raise InvalidUsage(
-                f"{self!r} has no worker: use `async with` or start `serve` in a task group"
-            )
-        self._metrics.batched_op_count += 1
-        batch: _Batch | None
-        if self._known_bad_join_in_flight and self._inflight is not None:
-            batch = self._inflight
-        else:
-            batch = self._pending
-            if batch is None:
-                batch = self._pending = _Batch()
-                self._wake.set()
-        await batch.done.wait()
-        if batch.error is not None:
-            # One exception object per waiter: tracebacks must not pile up on a
-            # shared one raised in many tasks.
-            raise copy.copy(batch.error) from batch.error
-        assert batch.ts is not None
-        return batch.ts
+    async def read_ts(self) -> int:
+        # Counted, queued and awaited in this one coroutine: `OracleMetrics.observe`
+        # around a coroutine around an event's `wait` were three layers that
+        # every waiting statement resumed through (issue 20).
+        metrics = self._metrics
+        started = metrics.begin("read_ts")
+        try:
+            if self._closed:
+                raise InvalidUsage(f"{self!r} is closed")
+            if self._scope is None:
+                raise InvalidUsage(
+                    f"{self!r} has no worker: use `async with` or start `serve` in a task group"
+                )
+            metrics.batched_op_count += 1
+            batch: _Batch | None
+            if self._known_bad_join_in_flight and self._inflight is not None:
+                batch = self._inflight
+            else:
+                batch = self._pending
+                if batch is None:
+                    batch = self._pending = _Batch()
+                    self._wake.set()
+            if not batch.done:
+                waiter: asyncio.Future[None] = get_running_loop().create_future()
+                batch.waiters.append(waiter)
+                try:
+                    await waiter
+                finally:
+                    batch.waiters.remove(waiter)
+            if batch.error is not None:
+                # One exception object per waiter: tracebacks must not pile up on a
+                # shared one raised in many tasks.
+                raise copy.copy(batch.error) from batch.error
+            assert batch.ts is not None
+            ts = batch.ts
+        except BaseException:
+            metrics.failed(started)
+            raise
+        metrics.succeeded(started)
+        return ts
 
     async def write_ts(self) -> WriteTimestamp:
         return await self._inner.write_ts()

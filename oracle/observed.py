@@ -52,10 +52,13 @@ class ObservedOracle(TimestampOracle):
         self._inner = inner
         self._rt = rt
         self._observer = observer
+        # An oracle's timeline is fixed: read through the wrappers once, not
+        # on every call reported (issue 20).
+        self._timeline = inner.timeline
 
     @property
     def timeline(self) -> str:
-        return self._inner.timeline
+        return self._timeline
 
     @property
     def inner(self) -> TimestampOracle:
@@ -69,9 +72,9 @@ class ObservedOracle(TimestampOracle):
         try:
             result = await call()
         except BaseException:
-            self._observer(OracleCall(op, self.timeline, start, self._rt.now(), None, False))
+            self._observer(OracleCall(op, self._timeline, start, self._rt.now(), None, False))
             raise
-        self._observer(OracleCall(op, self.timeline, start, self._rt.now(), ts_of(result), True))
+        self._observer(OracleCall(op, self._timeline, start, self._rt.now(), ts_of(result), True))
         return result
 
     # The calls return `_observe`'s coroutine instead of awaiting it in one of

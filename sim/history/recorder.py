@@ -196,7 +196,8 @@ class HistoryRecorder:
         detail: Mapping[str, Any] | None = None,
     ) -> None:
         """Records an internal event; times default to now (an instant)."""
-        now = self._now()
+        # The clock only when a time is missing: most events come timed.
+        now = self._now() if start_ns is None or end_ns is None else 0
         rows = self._event_rows
         rows.append(
             (
