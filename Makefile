@@ -39,4 +39,5 @@ bench-quick: uv
 	$(UV) run python bench/oracle.py --quick
 	$(UV) run python bench/simspeed.py --quick
 	$(UV) run python bench/ablate.py --quick
+	$(UV) run python bench/instructions.py --quick
 	$(UV) run python bench/architectures.py --quick
