@@ -39,6 +39,8 @@ class Arrangement:
             self._add(self._base, key, diff)
         self._times: list[int] = []
         self._updates: list[tuple[bytes, int]] = []
+        #: The last `read`: how many updates it folded in, and its answer.
+        self._kept: tuple[int, tuple[tuple[bytes, int], ...]] | None = None
 
     @staticmethod
     def _add(acc: dict[bytes, int], key: bytes, diff: int) -> None:
@@ -64,15 +66,23 @@ class Arrangement:
             self._updates.append((key, diff))
         self.upper = upper
 
-    def read(self, as_of: int) -> list[tuple[bytes, int]]:
-        """`(key, multiplicity)` at `as_of`, sorted by key, zero multiplicities dropped."""
+    def read(self, as_of: int) -> tuple[tuple[bytes, int], ...]:
+        """`(key, multiplicity)` at `as_of`, sorted by key, zero multiplicities
+        dropped. Reads that fold in the same updates are the same tuple: the
+        last read is kept until compaction changes the base (peeks of a
+        collection that does not change read it over and over; issue 20)."""
         if not self.since <= as_of < self.upper:
             raise InvalidUsage(f"read at {as_of} outside [{self.since}, {self.upper})")
-        acc = dict(self._base)
         end = bisect.bisect_right(self._times, as_of)
+        kept = self._kept
+        if kept is not None and kept[0] == end:
+            return kept[1]
+        acc = dict(self._base)
         for key, diff in self._updates[:end]:
             self._add(acc, key, diff)
-        return sorted(acc.items())
+        out = tuple(sorted(acc.items()))
+        self._kept = (end, out)
+        return out
 
     def compact(self, since: int) -> None:
         """Moves `since` forward to `since` (at most `upper - 1`); no-op if behind."""
@@ -81,6 +91,8 @@ class Arrangement:
         if since >= self.upper:
             raise InvalidUsage(f"cannot compact to {since}: upper is {self.upper}")
         end = bisect.bisect_right(self._times, since)
+        if end:  # the base changes and the updates' positions move
+            self._kept = None
         for key, diff in self._updates[:end]:
             self._add(self._base, key, diff)
         del self._times[:end]

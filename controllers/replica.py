@@ -218,6 +218,11 @@ class _Dataflow:
     #: for the arrangement to pass their as_of).
     on_change: list[Callable[[], None]] = field(default_factory=list)
     reader: ReadHandle | None = None
+    #: The last peek's evaluation: (the arrangement's read, the compiled
+    #: transform, the answer). Reads that fold in the same updates are the
+    #: same tuple (`Arrangement.read`), so a peek repeated over an unchanged
+    #: collection is answered without evaluating again (issue 20).
+    evaluated: tuple[tuple[tuple[bytes, int], ...], CompiledTransform, PeekRows | PeekError] | None = None
 
     def notify(self) -> None:
         waiting, self.on_change = self.on_change, []
@@ -593,7 +598,7 @@ class _ArrangedPeek:
         self._cmd = cmd
         self._df = df
         self._life = replica._life
-        self._contents: list[tuple[bytes, int]] = []
+        self._contents: tuple[tuple[bytes, int], ...] = ()
         #: What the peek waits on: a registered change callback, a worker, or
         #: the response hop's timer.
         self._pending: Hold | asyncio.Handle | _Waiting | None = None
@@ -638,8 +643,14 @@ class _ArrangedPeek:
         replica, df = self._replica, self._df
         assert df is not None
         compiled = replica._compile(self._cmd.transform, df.output_columns)
+        contents, memo = self._contents, df.evaluated
+        if memo is not None and memo[0] is contents and memo[1] is compiled:
+            self._computed(memo[2])
+            return
         decoded = replica._decoded
-        self._computed(evaluate(compiled, ((k, decoded(k), n) for k, n in self._contents)))
+        result = evaluate(compiled, ((k, decoded(k), n) for k, n in contents))
+        df.evaluated = (contents, compiled, result)
+        self._computed(result)
 
     def _computed(self, result: PeekRows | PeekError) -> None:
         self._release_hold()

@@ -59,12 +59,35 @@ def test_arrangement_reads_are_exact(
         upper = cut + 1
         arr.compact(min(cut, upper - 1))
         for read_at in range(arr.since, upper):
-            assert arr.read(read_at) == _model(writes, read_at, t), (read_at, arr.since)
+            expected = _model(writes, read_at, t)
+            assert list(arr.read(read_at)) == expected, (read_at, arr.since)
+            assert list(arr.read(read_at)) == expected  # again: a kept read must still be right
     with pytest.raises(InvalidUsage):
         arr.read(arr.upper)
     if arr.since > 0:
         with pytest.raises(InvalidUsage):
             arr.read(arr.since - 1)
+
+
+def test_reads_that_fold_the_same_updates_are_the_same_tuple() -> None:
+    """Peeks of an unchanging collection get the same read (the replica
+    reuses its evaluation of it); another update folded in, or compaction
+    changing the base, gives a new one."""
+    a, b = encode_row((1,)), encode_row((2,))
+    arr = Arrangement(5, [(a, 1)])
+    arr.insert([(6, b, 1)], 8)
+    first = arr.read(6)
+    assert first == ((a, 1), (b, 1))
+    assert arr.read(7) is first  # the same update folded in
+    assert arr.read(5) == ((a, 1),)  # fewer: another read
+    assert arr.read(7) == first
+    arr.insert([(8, b, -1)], 9)
+    assert arr.read(8) == ((a, 1),)
+    kept = arr.read(7)
+    assert kept == first
+    arr.compact(6)  # folds the update at 6 into the base
+    assert arr.read(7) == first
+    assert arr.read(7) is not kept
 
 
 @given(
