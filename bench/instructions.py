@@ -3,9 +3,11 @@
 Wall-clock rates on these shared 2-core machines vary by 5-10 % from run to
 run (`simspeed.py`'s spreads), so a change worth 2 % cannot be seen in them.
 This bench counts the machine instructions a pair executes per simulated
-operation, under valgrind's cachegrind (no cache simulation), which gives the
-same count for the same program and input whatever else the machine does:
-it runs the pair at two sizes in fresh processes (with `PYTHONHASHSEED=0`)
+operation, under valgrind's cachegrind (no cache simulation), which counts
+the same whatever else the machine does (repeat counts of one revision
+differ by 0.03-0.1 % for most pairs and by up to 1 % for update on
+decoupled: objects hashed by address still vary with where the allocator
+puts them). It runs the pair at two sizes in fresh processes (with `PYTHONHASHSEED=0`)
 and divides the difference of the counts by the difference of the operations,
 so interpreter start-up, imports and set-up cancel out. Instructions are not
 time (a cache miss costs more than an add), so this complements
@@ -90,7 +92,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="select-one on decoupled only, smaller runs")
     p.add_argument("--against", metavar="REV", help="a git revision to count beside this tree")
-    p.add_argument("--rounds", type=int, default=1, help="counts per pair and tree (they differ by about 0.1 %%)")
+    p.add_argument("--rounds", type=int, default=1, help="counts per pair and tree (repeats differ by 0.03-1 %%)")
     args = p.parse_args()
     if args.rounds < 1:
         p.error("--rounds must be >= 1")
