@@ -34,15 +34,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.simspeed import PAIRS
+
 ROOT = Path(__file__).resolve().parents[1]
-PAIRS = (
-    ("select-one", "decoupled", "select_one_dec"),
-    ("select-one", "event-loop", "select_one_el"),
-    ("insert", "decoupled", "insert_dec"),
-    ("insert", "event-loop", "insert_el"),
-    ("update", "decoupled", "update_dec"),
-    ("update", "event-loop", "update_el"),
-)
 VARIANTS = ("none", "record", "observe", "latency", "all")
 #: Operations per level by workload (the timed level is the second of two).
 OPS = {"select-one": 1000, "insert": 1000, "update": 150}
