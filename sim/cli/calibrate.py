@@ -15,6 +15,7 @@ from rich.console import Console
 
 from sim.cli.options import wrote
 from sim.cli.pg import postgres_for
+from sim.cli.tables import new_table, plain, print_tables
 from sim.load.config import Config
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.outputs import atomic_write, claim_file
@@ -59,6 +60,9 @@ def calibrate(
         atomic_write(output, lambda p: p.write_text(text))
     except OSError as exc:
         raise InvalidUsage(f"cannot write {output}: {exc.strerror or exc}") from exc
+    table = new_table("round trip", "median ms", "sigma", "samples", plain=plain(_out),
+                      numeric=("median ms", "sigma", "samples"))  # fmt: skip
     for name, (median_ms, sigma, n) in sorted(measured.items()):
-        _out.print(f"  {name:24} median {median_ms:7.3f} ms  sigma {sigma:.2f}  ({n} samples)")
+        table.add_row(name, f"{median_ms:.3f}", f"{sigma:.2f}", f"{n:,}")
+    print_tables([table], console=_out)
     wrote(output)

@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from sim.cli import options  # noqa: TC001 - typer reads the annotations at run time
 from sim.cli.options import wrote
+from sim.cli.tables import new_table, plain, print_tables
 from sim.history.checker.html import timeline_html
 from sim.history.checker.run import CHECKERS, LINEAR_MAX_OPS, check_history
 from sim.history.checker.verdict import Outcome
@@ -224,17 +226,15 @@ def _check_one(
         sys.stdout.write(verdict_text(doc))
         raise typer.Exit(EXIT[report.outcome])
     _out.print(f"[bold]{escape(str(path))}[/bold]: {h.n} operations, {len(events)} internal events")
+    table = new_table("checker", "verdict", "found", "time", plain=plain(_out), numeric=("time",))
     for v in report.verdicts:
-        extra = f" ({escape(v.reason)})" if v.reason else ""
+        found = ", ".join([*(f"{n} x{c}" for n, c in v.counts.items()), *([v.reason] if v.reason else [])])
         if v.skipped:
-            _out.print(f"  {v.checker:<9} [dim]skipped{extra}[/dim]")
+            table.add_row(v.checker, Text("skipped", style="dim"), found, "—")
             continue
         color = {"valid": "green", "invalid": "red", "unknown": "yellow"}[v.outcome.value]
-        counts = ", ".join(f"{n} x{c}" for n, c in v.counts.items())
-        _out.print(
-            f"  {v.checker:<9} [{color}]{v.outcome.value}[/{color}]{' — ' + counts if counts else ''}"
-            f"{extra} [dim]{fmt_seconds(v.seconds)}[/dim]"
-        )
+        table.add_row(v.checker, Text(v.outcome.value, style=color), found, fmt_seconds(v.seconds))
+    print_tables([table], console=_out)
     for v in report.verdicts:
         for a in v.anomalies:
             ops = ", ".join(str(o) for o in a.ops)

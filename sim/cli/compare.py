@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -25,19 +26,27 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from coordinator.config import CONFIGURATIONS
 from sim.cli import options
 from sim.cli.pg import postgres_for
-from sim.compare.ablation import Step, chain, parse_ablate, plot_waterfall, waterfall_lines
+from sim.cli.tables import print_tables
+from sim.compare.ablation import Step, chain, parse_ablate, waterfall_lines
+from sim.compare.conclusions import conclude
 from sim.compare.hgrm import write_hgrms
+from sim.compare.host import HostSampler, HostUsage
+from sim.compare.hostbound import thresholds_text as hostbound_rule
+from sim.compare.plots import plot, plot_waterfall
+from sim.compare.provenance import ProvenanceStart, finish_provenance, start_provenance
+from sim.compare.provenance import footer as provenance_footer
+from sim.compare.provenance import markdown as provenance_markdown
+from sim.compare.provenance import warning as provenance_warning
 from sim.compare.report import (
     DEFAULT_REGRESSION_THRESHOLD,
     compare_baseline,
-    plot,
     read_results,
     summary,
     summary_document,
-    tables,
     write_csv,
     write_markdown,
 )
+from sim.compare.tables import tables
 from sim.load.config import (
     MAX_DURATION_S,
     Config,
@@ -86,6 +95,8 @@ OutOpt = options.Output
 ProfileOpt = Annotated[str | None, typer.Option("--latency-profile", metavar="FILE", show_default="the shipped calibrated profile", help="Latency profile TOML/JSON (virtual mode; `coordsim calibrate` writes one).")]
 DurationOpt = Annotated[float | None, typer.Option("--duration", "-T", metavar="SECONDS", show_default="1 real, 0.2 virtual", help="Seconds of each measurement window (virtual mode: simulated seconds).")]
 WarmupOpt = Annotated[float | None, typer.Option("--warmup", metavar="SECONDS", show_default="0.5 real, 0.05 virtual", help="Seconds discarded before each level's window (in every pass).")]
+MaxWindowOpt = Annotated[float | None, typer.Option("--max-window", metavar="SECONDS", show_default="10 real, 30 virtual", help="A closed-loop level that is not yet steady (Little's law within 15 %, window >= 10x the mean latency) is measured again in a longer window, up to this length; a level still not steady is marked so and left out of conclusions. At most --duration: never grow.")]
+DrainOpt = Annotated[float | None, typer.Option("--drain-limit", metavar="SECONDS", show_default="120", help="How long after a window its operations are waited for; any still running then are counted as censored, at their lower bound.")]
 RepeatOpt = Annotated[int | None, typer.Option("--repeat", metavar="N", show_default="3", help="Passes: each (workload, configuration) is measured N times, each on a fresh deployment (fresh database) with the next seed, interleaved across configurations (ABCABC); each pass is a warm-up then one window per level, and the intervals are over the passes.")]
 
 
@@ -117,6 +128,8 @@ def config_show(
     duration: DurationOpt = None,
     warmup: WarmupOpt = None,
     repeat: RepeatOpt = None,
+    max_window: MaxWindowOpt = None,
+    drain_limit: DrainOpt = None,
     ops: OpsOpt = None,
     rate: RateOpt = None,
     seed: SeedOpt = None,
@@ -135,7 +148,7 @@ def config_show(
     cfg = build_config(
         config_file, mode=mode, configurations=configs, workloads=workloads, concurrency=concurrency,
         ops_per_level=ops, open_loop_rate=rate, seed=seed, output=output, latency_profile=latency_profile,
-        duration_s=duration, warmup_s=warmup, repeat=repeat,
+        duration_s=duration, warmup_s=warmup, repeat=repeat, max_window_s=max_window, drain_s=drain_limit,
     )
     sys.stdout.write(knobs_toml(cfg.redacted()))
 
@@ -156,12 +169,15 @@ def compare(
     duration: DurationOpt = None,
     warmup: WarmupOpt = None,
     repeat: RepeatOpt = None,
+    max_window: MaxWindowOpt = None,
+    drain_limit: DrainOpt = None,
     ops: OpsOpt = None,
     rate: RateOpt = None,
     seed: SeedOpt = None,
     output: OutOpt = None,
     latency_profile: ProfileOpt = None,
     progress: options.Progress = None,
+    reference: Annotated[str | None, typer.Option("--reference", metavar="CONFIG", show_default="event-loop, else the first configuration", help="The configuration the Conclusions compare every other one with (ratios of throughput, p50 and p99 with 95 % intervals).")] = None,
     tables_: Annotated[int | None, typer.Option("--tables", metavar="N", show_default="1", help="Tables in the schema.")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="A short sweep: 1,4,16,64 clients, 2 passes of short windows.")] = False,
     baseline: Annotated[Path | None, typer.Option("--baseline", metavar="DIR", help="A previous output directory: flag cells worse beyond the threshold and significantly (Welch's t-test, Holm-corrected over all comparisons at family-wise 5 %) (exit 1).")] = None,
@@ -173,6 +189,7 @@ def compare(
     ablate: Annotated[str | None, typer.Option("--ablate", metavar="FROM..TO", help="Run the chain of configurations from FROM to TO that changes one mechanism at a time, and attribute the difference to each (e.g. event-loop..event-loop+pg-oracle).")] = None,
     sensitivity: Annotated[bool, typer.Option("--sensitivity", help="Rerun the comparison with each family of unmeasured costs (coordinator CPU, replica, catalog feed) scaled x0.5 and x2, and say which conclusions survive (7 sweeps in all: use with --mode virtual or --quick).")] = False,
     jobs: options.Jobs = None,
+    wide: options.Wide = False,
 ) -> None:
     """Compare the configurations: run workloads under each with the same seeds, in steady state.
 
@@ -191,7 +208,8 @@ def compare(
     cfg = build_config(
         config_file, mode=mode, configurations=configs, workloads=workloads, concurrency=concurrency,
         ops_per_level=ops, open_loop_rate=rate, seed=seed, output=output, latency_profile=latency_profile,
-        duration_s=duration, warmup_s=warmup, repeat=repeat, tables=tables_,
+        duration_s=duration, warmup_s=warmup, repeat=repeat, tables=tables_, max_window_s=max_window,
+        drain_s=drain_limit,
     )
     steps: list[Step] = []
     if ablate is not None:
@@ -210,15 +228,20 @@ def compare(
             warmup_s=warmup or (None if ops else 0.2 if cfg.mode == "real" else 0.01),
         )
     n_jobs = _jobs(cfg, jobs)
+    ref = _reference(cfg, reference)
     base_rows = read_results(baseline) if baseline is not None else None
     _check_progress(progress)
     target = options_run_dir(cfg, "compare")
     wall0 = time.perf_counter()
+    prov_start = start_provenance(argv=sys.argv, started=datetime.now(UTC))
     with staged_dir(target, "compare") as stage, postgres_for(cfg) as cfg, \
             workers(n_jobs, preload="sim.compare.runner") as pool:  # fmt: skip
+        sampler = HostSampler(also_own=_postmaster_pids(cfg))
+        sampler.start()
         rows, verdicts, anomalies = _sweep(
             cfg, stage, check=not no_check, progress=progress, dest=target, pool=pool
         )
+        usage = sampler.stop()
         write_hgrms(stage, rows)
         checked = compare_baseline(rows, base_rows, threshold=threshold) if base_rows is not None else None
         regressions = checked.regressions if checked is not None else []
@@ -258,15 +281,31 @@ def compare(
             )
             + f"{how}; wall time {time.perf_counter() - wall0:.0f} s on {os.cpu_count()} cores"
             + (f", passes on {n_jobs} worker processes. " if n_jobs > 1 else ". ")
-            + "Throughput: mean over the passes ± the 95 % Student-t half-width; latencies from "
+            + "Throughput: operations completed in the window, mean over the passes ± the 95 % Student-t "
+            "half-width; latencies: every operation started in a window, measured to its completion "
+            f"(`censored`: still running {w.drain_s:g} s after the window, counted at their lower bound), from "
             "HdrHistograms over all passes, `lat. n` operations (a percentile needs 10 samples beyond it, "
-            "else —); errors by SQLSTATE; oracle q/op = backing oracle queries per statement; "
+            "else —), with their mean ± standard deviation; "
+            + (f"a level not yet steady is measured again in a longer window, up to {w.max_duration_s:g} s; "
+               if w.max_duration_s else "")
+            + "steady = Little's law (mean latency x throughput / clients) within 15 %, the window at least "
+            "10x the mean latency and its two halves' throughput within the noise (an open loop: not "
+            "saturated); "
+            + (hostbound_rule() + "; " if cfg.mode == "real" else "")
+            + "cells not steady or host-bound are marked and left out of the conclusions; errors by SQLSTATE; oracle q/op = backing oracle queries per statement; "
             "loop busy = modeled coordinator CPU / (time x cores); loop msg/op = messages the event loop "
             "handled per statement (— for the decoupled design, which has no loop); verdict = the checkers on every "
             "pass's trace (the worst of them)."
         )
+        concluded = conclude(rows, reference=ref)
+        prov = _provenance(prov_start, cfg, usage)
+        # Virtual figures are simulated time, whatever else the host ran: the
+        # warning is for real mode (provenance records the load either way).
+        busy = provenance_warning(prov) if cfg.mode == "real" else None
         write_markdown(stage / "report.md", rows, plots, header=header, regressions=regressions,
-                       knobs=knobs, verdicts=verdicts, ablation=waterfall, sensitivity=fragile_lines)  # fmt: skip
+                       knobs=knobs, verdicts=verdicts, ablation=waterfall, sensitivity=fragile_lines,
+                       conclusions=concluded.markdown(), provenance=provenance_markdown(prov),
+                       warning=busy)  # fmt: skip
         erring = [r for r in rows if r.error_rate > error_threshold]
         failed = bool(anomalies) or (bool(erring) and not allow_errors) or bool(regressions)
         doc = summary_document(
@@ -277,7 +316,9 @@ def compare(
                 "workloads": list(dict.fromkeys(r.workload for r in rows)), "passes": w.repeat,
                 "window_s": w.duration_s, "warmup_s": w.warmup_s, "error_threshold": error_threshold,
                 "wall_s": round(time.perf_counter() - wall0, 3), "cores": os.cpu_count(),
+                "max_window_s": w.max_duration_s, "drain_s": w.drain_s,
             },
+            conclusions=concluded.as_dict(), provenance=prov,
         )  # fmt: skip
         summary_text = json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
         atomic_write(stage / "summary.json", lambda p: p.write_text(summary_text))
@@ -286,7 +327,9 @@ def compare(
         raise typer.Exit(1 if failed else 0)
     plain = not _out.is_terminal
     out = Console(width=1000, soft_wrap=True) if plain else _out
-    for t in tables(rows, plain=plain):
+    if busy is not None:  # at the top, as in report.md
+        out.print(busy.strip("*"), style="bold", markup=False, highlight=False)
+    for t in tables(rows, plain=plain, wide=wide or plain):
         out.print(t)
     out.print("peak throughput (95% CI) / p50 at most clients / verdict")
     for pk in summary(rows):
@@ -304,6 +347,12 @@ def compare(
         for line in fragile_lines:
             out.print(line, markup=False, highlight=False)
         out.print(f"{fragile} conclusion(s) fragile" if fragile else "every conclusion survives", markup=False)
+    out.print(f"conclusions (against {concluded.reference}):", markup=False)
+    for line in concluded.lines():
+        out.print(f"  {line}", markup=False, highlight=False)
+    if busy is not None:
+        out.print(busy.strip("*"), style="bold", markup=False, highlight=False)
+    out.print(provenance_footer(prov, simulated=cfg.mode == "virtual"), markup=False, highlight=False)
     out.print(f"report: {target}/report.md ({time.perf_counter() - wall0:.0f} s)", markup=False)
     for line in verdicts:
         out.print(line, markup=False, highlight=False)
@@ -320,6 +369,42 @@ def compare(
     options.wrote(target)
     if failed:
         raise typer.Exit(1)
+
+
+def _reference(cfg: Config, reference: str | None) -> str:
+    """`--reference`, checked against the configurations compared, or its
+    default: event-loop (today's design) when compared, else the first."""
+    if reference is None:
+        return "event-loop" if "event-loop" in cfg.configurations else cfg.configurations[0]
+    if reference not in cfg.configurations:
+        raise InvalidUsage(f"--reference {reference!r} is not among the configurations compared: "
+                           f"{', '.join(cfg.configurations)}")  # fmt: skip
+    return reference
+
+
+def _postmaster_pids(cfg: Config) -> Callable[[], list[int]]:
+    """The embedded Postgres's postmaster, whose CPU is this run's (it is not
+    our descendant: pg_ctl started it); none for virtual mode or an external
+    server."""
+    from sim.services import pg_processes
+    from sim.services.postgres import embedded_serving
+
+    pg = embedded_serving(cfg.postgres_url) if cfg.mode == "real" and cfg.postgres_url else None
+    if pg is None:
+        return list
+    datadir = pg.datadir
+    return lambda: [pid for pid in (pg_processes.postmaster_pid(datadir),) if pid is not None]
+
+
+def _provenance(start: ProvenanceStart, cfg: Config, usage: HostUsage) -> dict[str, Any]:
+    """The run's provenance, read while its Postgres (if any) still runs."""
+    from sim.runtime.core import Runtime, run
+
+    async def finish(rt: Runtime) -> dict[str, Any]:
+        return await finish_provenance(start, ended=datetime.now(UTC), host=usage,
+                                       postgres_url=cfg.postgres_url if cfg.mode == "real" else None)  # fmt: skip
+
+    return run(finish, virtual=False)
 
 
 def options_run_dir(cfg: Config, command: str) -> Path:
@@ -518,6 +603,7 @@ def run_scenario(
     output: OutOpt = None,
     latency_profile: ProfileOpt = None,
     progress: options.Progress = None,
+    wide: options.Wide = False,
 ) -> None:
     """Run one scenario under one configuration and check it; write its trace (and the checker's verdicts) and print the directory last.
 
@@ -552,8 +638,7 @@ def run_scenario(
         rows, verdicts, anomalies = _sweep(cfg, stage, check=True, progress=progress, dest=target)
         write_csv(stage / "results.csv", rows)
         write_hgrms(stage, rows)
-    for t in tables(rows, plain=not _out.is_terminal):
-        _out.print(t)
+    print_tables(tables(rows, plain=not _out.is_terminal, wide=wide or not _out.is_terminal), console=_out)
     for line in verdicts:
         _out.print(line, markup=False, highlight=False)
     options.wrote(target)

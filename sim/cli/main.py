@@ -16,7 +16,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from persist.open import S3_ENDPOINT_ENV, open_blob, open_consensus
 from persist.testing import ConformanceFailure, check_blob, check_consensus
@@ -27,6 +26,7 @@ from sim.cli.check import register as register_check
 from sim.cli.compare import register as register_compare
 from sim.cli.export import register as register_export
 from sim.cli.spark import register as register_spark
+from sim.cli.tables import new_table, plain, print_tables
 from sim.cli.validate import register as register_validate
 from sim.runtime import interrupts
 from sim.runtime.core import Runtime, run
@@ -108,7 +108,7 @@ def location_check(
       coordsim location check mem:// file:///tmp/blobs
       coordsim location check "$COORDSIM_POSTGRES_URL" --kind consensus
     """
-    table = Table("location", "kind", "result", "seconds")
+    table = new_table("location", "kind", "result", "seconds", plain=plain(_out), numeric=("seconds",))
     for url in urls:
         for k in _kinds_for(url, kind):
 
@@ -125,7 +125,7 @@ def location_check(
             except ConformanceFailure as exc:
                 raise CoordsimError(f"{redact_url(url)} ({k}) does not conform: {redact_text(str(exc))}") from exc
             table.add_row(redact_url(url), str(k), "conforms", f"{elapsed:.2f}")
-    _out.print(table)
+    print_tables([table], console=_out)
 
 
 # --- postgres ---------------------------------------------------------------------------
@@ -172,7 +172,7 @@ def doctor() -> None:
     from sim.services.binaries import find_java, spark_java_check
     from sim.services.postgres import BackendUnavailable, find_postgres, postgres_url_from_env
 
-    table = Table("component", "status", "detail")
+    table = new_table("component", "status", "detail", plain=plain(_out))
     ok = True
     table.add_row("python", "ok", platform.python_version())
     pg_url = postgres_url_from_env()
@@ -198,7 +198,7 @@ def doctor() -> None:
             table.add_row("java (spark)", "ok", f"{spark_java_check(java)}, {java.describe()}")
         except BackendUnavailable as exc:
             table.add_row("java (spark)", "broken", f"{java.describe()}: {exc}")
-    _out.print(table)
+    print_tables([table], console=_out)
     if not ok:
         raise typer.Exit(1)
 

@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 
 from sim.cli import options
+from sim.cli.tables import new_table, plain, print_tables
 from sim.load.config import check_int
 from sim.nemesis.matrix import (
     COLUMNS,
@@ -76,10 +77,10 @@ def matrix_command(
     if as_json:
         options.print_json({"output": str(out), **to_json(results, seeds=seeds, schedule=policy)})
         raise typer.Exit(1 if bad else 0)
-    _out.print("| " + " | ".join(COLUMNS) + " |", markup=False)
-    _out.print("|" + "---|" * len(COLUMNS), markup=False)
+    table = new_table(*COLUMNS, plain=plain(_out))
     for row in rows(results):
-        _out.print("| " + " | ".join(row) + " |", markup=False)
+        table.add_row(*row)
+    print_tables([table], console=_out)
     _out.print(f"\n{len(results)} entries, {sum(r.seeds for r in results):,} seeds, "
                f"{sum(r.ops for r in results):,} operations in {time.monotonic() - t0:.1f} s "
                f"on {n_jobs} worker{'s' if n_jobs > 1 else ''}; "

@@ -43,6 +43,7 @@ __all__ = [
     "Schedule",
     "Seed",
     "Seeds",
+    "Wide",
     "deprecated",
     "kebab",
     "pick",
@@ -121,6 +122,11 @@ Jobs = Annotated[
 Json = Annotated[
     bool, typer.Option("--json", help="Print the outcome as JSON on stdout instead of the tables: the document of the summary.json or verdict.json written (with its path)."),
 ]
+#: compare's tables with every measure (sim/compare/tables.py); off a
+#: terminal they always have every column, at full width.
+Wide = Annotated[
+    bool, typer.Option("--wide", help="Tables with every measure (ops, p99.9, censored, Little's law, loop and oracle costs, verdict, why a level is not steady or host-bound), not only those that fit 80 columns; always so when stdout is not a terminal."),
+]
 #: The virtual loop's scheduling policy (sim/runtime/schedule.py).
 Schedule = Annotated[
     str | None,
@@ -151,6 +157,7 @@ SHARED: Final[dict[str, tuple[tuple[str, ...], str | None, Any]]] = {
     "--jobs": (("--jobs", "-j"), "N", None),
     "--progress": (("--progress", "-P"), "SECONDS", None),
     "--json": (("--json",), None, False),
+    "--wide": (("--wide",), None, False),
 }
 
 

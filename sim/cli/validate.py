@@ -19,6 +19,7 @@ from rich.console import Console
 
 from sim.cli import options  # noqa: TC001 - typer reads the annotations at run time
 from sim.cli.options import wrote
+from sim.cli.tables import new_table, plain, print_tables
 from sim.model.validate import FACTS, Outcome, load_facts, run_fact, table_lines
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.outputs import atomic_write, run_dir, staged_dir
@@ -83,7 +84,10 @@ def validate(
                                 o.holds, o.fact.source, o.detail])  # fmt: skip
 
         atomic_write(stage / "validate.csv", write_csv)
-    _out.print("\n".join(lines), markup=False)
+    table = new_table("fact", "published", "simulated", "holds", plain=plain(_out), numeric=("simulated",))
+    for o in outcomes:
+        table.add_row(f"{o.fact.id}: {o.fact.claim}", o.fact.published, f"{o.value:,.3g}", "yes" if o.holds else "NO")
+    print_tables([table], console=_out)
     failed = [o.fact.id for o in outcomes if not o.holds]
     if failed:
         _out.print(f"{len(failed)} of {len(outcomes)} facts do not hold: {', '.join(failed)} "

@@ -19,11 +19,10 @@ from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from pathlib import Path
 
     from sim.compare.runner import LevelRow
 
-__all__ = ["ORDER", "Step", "chain", "parse_ablate", "plot_waterfall", "waterfall_lines"]
+__all__ = ["ORDER", "Step", "chain", "parse_ablate", "waterfall_lines"]
 
 #: The order mechanisms are switched in: the oracle and how reads are
 #: guarded first, then how many commits may overlap (before the oracle's
@@ -140,35 +139,3 @@ def waterfall_lines(rows: Sequence[LevelRow], steps: Sequence[Step]) -> list[str
                 prev[c] = r
             out.append(f"| {st.name} ({st.mechanism}) | " + " | ".join(cells) + " |")
     return out
-
-
-def plot_waterfall(directory: Path, rows: Sequence[LevelRow], steps: Sequence[Step]) -> list[Path]:
-    """One PNG per workload: at each level, the throughput of each step of the
-    chain (bars left to right in chain order), so a step's effect is the
-    change from the bar before it."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from sim.compare.report import save_figure
-
-    by = {(r.workload, r.config, r.concurrency): r for r in rows}
-    paths = []
-    for wl in dict.fromkeys(r.workload for r in rows):
-        levels = sorted({r.concurrency for r in rows if r.workload == wl})
-        fig, ax = plt.subplots(figsize=(8.0, 4.4), dpi=100)
-        width = 0.8 / len(steps)
-        for i, st in enumerate(steps):
-            ys = [by[(wl, st.name, c)].throughput_ops_s if (wl, st.name, c) in by else 0.0 for c in levels]
-            errs = [(by[(wl, st.name, c)].throughput_ci95 or 0.0) if (wl, st.name, c) in by else 0.0 for c in levels]
-            ax.bar([j + i * width for j in range(len(levels))], ys, width, yerr=errs, capsize=2,
-                   label=st.name if i == 0 else f"+ {st.mechanism}")  # fmt: skip
-        ax.set_xticks([j + width * (len(steps) - 1) / 2 for j in range(len(levels))], [str(c) for c in levels])
-        ax.set_xlabel("concurrent clients")
-        ax.set_ylabel("operations / s (mean, 95% CI)")
-        ax.set_title(f"{wl}: {steps[0].name} → {steps[-1].name}, one mechanism at a time")
-        ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(fontsize="small")
-        paths.append(save_figure(fig, directory / f"{wl}-ablation.png"))
-    return paths

@@ -1,8 +1,10 @@
-"""The comparison's outputs: a table per workload, PNG plots (throughput with
-its interval vs concurrency per configuration; latency percentiles),
-`results.csv` with a fixed column set, and `report.md` linking them — each
-number with its uncertainty, sample count, errors and the run's verdict
-(DESIGN.md §10). Every file is written under a temporary name and renamed.
+"""The comparison's files: `results.csv` with a fixed column set,
+`summary.json`, and `report.md` (its conclusions, tables, the plots of
+`sim.compare.plots`, the configuration and the provenance), each number
+with its uncertainty, sample count, errors, steadiness and the run's verdict
+(DESIGN.md §10); and the `--baseline` regression check. Terminal tables are
+`sim.compare.tables`. Every file is written under a temporary name and
+renamed.
 """
 
 from __future__ import annotations
@@ -12,9 +14,6 @@ import io
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, final
-
-from rich import box
-from rich.table import Table
 
 from sim.compare.stats import FAMILY_ALPHA, compare_samples, holm_family
 from sim.runtime.errors import InvalidUsage
@@ -33,12 +32,9 @@ __all__ = [
     "BaselineCheck",
     "Regression",
     "compare_baseline",
-    "plot",
     "read_results",
-    "save_figure",
     "summary",
     "summary_document",
-    "tables",
     "write_csv",
     "write_markdown",
 ]
@@ -70,7 +66,33 @@ COLUMNS: Final = (
     "loop_busy_fraction",
     "loop_messages_per_op",
     "verdict",
+    # issue 33: every operation started in the window, steady state, the host
+    "mean_ms",
+    "stddev_ms",
+    "min_ms",
+    "max_ms",
+    "censored",
+    "littles_law_ratio",
+    "steady",
+    "steady_note",
+    "host_bound",
+    "coordsim_cpu",
+    "loop_lag_ms",
+    "postgres_cpu_cores",
+    "host_cpu_cores",
+    "offered_ops_s",
+    "saturated",
+    "mean_samples_ms",
+    "window_samples_s",
+    "littles_law_samples",
+    "first_half_samples",
+    "second_half_samples",
 )
+
+#: What `read_results` needs of a baseline (an older results.csv has these
+#: and not the columns added since; `compare_baseline` reads no others).
+_BASELINE_COLUMNS: Final = ("workload", "config", "concurrency", "throughput_samples", "p50_samples_ms",
+                            "p99_samples_ms")  # fmt: skip
 
 #: `--baseline`'s default threshold: a cell worse than this fraction (and
 #: outside the noise at family-wise 5 %, `sim.compare.stats.holm_family`) is a regression.
@@ -80,6 +102,8 @@ DEFAULT_REGRESSION_THRESHOLD: Final = 0.20
 def _cell(v: object) -> str:
     if v is None:
         return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
     if isinstance(v, float):
         return "" if math.isnan(v) else f"{v:.6g}"
     if isinstance(v, tuple):
@@ -108,7 +132,7 @@ def read_results(path: Path) -> list[dict[str, str]]:
             rows = list(csv.DictReader(f))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise InvalidUsage(f"cannot read baseline {p}: {getattr(exc, 'strerror', None) or exc}") from exc
-    if not rows or set(COLUMNS) - set(rows[0]):
+    if not rows or set(_BASELINE_COLUMNS) - set(rows[0]):
         raise InvalidUsage(f"{p} is not a coordsim results.csv of this version (missing columns)")
     for r in rows:
         try:
@@ -146,35 +170,35 @@ def _errors(r: LevelRow) -> str:
 
 
 _HEAD: Final = ("config", "clients", "ops/s (95% CI)", "ops", "errors", "p50 ms", "p99 ms", "p99.9 ms",
-                "lat. n", "oracle q/op", "loop busy", "loop msg/op", "verdict")  # fmt: skip
+                "mean ± sd ms", "lat. n", "censored", "window s", "Little", "steady", "oracle q/op", "loop busy",
+                "loop msg/op", "verdict")  # fmt: skip
+
+
+def _state(r: LevelRow) -> str:
+    """"yes", or why the cell is left out of conclusions."""
+    if r.concludable:
+        return "yes"
+    why = [x for x in (r.steady_note if not r.steady else "", f"host-bound: {r.host_bound}" if r.host_bound else "")
+           if x]  # fmt: skip
+    return "**no**: " + "; ".join(why)
+
+
+def _mean_sd(r: LevelRow) -> str:
+    if r.mean_ms is None:
+        return "—"
+    return f"{r.mean_ms:,.2f} ± {r.stddev_ms or 0.0:,.2f}"
 
 
 def _cells(r: LevelRow) -> list[str]:
     return [r.config, str(r.concurrency), _tput(r), f"{r.ops:,}", _errors(r), _ms(r.p50_ms), _ms(r.p99_ms),
-            _ms(r.p999_ms), f"{r.latency_samples:,}", _fixed(r.oracle_queries_per_op, "{:.2f}"),
+            _ms(r.p999_ms), _mean_sd(r), f"{r.latency_samples:,}", f"{r.censored:,}", f"{r.window_s:.3g}",
+            _fixed(r.littles_law_ratio, "{:.2f}"), _state(r), _fixed(r.oracle_queries_per_op, "{:.2f}"),
             _fixed(r.loop_busy_fraction, "{:.0%}"), _fixed(r.loop_messages_per_op, "{:.2f}"),
             r.verdict or "—"]  # fmt: skip
 
 
 def _fixed(v: float | None, fmt: str) -> str:
     return "—" if v is None else fmt.format(v)
-
-
-def tables(rows: Sequence[LevelRow], *, plain: bool = False) -> list[Table]:
-    """One table per workload: configuration x concurrency → the measures.
-    `plain` (stdout not a terminal): ASCII borders and nothing folded."""
-    out = []
-    for wl in _workloads(rows):
-        t = Table(*_HEAD, title=f"{wl} ({rows[0].mode} mode)", box=box.ASCII if plain else box.HEAVY_HEAD)
-        for col in t.columns:
-            col.no_wrap = True
-            if col.header in ("config", "errors"):
-                col.overflow = "fold" if not plain else "ignore"
-        for r in rows:
-            if r.workload == wl:
-                t.add_row(*_cells(r))
-        out.append(t)
-    return out
 
 
 @final
@@ -207,6 +231,7 @@ def summary(rows: Sequence[LevelRow]) -> list[Peak]:
 def summary_document(
     rows: Sequence[LevelRow], *, output: str, header: dict[str, Any], anomalies: Sequence[str],
     erring: Sequence[LevelRow], regressions: Sequence[object], exit_code: int,
+    conclusions: dict[str, Any] | None = None, provenance: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """`summary.json` of a compare run (and `compare --json`): every cell as
     in results.csv, the peaks the tables print, and why the run exits as it
@@ -238,78 +263,9 @@ def summary_document(
         ],
         "regressions": [str(x) for x in regressions],
         "exit_code": exit_code,
+        "conclusions": conclusions,
+        "provenance": provenance,
     }
-
-
-def plot(directory: Path, rows: Sequence[LevelRow]) -> list[Path]:
-    """Two PNGs per workload: throughput vs concurrency with its 95 % interval,
-    and p50/p99 latency vs concurrency, one line per configuration; a level
-    with errors is marked with its error count."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
-    for wl in _workloads(rows):
-        configs = list(dict.fromkeys(r.config for r in rows if r.workload == wl))
-        levels = sorted({r.concurrency for r in rows if r.workload == wl})
-        for kind in ("throughput", "latency"):
-            fig, ax = plt.subplots(figsize=(7.2, 4.4), dpi=100)
-            for cfg in configs:
-                mine = sorted((r for r in rows if r.workload == wl and r.config == cfg), key=lambda r: r.concurrency)
-                xs = [r.concurrency for r in mine]
-                if kind == "throughput":
-                    ys = [r.throughput_ops_s for r in mine]
-                    bars = ax.errorbar(xs, ys, yerr=[r.throughput_ci95 or 0.0 for r in mine], marker="o",
-                                       capsize=3, label=cfg)  # fmt: skip
-                    color = bars[0].get_color()
-                    for r in mine:
-                        if r.errors:
-                            ax.annotate(f"{r.errors} err", (r.concurrency, r.throughput_ops_s), fontsize=7,
-                                        color=color, textcoords="offset points", xytext=(4, 4))  # fmt: skip
-                else:
-                    pts50 = [(r.concurrency, r.p50_ms) for r in mine if r.p50_ms is not None]
-                    pts99 = [(r.concurrency, r.p99_ms) for r in mine if r.p99_ms is not None]
-                    drawn = ax.plot([x for x, _ in pts50], [y for _, y in pts50], marker="o", label=f"{cfg} p50")
-                    ax.plot([x for x, _ in pts99], [y for _, y in pts99], linestyle="--", marker=".",
-                            color=drawn[0].get_color(), label=f"{cfg} p99")  # fmt: skip
-            concurrency_axis(ax, levels)
-            if kind == "throughput":
-                ax.set_ylabel("operations / s (mean, 95% CI)")
-                ax.set_ylim(bottom=0)
-            else:
-                if any(r.p50_ms is not None or r.p99_ms is not None for r in rows if r.workload == wl):
-                    ax.set_yscale("log")  # not with no point to scale: too few samples everywhere
-                ax.set_ylabel("latency (ms)")
-            ax.set_title(f"{wl}: {kind} ({rows[0].mode} mode)")
-            ax.grid(True, alpha=0.3)
-            ax.legend(fontsize="small", loc="best")
-            paths.append(save_figure(fig, directory / f"{wl}-{kind}.png"))
-    return paths
-
-
-def concurrency_axis(ax: Any, levels: Sequence[int]) -> None:
-    """A log2 x axis of concurrent clients, ticked and labelled at exactly
-    the measured levels (1, 4, 16, … rather than 2⁰, 2², …): the look that
-    compare's and replay's plots share."""
-    from matplotlib.ticker import FixedFormatter, FixedLocator
-
-    ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_locator(FixedLocator(list(levels)))
-    ax.xaxis.set_major_formatter(FixedFormatter([str(c) for c in levels]))
-    ax.xaxis.set_minor_locator(FixedLocator([]))
-    ax.set_xlabel("concurrent clients")
-
-
-def save_figure(fig: Any, path: Path) -> Path:
-    """Writes a matplotlib figure as PNG (atomically) and closes it."""
-    import matplotlib.pyplot as plt
-
-    fig.tight_layout()
-    atomic_write(path, lambda p: fig.savefig(p, format="png"))
-    plt.close(fig)
-    return path
 
 
 @final
@@ -416,10 +372,22 @@ def write_markdown(
     verdicts: Sequence[str] = (),
     ablation: Sequence[str] = (),
     sensitivity: Sequence[str] = (),
+    conclusions: Sequence[str] = (),
+    provenance: Sequence[str] = (),
+    warning: str | None = None,
 ) -> None:
-    """`report.md`: the summary with intervals and verdicts, each workload's
-    table and plots, the effective configuration, and the checkers' findings."""
-    lines = [f"# coordsim compare\n\n{header}\n", "## Summary\n"]
+    """`report.md`: a busy-host warning first when there is one, the
+    conclusions, the summary with intervals and verdicts, each workload's
+    table and plots, the effective configuration, the checkers' findings
+    and the run's provenance."""
+    lines = ["# coordsim compare\n"]
+    if warning:
+        lines.append(f"{warning}\n")
+    lines.append(f"{header}\n")
+    if conclusions:
+        lines.extend(conclusions)
+        lines.append("")
+    lines.append("## Summary\n")
     lines.append("| workload | config | peak ops/s (95% CI) | at clients | errors | p50 ms at most clients | verdict |")
     lines.append("|---|---|---:|---:|---:|---:|---|")
     for pk in summary(rows):
@@ -458,6 +426,10 @@ def write_markdown(
     lines.append("Every knob of every configuration compared, as the run used it "
                  "(also in `config.toml`):\n")  # fmt: skip
     lines.append("```toml\n" + knobs.rstrip() + "\n```")
-    lines.append("\nMachine-readable: [results.csv](results.csv); traces: `traces/<workload>/<config>/`.\n")
+    if provenance:
+        lines.append("")
+        lines.extend(provenance)
+    lines.append("\nMachine-readable: [results.csv](results.csv), [summary.json](summary.json); "
+                 "traces: `traces/<workload>/<config>/`.\n")  # fmt: skip
     text = "\n".join(lines)
     atomic_write(path, lambda p: p.write_text(text))

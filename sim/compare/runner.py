@@ -30,14 +30,17 @@ from typing import TYPE_CHECKING, Any, Final, final
 import anyio
 from hdrh.histogram import HdrHistogram
 
+from sim.compare.hostbound import HostProbe, host_bound
 from sim.compare.stats import estimate, percentile_shown
 from sim.history.model import Event
 from sim.history.recorder import HistoryRecorder
 from sim.history.recording import PreparedStatements, RecordingSession
 from sim.history.traces import write_trace
+from sim.load import steady
 from sim.load.deployment import Deployment
 from sim.load.loadgen import (
     LevelResult,
+    Moments,
     Window,
     measure_closed,
     measure_open,
@@ -105,12 +108,53 @@ class LevelRow:
     loop_busy_fraction: float | None
     loop_messages_per_op: float | None = None  # None: not sampled, or no event loop (decoupled)
     verdict: str = ""
+    # --- issue 33: uncensored latency, steady state, host-bound -----------------
+    #: Latency over every operation started in the windows (ms): mean, sample
+    #: standard deviation, least and greatest; None with no operation.
+    mean_ms: float | None = None
+    stddev_ms: float | None = None
+    min_ms: float | None = None
+    max_ms: float | None = None
+    #: Operations still running at the drain limit: counted at their lower bound.
+    censored: int = 0
+    #: Closed loop: mean latency x throughput / clients (1.0 in steady state,
+    #: Little's law); None for an open loop or with no operation.
+    littles_law_ratio: float | None = None
+    #: Whether the cell passed the steady-state checks (`sim.compare.steady`);
+    #: `steady_note` says which failed ("" when steady).
+    steady: bool = True
+    steady_note: str = ""
+    #: Real mode: the host resource that limited the cell (e.g. "coordsim CPU 97 %"), else "".
+    host_bound: str = ""
+    #: Real mode, averaged over the passes' levels (None in virtual mode):
+    #: coordsim's process CPU / wall (of the one core its loop can use), how
+    #: late a 1 ms timer fired (ms), the cores Postgres's processes and the
+    #: whole machine used (`sim.compare.hostbound`).
+    coordsim_cpu: float | None = None
+    loop_lag_ms: float | None = None
+    postgres_cpu_cores: float | None = None
+    host_cpu_cores: float | None = None
+    #: Open loop: the offered arrival rate (ops/s) and whether the queue grew.
+    offered_ops_s: float | None = None
+    saturated: bool = False
+    #: Per pass: mean latency (ms), window actually used (s), Little's law ratio.
+    mean_samples_ms: tuple[float, ...] = ()
+    window_samples_s: tuple[float, ...] = ()
+    littles_law_samples: tuple[float, ...] = ()
+    #: Per pass: throughput in the first and second half of its window (ops/s).
+    first_half_samples: tuple[float, ...] = ()
+    second_half_samples: tuple[float, ...] = ()
     #: Every window's latencies together (µs), for `.hgrm` files; not a CSV column.
     histogram: HdrHistogram | None = field(default=None, compare=False, repr=False)
 
     @property
     def error_rate(self) -> float:
         return self.errors / self.ops if self.ops else 0.0
+
+    @property
+    def concludable(self) -> bool:
+        """Whether conclusions may use this cell: steady and not host-bound."""
+        return self.steady and not self.host_bound
 
 
 @final
@@ -241,28 +285,57 @@ async def _level(
         return factory(f"bg/L{level}/{bg_n[0]}")
 
     results: list[LevelResult] = []
+    probe = HostProbe(rt, _postmaster(cfg)) if cfg.mode == "real" and level else None
     async with anyio.create_task_group() as tg:
         tg.start_soon(functools.partial(wl.background, bg_session, cfg.tables, rt, tag=str(level)))
+        if probe is not None:
+            probe.start()
+            tg.start_soon(probe.lags)
         if cfg.open_loop_rate is not None and level:
             results = await measure_open(rt, op, rate=cfg.open_loop_rate, max_in_flight=concurrency, window=window)
         else:
             results = await measure_closed(rt, op, concurrency=concurrency, window=window)
         tg.cancel_scope.cancel()
+    if probe is not None:
+        figures = probe.stop()
+        for r in results:
+            r.host = figures
     return results
+
+
+def _postmaster(cfg: Config) -> Callable[[], list[int]] | None:
+    """The embedded Postgres's postmaster, for `HostProbe` (None: an external
+    server, whose processes may be on another machine)."""
+    from sim.services import pg_processes
+    from sim.services.postgres import embedded_serving
+
+    pg = embedded_serving(cfg.postgres_url) if cfg.postgres_url else None
+    if pg is None:
+        return None
+    datadir = pg.datadir
+
+    def pids() -> list[int]:
+        pid = pg_processes.postmaster_pid(datadir)
+        return [] if pid is None else [pid]
+
+    return pids
 
 
 def level_row(
     cfg: Config, config_name: str, workload_name: str, res: list[LevelResult], before: Any, after: Any, c: int,
-    span: float,
+    span: float, *, script: bool = False,
 ) -> LevelRow:
     """`span`: the level's whole time (warm-up and drain included), over which
     the coordinator's counters moved from `before` to `after` (both None when
-    they were not sampled)."""
+    they were not sampled). `script`: the row of a scenario script, which is
+    one run of operations, not a steady-state window."""
     ops = sum(r.ops for r in res)
     merged = new_histogram()
     codes: dict[str, int] = {}
+    moments = Moments()
     for r in res:
         merged.add(r.histogram)
+        moments = moments.merged(r.latency)
         for code, n in r.errors_by_code.items():
             codes[code] = codes.get(code, 0) + n
     samples = merged.get_total_count()
@@ -284,6 +357,8 @@ def level_row(
         busy = after.loop_busy_s - before.loop_busy_s
         busy_fraction = busy / span / max(1, after.loop_cores) if span > 0 else 0.0
     per_result = [r.percentiles_ms((50, 99)) for r in res]
+    open_loop = cfg.open_loop_rate is not None and not script
+    little = (moments.mean * tput.mean / c if moments.n and c and not open_loop and not script else None)
     return LevelRow(
         workload=workload_name,
         config=config_name,
@@ -307,7 +382,58 @@ def level_row(
         loop_busy_fraction=busy_fraction,
         loop_messages_per_op=messages_per_op,
         histogram=merged,
+        mean_ms=moments.mean * 1000 if moments.n else None,
+        stddev_ms=moments.stdev * 1000 if moments.n else None,
+        min_ms=moments.least * 1000 if moments.n else None,
+        max_ms=moments.greatest * 1000 if moments.n else None,
+        censored=sum(r.censored for r in res),
+        littles_law_ratio=little,
+        steady=not (note := _steady_note(res, moments, little, tput.half, script=script, open_loop=open_loop)),
+        steady_note=note,
+        host_bound=host_bound(hosts := [r.host for r in res if r.host is not None]),
+        coordsim_cpu=_mean([h.own_cpu for h in hosts]),
+        loop_lag_ms=_mean([h.lag_mean_ms for h in hosts]),
+        postgres_cpu_cores=_mean([h.postgres_cores for h in hosts]),
+        host_cpu_cores=_mean([h.host_cores for h in hosts]),
+        offered_ops_s=cfg.open_loop_rate if open_loop else None,
+        saturated=note.startswith("saturated"),
+        mean_samples_ms=tuple(r.latency.mean * 1000 for r in res),
+        window_samples_s=tuple(r.elapsed_s for r in res),
+        littles_law_samples=tuple(r.littles_law_ratio or 0.0 for r in res) if little is not None else (),
+        first_half_samples=tuple(steady.Halves(r.first_half, r.second_half, r.elapsed_s, r.burst).first_rate for r in res),
+        second_half_samples=tuple(steady.Halves(r.first_half, r.second_half, r.elapsed_s, r.burst).second_rate for r in res),
     )
+
+
+def _mean(xs: Sequence[float | None]) -> float | None:
+    known = [x for x in xs if x is not None]
+    return statistics.fmean(known) if known else None
+
+
+def _steady_note(
+    res: Sequence[LevelResult], moments: Moments, little: float | None, ci95: float | None, *, script: bool,
+    open_loop: bool,
+) -> str:
+    """Why a level is not steady ("" when it is): `sim.load.steady`'s checks
+    on the passes' windows together."""
+    if script:
+        return "a scenario script: one run, not a steady-state window"
+    if not res or not moments.n:
+        return "no operation measured"
+    if open_loop:
+        first, second = Moments(), Moments()
+        for r in res:
+            first, second = first.merged(r.half_latency[0]), second.merged(r.half_latency[1])
+        return steady.saturation_note(
+            arrivals=moments.n, completions=sum(r.ops for r in res),
+            first_mean_s=first.mean if first.n else None, second_mean_s=second.mean if second.n else None,
+            first_n=first.n, second_n=second.n,
+        )
+    notes = [steady.littles_note(little), steady.window_note(min(r.elapsed_s for r in res), moments.mean)]
+    if all(r.first_half + r.second_half for r in res):  # fixed-operations runs have no halves
+        notes.append(steady.halves_note([steady.Halves(r.first_half, r.second_half, r.elapsed_s, r.burst) for r in res],
+                                        ci95))  # fmt: skip
+    return "; ".join(n for n in notes if n)
 
 
 def pass_trace_dir(trace_dir: Path, index: int) -> Path:
@@ -384,6 +510,11 @@ def _traced(
             "open_loop_rate": cfg.open_loop_rate,
             "pass": index,
             "passes": cfg.window().repeat,
+            # Each level's measured window(s) in the trace's clock (seconds),
+            # after any growth: an operation of that level's clients whose
+            # invocation lies in one is measured, to its completion.
+            "windows": [{"concurrency": lv.concurrency, "start_s": r.start_s, "end_s": r.start_s + r.elapsed_s}
+                        for lv in levels for r in lv.results],
         },
     )
     rows = [level_row(cfg, config_name, workload_name, lv.results, lv.before, lv.after, lv.concurrency, lv.span)

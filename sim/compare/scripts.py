@@ -87,7 +87,8 @@ def run_script(cfg: Config, config_name: str, sc: PythonScenario, trace_dir: Pat
     assert kept is not None
     # A script may restart its coordinator, whose counters then start over:
     # they are not reported rather than reported wrong.
-    row = level_row(cfg, config_name, sc.name, results, None, None, clients, sum(r.elapsed_s for r in results))
+    row = level_row(cfg, config_name, sc.name, results, None, None, clients, sum(r.elapsed_s for r in results),
+                    script=True)
     return RunOutput([row], trace_dir, kept.history, kept.events)
 
 

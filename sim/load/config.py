@@ -35,7 +35,7 @@ from coordinator.config import (
     knobs,
     named,
 )
-from sim.load.loadgen import Window
+from sim.load.loadgen import DEFAULT_DRAIN_S, Window
 from sim.load.workloads import workload
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.latency import LatencyModel, LatencySpecError
@@ -60,6 +60,11 @@ DEFAULT_PROFILE: Final = Path(__file__).parents[1] / "model" / "profiles" / "def
 DEFAULT_DURATION_S: Final = {"real": 1.0, "virtual": 0.2}
 #: Seconds discarded before each level's window, in every pass.
 DEFAULT_WARMUP_S: Final = {"real": 0.5, "virtual": 0.05}
+#: The longest a closed-loop window may grow to before a level that is still
+#: not steady is reported as such (issue 33: 30 simulated seconds, where long
+#: windows are cheap; in real mode 10 s, so that a default run's 135 level
+#: windows stay within about half an hour even if every one had to grow).
+DEFAULT_MAX_WINDOW_S: Final = {"real": 10.0, "virtual": 30.0}
 #: Passes (one window per level each, on a fresh deployment, interleaved
 #: across configurations): the throughput interval is over these (n - 1 = 2
 #: degrees of freedom: wide, and honest about it).
@@ -162,6 +167,12 @@ class Config:
     duration_s: float | None = None
     warmup_s: float | None = None
     repeat: int | None = None
+    #: The longest a window may grow to until its level is steady (None: the
+    #: mode's default, `DEFAULT_MAX_WINDOW_S`; at most `duration_s`: never
+    #: grow), and how long after a window its operations are waited for
+    #: before the rest count as censored (None: `DEFAULT_DRAIN_S`).
+    max_window_s: float | None = None
+    drain_s: float | None = None
     ops_per_level: int | None = None
     warmup_ops: int = 10
     tables: int = 1
@@ -212,6 +223,12 @@ class Config:
                         unit="seconds", strict_low=True)  # fmt: skip
         if self.warmup_s is not None:
             check_float("warmup_s (--warmup)", self.warmup_s, low=0, high=MAX_DURATION_S, unit="seconds")
+        if self.max_window_s is not None:
+            check_float("max_window_s (--max-window)", self.max_window_s, low=0, high=MAX_DURATION_S,
+                        unit="seconds", strict_low=True)  # fmt: skip
+        if self.drain_s is not None:
+            check_float("drain_s (--drain-limit)", self.drain_s, low=0, high=MAX_DURATION_S,
+                        unit="seconds", strict_low=True)  # fmt: skip
         if self.repeat is not None:
             check_int("repeat (--repeat)", self.repeat, low=1, high=MAX_REPEAT, unit="repetitions")
         check_int("tables (--tables)", self.tables, low=1, high=MAX_TABLES, unit="tables")
@@ -266,7 +283,7 @@ class Config:
                 if not isinstance(v, dict):
                     raise InvalidUsage(f"{k} must be a table, got {v!r}")
                 v = dict(v)
-            elif k in ("duration_s", "warmup_s"):
+            elif k in ("duration_s", "warmup_s", "max_window_s", "drain_s"):
                 if isinstance(v, bool) or not isinstance(v, int | float):
                     raise InvalidUsage(f"{k} must be a number of seconds, got {v!r}")
                 v = float(v)
@@ -322,7 +339,10 @@ class Config:
             return Window(warmup_s=0.0, ops=self.ops_per_level, repeat=repeat)
         duration = self.duration_s if self.duration_s is not None else DEFAULT_DURATION_S[self.mode]
         warmup = self.warmup_s if self.warmup_s is not None else DEFAULT_WARMUP_S[self.mode]
-        return Window(warmup_s=warmup, duration_s=duration, repeat=repeat)
+        cap = self.max_window_s if self.max_window_s is not None else DEFAULT_MAX_WINDOW_S[self.mode]
+        drain = self.drain_s if self.drain_s is not None else DEFAULT_DRAIN_S
+        return Window(warmup_s=warmup, duration_s=duration, repeat=repeat,
+                      max_duration_s=cap if cap > duration else None, drain_s=drain)  # fmt: skip
 
     def effective(self) -> Config:
         """This value with every mode-dependent default filled in, as a run uses
@@ -330,7 +350,8 @@ class Config:
         w = self.window()
         if w.duration_s is None:
             return replace(self, repeat=w.repeat)
-        return replace(self, duration_s=w.duration_s, warmup_s=w.warmup_s, repeat=w.repeat)
+        return replace(self, duration_s=w.duration_s, warmup_s=w.warmup_s, repeat=w.repeat,
+                       max_window_s=w.max_duration_s or w.duration_s, drain_s=w.drain_s)  # fmt: skip
 
     def effective_postgres_url(self) -> str | None:
         return self.postgres_url or os.environ.get("COORDSIM_POSTGRES_URL") or None

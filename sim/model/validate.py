@@ -192,7 +192,7 @@ def run_fact(fact: Fact) -> Outcome:
 
 
 def table_lines(outcomes: Sequence[Outcome]) -> list[str]:
-    """The Markdown table `validate` prints and writes: fact | published | simulated | holds."""
+    """validate.md's Markdown table (the command prints the same in the house table style): fact | published | simulated | holds."""
     lines = ["| fact | published | simulated | holds |", "|---|---|---:|:---:|"]
     for o in outcomes:
         lines.append(f"| {o.fact.id}: {o.fact.claim} | {o.fact.published} | {o.value:,.3g} | "
