@@ -347,9 +347,8 @@ def compare(
         for line in fragile_lines:
             out.print(line, markup=False, highlight=False)
         out.print(f"{fragile} conclusion(s) fragile" if fragile else "every conclusion survives", markup=False)
-    out.print(f"conclusions (against {concluded.reference}):", markup=False)
     for line in concluded.lines():
-        out.print(f"  {line}", markup=False, highlight=False)
+        out.print(line, markup=False, highlight=False)
     if busy is not None:
         out.print(busy.strip("*"), style="bold", markup=False, highlight=False)
     out.print(provenance_footer(prov, simulated=cfg.mode == "virtual"), markup=False, highlight=False)

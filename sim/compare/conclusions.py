@@ -227,16 +227,20 @@ class Conclusions:
         return out
 
     def lines(self) -> list[str]:
-        """For the terminal, within 80 columns: the takeaways, then every
-        ratio labelled faster or slower."""
+        """For the terminal, within 80 columns: the takeaways, then one line
+        per (workload, level, configuration) with a measure labelled faster
+        or slower, its decided measures side by side."""
         decided = [r for r in self.ratios if r.decided]
         out = [f"conclusions vs {self.reference} (paired by pass; Holm, family-wise {self.alpha * 100:g} %):"]
         for t in self.takeaways:
             out += textwrap.wrap(t, 80, initial_indent="  ", subsequent_indent="    ")
         if not decided:
             out.append("  no configuration is faster or slower than the reference anywhere")
+        cells: dict[tuple[str, int, str], list[Ratio]] = {}
         for r in decided:
-            line = f"{r.workload} c={r.concurrency} {r.config} {r.measure} {r.text()}"
+            cells.setdefault((r.workload, r.concurrency, r.config), []).append(r)
+        for (workload, clients, config), mine in cells.items():
+            line = f"{workload} c={clients} {config}: " + "; ".join(f"{r.measure} {r.text()}" for r in mine)
             out += textwrap.wrap(line, 80, initial_indent="  ", subsequent_indent="    ")
         return out
 

@@ -400,8 +400,8 @@ def level_row(
         mean_samples_ms=tuple(r.latency.mean * 1000 for r in res),
         window_samples_s=tuple(r.elapsed_s for r in res),
         littles_law_samples=tuple(r.littles_law_ratio or 0.0 for r in res) if little is not None else (),
-        first_half_samples=tuple(steady.Halves(r.first_half, r.second_half, r.elapsed_s, r.burst).first_rate for r in res),
-        second_half_samples=tuple(steady.Halves(r.first_half, r.second_half, r.elapsed_s, r.burst).second_rate for r in res),
+        first_half_samples=tuple(steady.Slices(tuple(r.slices), r.elapsed_s).first_rate for r in res),
+        second_half_samples=tuple(steady.Slices(tuple(r.slices), r.elapsed_s).second_rate for r in res),
     )
 
 
@@ -430,8 +430,8 @@ def _steady_note(
             first_n=first.n, second_n=second.n,
         )
     notes = [steady.littles_note(little), steady.window_note(min(r.elapsed_s for r in res), moments.mean)]
-    if all(r.first_half + r.second_half for r in res):  # fixed-operations runs have no halves
-        notes.append(steady.halves_note([steady.Halves(r.first_half, r.second_half, r.elapsed_s, r.burst) for r in res],
+    if all(any(r.slices) for r in res):  # fixed-operations runs have no slices
+        notes.append(steady.halves_note([steady.Slices(tuple(r.slices), r.elapsed_s) for r in res],
                                         ci95))  # fmt: skip
     return "; ".join(n for n in notes if n)
 

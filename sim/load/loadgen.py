@@ -170,12 +170,8 @@ class LevelResult:
     rate: float | None = None  # open loop: the target arrival rate
     errors_by_code: dict[str, int] = field(default_factory=dict)
     censored: int = 0
-    #: Completions in the first and second half of the window.
-    first_half: int = 0
-    second_half: int = 0
-    #: The most completions at one instant (a batch's), and the last instant.
-    burst: int = 0
-    _burst_at: tuple[float, int] = (-math.inf, 0)
+    #: Completions in each of `steady.SLICES` equal slices of the window.
+    slices: list[int] = field(default_factory=lambda: [0] * steady.SLICES)
     #: Latency moments over the measured operations (seconds; Welford's
     #: running mean and sum of squared deviations, exact where the
     #: histogram is bucketed), and their least and greatest.
@@ -214,14 +210,8 @@ class LevelResult:
     def complete(self, t: float) -> None:
         """Counts one operation that completed at `t`, inside the window."""
         self.ops += 1
-        at, run = self._burst_at
-        run = run + 1 if t == at else 1
-        self._burst_at = (t, run)
-        self.burst = max(self.burst, run)
-        if t < self.start_s + self.elapsed_s / 2:
-            self.first_half += 1
-        else:
-            self.second_half += 1
+        n = len(self.slices)
+        self.slices[max(0, min(n - 1, int((t - self.start_s) / self.elapsed_s * n)))] += 1
 
     @property
     def throughput(self) -> float:
@@ -459,7 +449,7 @@ async def measure_closed(
         mean = moments.mean if moments.n else None
         ops = sum(r.ops for r in results)
         ratio = mean * ops / (length * window.repeat) / concurrency if mean is not None else None
-        halves = [steady.Halves(r.first_half, r.second_half, r.elapsed_s, r.burst) for r in results]
+        halves = [steady.Slices(tuple(r.slices), r.elapsed_s) for r in results]
         if not (steady.littles_note(ratio) or steady.window_note(length, mean)
                 or steady.halves_note(halves, None)):  # fmt: skip
             return results

@@ -12,12 +12,13 @@ cell is *steady* when
   and a handful of slow operations decide the mean);
 - throughput in the window's first and second halves differs by less than
   the noise: the 95 % interval of the throughput over passes, or, when
-  that is narrower, the noise of the completions themselves: their
-  counting noise, or one burst of completions (operations that complete at
-  the same instant, as a group commit's do), whichever is larger. A
-  deterministic virtual run can have an interval of zero, and a batched
-  system at a constant rate still puts one batch more in one half than in
-  the other.
+  that is narrower, the noise the window itself shows. Each window counts
+  its completions in `SLICES` equal slices; the slices' spread within each
+  half gives the difference of the halves a standard error, so a batched
+  system (a group commit completes a batch at one instant) is judged by its
+  own granularity and a Poisson-like one by its counting noise. A
+  deterministic virtual run can have an interval of zero over passes, and a
+  constant rate still puts one batch more in one half than in the other.
 
 These are the issue's thresholds (issue 33), not fitted to any result.
 """
@@ -25,8 +26,11 @@ These are the issue's thresholds (issue 33), not fitted to any result.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, final
+
+from sim.compare.stats import t975
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -35,8 +39,9 @@ __all__ = [
     "LITTLE_TOLERANCE",
     "SATURATION_LATENCY_GROWTH",
     "SATURATION_SHORTFALL",
+    "SLICES",
     "WINDOW_OVER_LATENCY",
-    "Halves",
+    "Slices",
     "grown_length",
     "halves_note",
     "littles_note",
@@ -51,8 +56,8 @@ WINDOW_OVER_LATENCY: Final = 10.0
 #: A grown window aims this far past the bare minimum, so that one growth
 #: step usually suffices (the mean latency it was sized on is itself noisy).
 GROWTH_MARGIN: Final = 1.25
-#: The two-sided 95 % normal quantile, for the counting-noise floor.
-_Z: Final = 1.96
+#: Slices of a window whose completions are counted (for the halves' test).
+SLICES: Final = 10
 #: Open loop: achieved below (1 - this) of the arrivals offered in the window.
 SATURATION_SHORTFALL: Final = 0.10
 #: Open loop: the second half's mean latency this many times the first's.
@@ -82,42 +87,53 @@ def window_note(window_s: float, mean_latency_s: float | None) -> str:
 
 @final
 @dataclass(frozen=True)
-class Halves:
-    """One pass's completions in the first and second half of its window."""
+class Slices:
+    """One pass's completions in `SLICES` equal slices of its window."""
 
-    first: int
-    second: int
+    counts: tuple[int, ...]
     window_s: float
-    #: The most completions at one instant in the window.
-    burst: int = 1
+
+    def _rates(self) -> list[float]:
+        width = self.window_s / len(self.counts)
+        return [c / width for c in self.counts]
 
     @property
     def first_rate(self) -> float:
-        return self.first / (self.window_s / 2) if self.window_s > 0 else 0.0
+        """Throughput of the window's first half (ops/s)."""
+        rates = self._rates()
+        return statistics.fmean(rates[: len(rates) // 2]) if self.window_s > 0 else 0.0
 
     @property
     def second_rate(self) -> float:
-        return self.second / (self.window_s / 2) if self.window_s > 0 else 0.0
+        rates = self._rates()
+        return statistics.fmean(rates[len(rates) // 2 :]) if self.window_s > 0 else 0.0
+
+    def diff_se(self) -> float:
+        """The standard error of `second_rate - first_rate`, from the
+        slices' variance within each half (pooled)."""
+        rates = self._rates()
+        h = len(rates) // 2
+        first, second = rates[:h], rates[h:]
+        pooled = (statistics.variance(first) * (h - 1) + statistics.variance(second) * (len(second) - 1)) / (
+            len(rates) - 2
+        )
+        return math.sqrt(pooled * (1 / h + 1 / len(second)))
 
 
-def halves_note(passes: Sequence[Halves], throughput_ci95: float | None) -> str:
-    """"" when the mean throughput of the second halves is within the noise
-    of the first halves', else why not. The noise is the larger of the
-    throughput's 95 % half-width over passes and the counting noise of the
-    halves (1.96 · √(completions) over the half-window, averaged over the
-    passes: a Poisson count's spread, which a closed loop's steadier
-    completions do not exceed) or one burst over the half-window, whichever
-    is larger. With `throughput_ci95` None it judges the passes alone, as
-    `measure_closed` does before it grows a window."""
-    if not passes:
+def halves_note(passes: Sequence[Slices], throughput_ci95: float | None) -> str:
+    """"" when the second halves' mean throughput is within the noise of the
+    first halves', else why not. The noise is the larger of the
+    throughput's 95 % half-width over passes and the 95 % half-width of the
+    mean difference that the slices' spread gives (Student's t with the
+    slices' degrees of freedom). With `throughput_ci95` None it judges the
+    passes alone, as `measure_closed` does before it grows a window."""
+    if not passes or any(len(p.counts) < 4 or p.window_s <= 0 for p in passes):
         return ""
     k = len(passes)
-    diff = sum(h.second_rate - h.first_rate for h in passes) / k
-    counts = sum(h.first + h.second for h in passes)
-    half = sum(h.window_s for h in passes) / k / 2
-    counting = _Z * math.sqrt(counts) / half / k if half > 0 else 0.0
-    burst = sum(h.burst / (h.window_s / 2) for h in passes if h.window_s > 0) / k
-    allowed = max(throughput_ci95 or 0.0, counting, burst)
+    diff = sum(p.second_rate - p.first_rate for p in passes) / k
+    se = math.sqrt(sum(p.diff_se() ** 2 for p in passes)) / k
+    df = sum(len(p.counts) - 2 for p in passes)
+    allowed = max(throughput_ci95 or 0.0, t975(df) * se)
     if abs(diff) > allowed:
         return f"halves differ by {diff:+,.0f} ops/s (noise {allowed:,.0f})"
     return ""

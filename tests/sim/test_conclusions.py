@@ -255,11 +255,13 @@ def test_markdown_and_terminal_lines() -> None:
     assert "- insert decoupled c=256: not steady (Little's law 1.32)" in md
     lines = c.lines()
     assert all(len(x) <= 80 for x in lines), lines
-    # One (wrapped) line per decided ratio, after the takeaway; nothing for the others.
+    # One (wrapped) line per cell with a decided ratio, after the takeaway,
+    # its decided measures side by side; nothing for the others.
     text = " ".join(x.strip() for x in lines)
     decided = [r for r in c.ratios if r.label != INDISTINGUISHABLE]
     assert len(decided) == 2
     for r in c.ratios:
-        shown = f"insert c=256 {r.config} {r.measure} {r.text()}" in text
+        shown = f"{r.measure} {r.text()}" in text
         assert shown == (r in decided)
+    assert text.count("insert c=256 ") == len({r.config for r in decided})
     assert lines[1].startswith("  insert at 256 clients: a-configuration")

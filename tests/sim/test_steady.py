@@ -47,15 +47,18 @@ def test_window_must_be_ten_mean_latencies() -> None:
     assert steady.window_note(1.0, None) == ""
 
 
-def test_halves_allow_one_burst_but_not_a_trend() -> None:
-    # A batch of 64 completing at once: one batch more in one half is no trend.
-    batched = [steady.Halves(512, 576, 0.2, burst=64)] * 3
+def test_halves_allow_a_batch_but_not_a_trend() -> None:
+    # Batches of 64 completing at once, 3 or 4 to a slice: one batch more in
+    # the first half than in the second is the system's granularity.
+    batched = [steady.Slices((192, 256, 192, 256, 256, 192, 256, 192, 256, 192), 0.2)] * 3
     assert steady.halves_note(batched, 0.0) == ""
-    # The same difference without bursts, over many operations, is a trend.
-    trend = [steady.Halves(5_000, 6_000, 1.0, burst=1)] * 3
+    # A steady climb of the same size over smooth slices is a trend.
+    trend = [steady.Slices((100, 101, 99, 100, 100, 110, 111, 109, 110, 110), 0.1)] * 3
     assert "halves differ" in steady.halves_note(trend, 0.0)
     # ...unless the passes disagree more than that among themselves.
-    assert steady.halves_note(trend, 3_000.0) == ""
+    assert steady.halves_note(trend, 50_000.0) == ""
+    # One pass alone is judged by its own slices.
+    assert "halves differ" in steady.halves_note(trend[:1], None)
 
 
 def test_growth_at_least_doubles_and_respects_the_cap() -> None:
