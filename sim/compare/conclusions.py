@@ -383,6 +383,10 @@ def _clause(r: Ratio, reference: str, *, first: bool) -> str:
             else f"{r.config} {x} (1 pass, untested)"
     if r.label == INDISTINGUISHABLE:
         what = f"'s {_NOUN[r.measure]} is indistinguishable from {reference}'s" if first else " indistinguishable"
-        return f"{r.config}{what} ({x}, {r.interval()}{_TIMES})"
+        # An interval that excludes 1 yet no label: the run's other
+        # comparisons (Holm) took the significance, which a reader must see.
+        why = ("; significant alone, not over the run's comparisons"
+               if r.lo is not None and r.hi is not None and (r.lo > 1 or r.hi < 1) else "")  # fmt: skip
+        return f"{r.config}{what} ({x}, {r.interval()}{_TIMES}{why})"
     ci = f"({r.interval()}{_TIMES})"
     return f"{r.config} {verb} {x} {ci} {noun}" if first else f"{r.config} {x} {ci}"

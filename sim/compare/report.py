@@ -212,20 +212,29 @@ class Peak:
     top_p50_ms: float | None  # p50 at the highest concurrency
     top_concurrency: int
     verdict: str
+    top: LevelRow | None = None  # the level of the most clients
 
 
 def summary(rows: Sequence[LevelRow]) -> list[Peak]:
-    """Per workload and configuration: the peak-throughput level and the
-    median latency at the most clients — the numbers the README's directions
-    are about."""
+    """Per workload and configuration: the peak-throughput level (among the
+    steady, not host-bound levels when there are any: a peak no conclusion
+    may rest on is no peak) and the latency at the most clients — the
+    numbers the README's directions are about."""
     out = []
     for wl in _workloads(rows):
         for cfg in dict.fromkeys(r.config for r in rows if r.workload == wl):
             mine = [r for r in rows if r.workload == wl and r.config == cfg]
             top = max(mine, key=lambda r: r.concurrency)
-            peak = max(mine, key=lambda r: r.throughput_ops_s)
-            out.append(Peak(wl, cfg, peak, top.p50_ms, top.concurrency, mine[0].verdict))
+            peak = max([r for r in mine if r.concludable] or mine, key=lambda r: r.throughput_ops_s)
+            out.append(Peak(wl, cfg, peak, top.p50_ms, top.concurrency, mine[0].verdict, top))
     return out
+
+
+def _flag(r: LevelRow) -> str:
+    """" (not steady)" / " (host-bound)" after a number no conclusion rests on."""
+    if r.host_bound:
+        return " (host-bound)"
+    return "" if r.steady else " (not steady)"
 
 
 def summary_document(
@@ -388,11 +397,14 @@ def write_markdown(
         lines.extend(conclusions)
         lines.append("")
     lines.append("## Summary\n")
-    lines.append("| workload | config | peak ops/s (95% CI) | at clients | errors | p50 ms at most clients | verdict |")
-    lines.append("|---|---|---:|---:|---:|---:|---|")
+    lines.append("| workload | config | peak ops/s (95% CI) | at clients | p50 / p99 ms at most clients | "
+                 "mean ± sd ms at most clients | errors | verdict |")  # fmt: skip
+    lines.append("|---|---|---:|---:|---:|---:|---:|---|")
     for pk in summary(rows):
-        lines.append(f"| {pk.workload} | {pk.config} | {_tput(pk.row)} | {pk.row.concurrency} | {_errors(pk.row)} | "
-                     f"{_ms(pk.top_p50_ms)} | {pk.verdict or '—'} |")  # fmt: skip
+        top = pk.top or pk.row
+        lines.append(f"| {pk.workload} | {pk.config} | {_tput(pk.row)}{_flag(pk.row)} | {pk.row.concurrency} | "
+                     f"{_ms(top.p50_ms)} / {_ms(top.p99_ms)} at {top.concurrency}{_flag(top)} | {_mean_sd(top)} | "
+                     f"{_errors(pk.row)} | {pk.verdict or '—'} |")  # fmt: skip
     if verdicts:
         lines.append("\n## Correctness\n")
         lines.extend(f"- {v}" for v in verdicts)
