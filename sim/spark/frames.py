@@ -28,6 +28,7 @@ __all__ = [
     "elements",
     "expand_traces",
     "load",
+    "load_windows",
     "prepare",
     "read_facts",
     "table_ops",
@@ -114,6 +115,35 @@ def expand_traces(paths: Sequence[str]) -> list[str]:
 
 #: The columns of `load`'s meta frame.
 META_SCHEMA: Final = "run string, config string, seed bigint, workload string, concurrency string"
+#: The columns of `load_windows`' frame: one row per measured window of a
+#: concurrency level (`concurrency` as a string, as `metrics` names levels).
+WINDOWS_SCHEMA: Final = "run string, concurrency string, start_ns bigint, end_ns bigint"
+
+
+def _read_metas(spark: Any, traces: Sequence[str]) -> tuple[list[str], list[dict[str, Any]]]:
+    """(places, documents): each trace's meta.json, read once (by the driver
+    when local, else by Spark), and where it was found.
+
+    Raises:
+        HistoryError: a trace of another schema version.
+    """
+    from pyspark.sql import functions as F
+
+    if any(_is_remote(t) for t in traces):
+        # Spark reads the files in an order of its own: each document names
+        # its trace by its file's URL.
+        docs = [r.asDict() for r in spark.read.option("multiLine", True).json([f"{t}/{META_FILE}" for t in traces])
+                .select(F.input_file_name().alias("f"), F.to_json(F.struct("*")).alias("doc")).collect()]  # fmt: skip
+        places = [str(d["f"]).rsplit("/", 1)[0] for d in docs]
+        metas = [json.loads(d["doc"]) for d in docs]
+    else:
+        # A few hundred bytes per trace: read here, not by a Spark job.
+        places = list(traces)
+        metas = [json.loads(Path(t.removeprefix("file://"), META_FILE).read_text()) for t in traces]
+    versions = {m.get("schema_version") for m in metas}
+    if versions != {SCHEMA_VERSION}:
+        raise HistoryError(f"traces of schema version(s) {sorted(map(str, versions))}; this coordsim reads {SCHEMA_VERSION}")
+    return places, metas
 
 
 def load(spark: Any, traces: Sequence[str]) -> tuple[Any, Any, Any, Any, dict[str, int], dict[str, str]]:
@@ -129,24 +159,9 @@ def load(spark: Any, traces: Sequence[str]) -> tuple[Any, Any, Any, Any, dict[st
     Raises:
         HistoryError: a trace of another schema version.
     """
-    from pyspark.sql import functions as F
-
     ops = spark.read.parquet(*[f"{t}/{OPS_FILE}" for t in traces])
     events = spark.read.parquet(*[f"{t}/{EVENTS_FILE}" for t in traces])
-    if any(_is_remote(t) for t in traces):
-        # Spark reads the files in an order of its own: each document names
-        # its trace by its file's URL.
-        docs = [r.asDict() for r in spark.read.option("multiLine", True).json([f"{t}/{META_FILE}" for t in traces])
-                .select(F.input_file_name().alias("f"), F.to_json(F.struct("*")).alias("doc")).collect()]  # fmt: skip
-        places = [str(d["f"]).rsplit("/", 1)[0] for d in docs]
-        metas = [json.loads(d["doc"]) for d in docs]
-    else:
-        # A few hundred bytes per trace: read here, not by a Spark job.
-        places = list(traces)
-        metas = [json.loads(Path(t.removeprefix("file://"), META_FILE).read_text()) for t in traces]
-    versions = {m.get("schema_version") for m in metas}
-    if versions != {SCHEMA_VERSION}:
-        raise HistoryError(f"traces of schema version(s) {sorted(map(str, versions))}; this coordsim reads {SCHEMA_VERSION}")
+    places, metas = _read_metas(spark, traces)
     # Without workload/concurrency fields, the run name stands for both (one
     # run = one workload at one concurrency), so nothing is merged wrongly.
     rows = [
@@ -162,6 +177,26 @@ def load(spark: Any, traces: Sequence[str]) -> tuple[Any, Any, Any, Any, dict[st
         if dirs.setdefault(str(m["run"]), t) != t:
             raise HistoryError(f"two traces of run {m['run']!r}: {dirs[str(m['run'])]} and {t}")
     return ops, events, meta, runs, run_ops, dirs
+
+
+def load_windows(spark: Any, traces: Sequence[str]) -> Any:
+    """The windows `coordsim compare` measured each level of the given traces
+    in (`WINDOWS_SCHEMA`), for `sim.spark.metrics.metrics`: compare measures
+    only the operations a window starts, so a replay that agrees with it must
+    know them. From meta.json's `windows` (seconds in the trace's clock, to
+    ns as the recorder rounds them); a trace without them has no rows. Reads
+    the meta.json files again (a few hundred bytes a trace), so that `load`'s
+    callers that measure nothing are unchanged.
+
+    Raises:
+        HistoryError: a trace of another schema version.
+    """
+    rows = [
+        (str(m["run"]), str(int(w["concurrency"])), round(float(w["start_s"]) * 1e9), round(float(w["end_s"]) * 1e9))
+        for m in _read_metas(spark, traces)[1]
+        for w in m.get("windows") or ()
+    ]  # fmt: skip
+    return spark.createDataFrame(rows, WINDOWS_SCHEMA)
 
 
 def prepare(ops: Any) -> Any:

@@ -86,7 +86,7 @@ def replay(
     Raises:
         HistoryError: a path holds no trace, or one of another schema version.
     """
-    from sim.spark.frames import Kept, expand_traces, load
+    from sim.spark.frames import Kept, expand_traces, load, load_windows
     from sim.spark.metrics import metrics
     from sim.spark.segments import GROUP_OPS
     from sim.spark.verify import NATIVE_FORM, anomalies, verdicts
@@ -130,7 +130,7 @@ def replay(
         m_rows: list[dict[str, Any]] = []
         w_rows: list[dict[str, Any]] = []
         if with_metrics:
-            comp, windows = metrics(ops, events, meta)
+            comp, windows = metrics(ops, events, meta, level_windows=load_windows(spark, dirs))
             comp.write.mode("overwrite").parquet(f"{base}/metrics.parquet")
             windows.write.mode("overwrite").parquet(f"{base}/windows.parquet")
             m_rows = [r.asDict() for r in spark.read.parquet(f"{base}/metrics.parquet").collect()]

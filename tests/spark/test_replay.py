@@ -1,23 +1,20 @@
 """The Spark replay job agrees with the in-process checkers on the golden traces
 (a valid seeded run, a known-bad one, a crash that cut statements off) and on
 generated histories with their mutants, anomaly for anomaly, op id for op id;
-its metrics equal the same numbers computed with pyarrow."""
+its metrics equal the same numbers computed with pyarrow (tests/spark/reference.py)."""
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
 from sim.history.checker.run import check_history
 from sim.history.traces import read_trace
-from sim.spark.metrics import WINDOW_MS
 from tests.spark.conftest import CRASH_RUN, GOLDEN, GOLDEN_RUNS
 from tests.spark.expected import in_process, spark_rows
+from tests.spark.reference import assert_rows_equal, reference_metrics
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -67,53 +64,12 @@ def test_golden_verdicts(golden_out: Path) -> None:
         assert f"]({png})" in (golden_out / "report.md").read_text()
 
 
-def _ops() -> pa.Table:
-    return pa.concat_tables(
-        [pq.read_table(GOLDEN / r / "ops.parquet").select(["invoke_ns", "complete_ns", "status"])
-         for r in GOLDEN_RUNS]
-    )  # fmt: skip
-
-
-def test_metrics_equal_pyarrow(golden_out: Path) -> None:
-    # Both golden runs are one group (the crash and generated runs are others).
-    (m,) = [r for r in pq.read_table(golden_out / "metrics.parquet").to_pylist() if r["workload"] == "ddl-dml"]
-    ops = _ops()
-    ok = ops.filter(pc.equal(ops["status"].cast(pa.string()), "ok"))
-    lat = pc.divide(pc.subtract(ok["complete_ns"], ok["invoke_ns"]).cast(pa.float64()), 1e6)
-    s = pc.sort_indices(lat)
-    sorted_lat = pc.take(lat, s).to_pylist()
-    n = len(sorted_lat)
-    for q, name in ((0.5, "p50_ms"), (0.99, "p99_ms"), (0.999, "p999_ms")):
-        # percentile_approx (exact at this size): the smallest value with at
-        # least q of the values at or below it.
-        assert m[name] == pytest.approx(sorted_lat[max(0, math.ceil(q * n) - 1)])
-    assert m["ok_ops"] == ok.num_rows
-    assert m["errors"] == pc.sum(pc.equal(ops["status"].cast(pa.string()), "fail").cast(pa.int64())).as_py()
-    assert m["ops"] == ops.num_rows
-    assert m["latency_max_ms"] == pytest.approx(sorted_lat[-1])
-    dur = 0.0
-    windows: list[int] = []
-    events = 0
-    oracle = 0
-    batches: list[int] = []
-    for r in GOLDEN_RUNS:
-        t = pq.read_table(GOLDEN / r / "ops.parquet")
-        start = pc.min(t["invoke_ns"]).as_py()
-        dur += (pc.max(t["complete_ns"]).as_py() - start) / 1e9
-        okr = t.filter(pc.equal(t["status"].cast(pa.string()), "ok"))
-        sec = pc.floor(pc.divide(pc.subtract(okr["complete_ns"], start).cast(pa.float64()), WINDOW_MS * 1e6))
-        windows += [c["counts"] for c in pc.value_counts(sec).to_pylist()]
-        ev = pq.read_table(GOLDEN / r / "events.parquet")
-        kinds = ev["kind"].cast(pa.string())
-        events += ev.num_rows
-        oracle += pc.sum(pc.starts_with(kinds, "oracle.").cast(pa.int64())).as_py()
-        gc = ev.filter(pc.equal(kinds, "group-commit"))
-        batches += [b for b in gc["batch_size"].to_pylist() if b is not None]
-    assert m["duration_s"] == pytest.approx(dur)
-    assert m["throughput_ops_s"] == pytest.approx(ok.num_rows / dur)
-    assert m["oracle_api_calls_per_op"] == pytest.approx(oracle / ops.num_rows)
-    assert (m["window_ops_min"], m["window_ops_max"]) == (min(windows), max(windows))
-    assert m["window_ops_mean"] == pytest.approx(sum(windows) / len(windows))
-    assert m["group_commits"] == len(batches) > 0
-    assert m["group_commit_batch_mean"] == pytest.approx(sum(batches) / len(batches))
-    assert m["group_commit_batch_max"] == max(batches)
+def test_metrics_equal_pyarrow(golden_out: Path, generated: list[Path], known_bad: list[Path]) -> None:
+    # Every group of the replay: both golden runs are one (ddl-dml, 4), the
+    # crash run and each generated and known-bad run others.
+    rows = pq.read_table(golden_out / "metrics.parquet").to_pylist()
+    traces = [GOLDEN / r for r in (*GOLDEN_RUNS, CRASH_RUN)] + [*generated, *known_bad]
+    assert_rows_equal(rows, reference_metrics(traces))
+    (m,) = [r for r in rows if r["workload"] == "ddl-dml"]
+    assert m["runs"] == len(GOLDEN_RUNS)
+    assert m["group_commits"] > 0
