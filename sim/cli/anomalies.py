@@ -21,10 +21,11 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sim.cli import options
+from sim.cli.check import document
 from sim.cli.matrix import matrix_command
 from sim.history.checker import ANOMALY_NAMES, check_history
 from sim.history.checker.verdict import Outcome
-from sim.history.verdict import VERDICT_FILE, verdict_document, write_verdict
+from sim.history.verdict import VERDICT_FILE, write_verdict
 from sim.load.config import check_int
 from sim.nemesis.anomalies import (
     MAX_CLIENTS,
@@ -228,7 +229,7 @@ def anomalies_run(
             history, events = run_spec(spec)
         report = check_history(history, events)
         write_run_trace(stage, spec, history, events)
-        doc = verdict_document(report, trace=str(target), ops=history.n)
+        doc = document(report, trace=str(target), ops=history.n)
         write_verdict(stage / VERDICT_FILE, doc)
     if as_json:
         options.print_json({"output": str(target), "replay": replay, **doc})
@@ -236,6 +237,9 @@ def anomalies_run(
     shown = [(a.name, v.checker, a.explanation) for v in report.verdicts for a in v.anomalies[:2]]
     what = f"{scenario_file} ({spec.scenario})" if scenario_file is not None else None
     _print_report(spec, history.n, report.names, shown, schedule=policy, replay=replay, what=what)
+    # Fail closed: what no checker judged is why a verdict is unknown.
+    for line in report.coverage_lines() if not report.complete else [f"coverage: {report.coverage_summary()}"]:
+        _out.print(escape(line))
     _out.print(f"verdict: [bold]{report.outcome.value}[/bold]")
     options.wrote(target)
     raise typer.Exit(EXIT[report.outcome])
@@ -288,7 +292,10 @@ def _print_summary(summary: Summary, out: Path, seconds: float, jobs: int) -> No
         _out.print(f"internal errors (XX000): {internal}")
     unknown = [r.seed for r in summary.results if r.outcome == Outcome.UNKNOWN.value]
     if unknown:
-        _out.print(f"unknown (a checker hit a limit): seeds {', '.join(map(str, unknown[:20]))}")
+        more = f" … ({len(unknown)} in all)" if len(unknown) > 20 else ""
+        _out.print(f"unknown (not every operation judged: no checker could, or a bound was hit; "
+                   f"`coordsim anomalies run` a seed for its coverage): seeds "
+                   f"{', '.join(map(str, unknown[:20]))}{more}")  # fmt: skip
     failing = summary.failing
     if failing:
         _out.print(f"\nfailing seeds ({len(failing)}):")

@@ -1,17 +1,24 @@
-"""`coordsim check PATH`: judge a recorded history (a trace directory or a
-Jepsen-style EDN file) and explain every anomaly in words.
+"""`coordsim check PATH`: judge recorded histories (trace directories or
+Jepsen-style EDN files, one or a directory of them) and explain every anomaly
+in words, with what the checkers covered per table.
 
-Exit codes are the contract scripts rely on: 0 valid, 1 invalid, 3 unknown (a
-limit was hit), 2 bad input (one line on stderr, no traceback).
+Exit codes are the contract scripts rely on: 0 valid (every operation to
+judge was judged), 1 invalid (an anomaly), 3 unknown (coverage incomplete:
+an operation no checker could judge, a search bound or a time limit), 2 bad
+input (one line on stderr, no traceback). Over several histories, the worst:
+1, else 2, else 3, else 0.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final, final
 
 import typer
 from rich.console import Console
@@ -26,7 +33,7 @@ from sim.history.checker.run import CHECKERS, LINEAR_MAX_OPS, check_history
 from sim.history.checker.verdict import Outcome
 from sim.history.interchange import read_edn
 from sim.history.model import HistoryError
-from sim.history.traces import find_traces, read_trace
+from sim.history.traces import META_FILE, read_trace
 from sim.history.verdict import (
     VERDICT_FILE,
     VERDICT_SIGNATURE,
@@ -37,23 +44,29 @@ from sim.history.verdict import (
 from sim.load.config import MAX_DURATION_S, MAX_OPS, check_float, check_int
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.outputs import atomic_write, claim_file, list_in_output, owning_output
+from sim.runtime.workers import MAX_JOBS, workers
 
 if TYPE_CHECKING:
+    from rich.table import Table
+
     from sim.history.checker.run import Report
     from sim.history.model import Event, History
 
-__all__ = ["EXIT", "check", "register"]
+__all__ = ["BAD_INPUT", "EXIT", "Checked", "check", "check_file", "document", "find_histories", "register"]
 
 EXIT: Final = {Outcome.VALID: 0, Outcome.INVALID: 1, Outcome.UNKNOWN: 3}
 #: Marks a timeline page as ours: `--html` replaces only a file that has it.
 HTML_SIGNATURE: Final = "written by coordsim check"
+#: Exit code of a history that could not be read (over several: see `_RANK`).
+BAD_INPUT: Final = 2
 _out = Console(highlight=False, soft_wrap=True)  # no hard wraps: output is grepped
+_err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _bad_input(msg: str) -> typer.Exit:
     line = " ".join(msg.split())  # one line, whatever a library's message spans
     print(f"coordsim: invalid input: {line}", file=sys.stderr)  # noqa: T201 - the CLI's error channel
-    return typer.Exit(2)
+    return typer.Exit(BAD_INPUT)
 
 
 def fmt_seconds(s: float) -> str:
@@ -80,35 +93,37 @@ def _default_verdict(path: Path) -> tuple[Path | None, str | None]:
 
 def check(
     path: Annotated[
-        Path, typer.Argument(metavar="HISTORY", help="A trace directory, any directory holding traces below it (a run directory, coordsim-out/latest, a runs root), or a Jepsen-style EDN history.")
+        Path, typer.Argument(metavar="HISTORY", help="A trace directory, a Jepsen-style EDN history, or any directory holding traces or .edn files below it (a run directory, coordsim-out/latest, a runs root, a folder of histories).")
     ],
     html: Annotated[
         Path | None, typer.Option("--html", metavar="FILE", help="Write a timeline page of the operations here (one trace).")
     ] = None,
     checker: Annotated[
         list[str] | None,
-        typer.Option("--checker", "-c", metavar="NAME", show_default="all", help=f"Run only these (repeatable; of {', '.join(CHECKERS)})."),
+        typer.Option("--checker", "-c", metavar="NAME", show_default="all", help=f"Run only these (repeatable; of {', '.join(CHECKERS)}); what the others would judge then counts as not judged."),
     ] = None,
     linear_limit: Annotated[
-        float, typer.Option(metavar="SECONDS", help="Checker 5's time limit in seconds.")
+        float, typer.Option(metavar="SECONDS", help="Time limit in seconds of checker 5 and of the table checker (each).")
     ] = 10.0,
     linear_max_ops: Annotated[
-        int, typer.Option(metavar="N", help="Skip checker 5 above this many operations.")
+        int, typer.Option(metavar="N", help="Above this many operations checker 5 does not run (its operations count as not judged by it).")
     ] = LINEAR_MAX_OPS,
     as_json: options.Json = False,
     verdict: Annotated[
         Path | None,
         typer.Option("--verdict", metavar="FILE", show_default=f"TRACE/{VERDICT_FILE}", help="Write the verdict here (one trace)."),
     ] = None,
+    jobs: options.Jobs = None,
 ) -> None:
-    """Check recorded histories: named anomalies, strict serializability (black-box and timestamp replay), oracle guarantees, per-table linearizability.
+    """Check recorded histories: named anomalies, strict serializability (black-box and timestamp replay), oracle guarantees, per-table linearizability (set and multiset models), and what each covered per table.
 
-    Writes verdict.json into each trace directory (see sim/history/verdict.py) unless that would touch a file that is not coordsim's. HISTORY may hold several traces (a compare run): each is checked, one line each (path, operations, verdict, anomalies), and the exit code is the worst: 1 if any is invalid, else 3 if any is unknown, else 0; 2 on bad input. With --json and several traces, stdout is a JSON list of their verdict documents.
+    The verdict fails closed: valid (exit 0) only if every operation to judge was judged by some checker, invalid (1) on any anomaly, otherwise unknown (3) with what was not judged and why; 2 on bad input. Writes verdict.json into each trace directory (see sim/history/verdict.py) unless that would touch a file that is not coordsim's. HISTORY may hold several histories (a compare run, a folder of EDN files): each is checked (on --jobs worker processes, one per core by default) with a progress line on stderr, then one summary table; the exit code is the worst: 1 if any is invalid, else 2 if one could not be read, else 3 if any is unknown, else 0. With --json and several, stdout is a JSON list with one object per history (its verdict document, or its `error`).
 
     Examples:
       coordsim check coordsim-out/latest
       coordsim check coordsim-out/latest --json
       coordsim check history.edn --html timeline.html
+      coordsim check histories/ --jobs 2 --json
     """
     chosen = list(checker or CHECKERS)
     bad = sorted(set(chosen) - set(CHECKERS))
@@ -117,8 +132,10 @@ def check(
     try:
         check_float("--linear-limit", linear_limit, low=0, high=MAX_DURATION_S, unit="seconds")
         check_int("--linear-max-ops", linear_max_ops, low=0, high=MAX_OPS, unit="operations")
+        n_jobs = jobs if jobs is not None else (os.cpu_count() or 1)
+        check_int("--jobs", n_jobs, low=1, high=MAX_JOBS, unit="worker processes")
         if path.is_dir():
-            found = find_traces(path)
+            found = find_histories(path)
         elif path.is_file():
             found = [path]
         else:
@@ -135,22 +152,56 @@ def check(
         # As given when it is the trace itself, so the report names it as the user did.
         one = path if found[0] == Path(os.path.abspath(path)) or path.is_file() else found[0]
         _check_one(one, chosen, linear_limit, linear_max_ops, html=html, verdict=verdict, as_json=as_json)
-    _check_many(found, chosen, linear_limit, linear_max_ops, as_json=as_json)
+    _check_many(found, chosen, linear_limit, linear_max_ops, as_json=as_json, jobs=n_jobs)
+
+
+def find_histories(path: Path) -> list[Path]:
+    """The histories at or below directory `path`, sorted: `path` itself if it
+    is a trace directory, else every trace directory (with `meta.json`) and
+    every `.edn` file below it. Links to directories are not followed (a runs
+    root's `latest` would repeat a run) and hidden entries (a run still being
+    written) are passed over.
+
+    Raises:
+        HistoryError: `path` holds no history.
+    """
+    if (path / META_FILE).is_file():
+        return [Path(os.path.abspath(path))]
+    found = []
+    for root, dirs, files in os.walk(path):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        if META_FILE in files:
+            # Not pruned below: compare keeps pass k's trace inside pass 1's
+            # (`sim.compare.runner.pass_trace_dir`).
+            found.append(Path(os.path.abspath(root)))
+        found += [Path(os.path.abspath(root)) / f for f in files if f.endswith(".edn") and not f.startswith(".")]
+    if not found:
+        raise HistoryError(f"{path}: no trace directory (no {META_FILE}) and no .edn history here or below")
+    return sorted(found)
+
+
+def _read(path: Path) -> tuple[History, list[Event]]:
+    if path.is_dir():
+        trace = read_trace(path)
+        return trace.history, list(trace.events)
+    return read_edn(path)
 
 
 def _judge(path: Path, chosen: list[str], linear_limit: float, linear_max_ops: int) -> tuple[History, list[Event], Report]:
     try:
-        if path.is_dir():
-            trace = read_trace(path)
-            h, events = trace.history, trace.events
-        else:
-            h, events = read_edn(path)
+        h, events = _read(path)
         report = check_history(
             h, events, checkers=chosen, linear_time_limit_s=linear_limit, linear_max_ops=linear_max_ops
         )
     except HistoryError as exc:
         raise _bad_input(str(exc)) from exc
     return h, events, report
+
+
+def document(report: Report, *, trace: str | None, ops: int) -> dict[str, Any]:
+    """The verdict document `check` writes and prints: verdict.json's, with
+    the report's `coverage`."""
+    return {**verdict_document(report, trace=trace, ops=ops), "coverage": report.coverage_json()}
 
 
 def _write_default(path: Path, doc: dict[str, Any]) -> tuple[Path | None, str | None]:
@@ -168,35 +219,104 @@ def _write_default(path: Path, doc: dict[str, Any]) -> tuple[Path | None, str | 
     return target, not_written
 
 
-def _check_many(found: list[Path], chosen: list[str], linear_limit: float, linear_max_ops: int, *, as_json: bool) -> None:
-    """Several traces: each checked and its verdict.json written; one line
-    each (or a JSON list of the documents); the worst exit code."""
-    docs = []
-    worst = Outcome.VALID
+@final
+@dataclass(frozen=True)
+class Checked:
+    """One history of several, as a worker sends it back: small (no
+    history, no report), as a directory may hold thousands."""
+
+    path: Path
+    ops: int
+    seconds: float
+    outcome: Outcome | None = None  # None: bad input
+    doc: dict[str, Any] | None = None
+    names: tuple[str, ...] = ()
+    coverage: str = ""
+    error: str | None = None
+
+    @property
+    def code(self) -> int:
+        return BAD_INPUT if self.outcome is None else EXIT[self.outcome]
+
+
+def check_file(path: Path, chosen: list[str], linear_limit: float, linear_max_ops: int) -> Checked:
+    """Reads and checks one history (in a worker process when `--jobs` > 1)."""
+    t0 = time.perf_counter()
+    try:
+        h, events = _read(path)
+        report = check_history(
+            h, events, checkers=chosen, linear_time_limit_s=linear_limit, linear_max_ops=linear_max_ops
+        )
+    except HistoryError as exc:
+        return Checked(path, 0, time.perf_counter() - t0, error=" ".join(str(exc).split()))
+    doc = document(report, trace=str(path), ops=h.n)
+    return Checked(path, h.n, time.perf_counter() - t0, report.outcome, doc, tuple(report.names),
+                   report.coverage_summary())  # fmt: skip
+
+
+#: How bad a history's exit code is, for the worst of several: invalid, then
+#: bad input (no verdict at all), then unknown, then valid.
+_RANK: Final = {0: 0, 3: 1, BAD_INPUT: 2, 1: 3}
+
+
+def _check_many(
+    found: list[Path], chosen: list[str], linear_limit: float, linear_max_ops: int, *, as_json: bool, jobs: int,
+) -> None:  # fmt: skip
+    """Several histories: each checked (on `jobs` worker processes) with a
+    progress line on stderr, its verdict.json written into a trace directory;
+    then one summary table (or a JSON list, one object per history) and the
+    worst exit code."""
+    results: list[Checked] = []
     unwritten: list[str] = []
-    for t in found:
-        h, _events, report = _judge(t, chosen, linear_limit, linear_max_ops)
-        doc = verdict_document(report, trace=str(t), ops=h.n)
-        docs.append(doc)
-        target, why = _write_default(t, doc)
-        if target is None and why is not None:
-            unwritten.append(why)
-        if _WORSE[report.outcome] > _WORSE[worst]:
-            worst = report.outcome
-        if not as_json:
-            names = ", ".join(report.names) or "none"
-            _out.print(f"{escape(str(t))}: {h.n} operations, {report.outcome.value}, anomalies: {escape(names)}")
+    t0 = time.perf_counter()
+
+    def done(c: Checked) -> None:
+        results.append(c)
+        what = c.error if c.outcome is None else f"{c.outcome.value}, {c.ops:,} operations, {c.coverage}"
+        _err.print(f"check: [{len(results)}/{len(found)}] {c.path}: {what} ({fmt_seconds(c.seconds)})", markup=False)
+        if c.doc is not None and c.path.is_dir():
+            target, why = _write_default(c.path, c.doc)
+            if target is None and why is not None:
+                unwritten.append(why)
+
+    with workers(min(jobs, len(found)), preload=__name__) as pool:
+        if pool is None:
+            for f in found:
+                done(check_file(f, chosen, linear_limit, linear_max_ops))
+        else:
+            futures = [pool.submit(check_file, f, chosen, linear_limit, linear_max_ops) for f in found]
+            for fut in concurrent.futures.as_completed(futures):
+                done(fut.result())
+    results.sort(key=lambda c: c.path)
+    worst = max((c.code for c in results), key=_RANK.__getitem__)
     if as_json:
+        docs = [c.doc if c.doc is not None else {"generator": "coordsim", "valid": None, "error": c.error,
+                                                 "trace": str(c.path), "ops": None}
+                for c in results]  # fmt: skip
         sys.stdout.write(json.dumps(docs, indent=2, ensure_ascii=False) + "\n")
-    else:
-        if unwritten:
-            _out.print(f"[dim]{VERDICT_FILE} not written for {len(unwritten)} trace(s): {escape(unwritten[0])}[/dim]")
-        _out.print(f"verdict: [bold]{worst.value}[/bold] ({len(found)} traces)")
-    raise typer.Exit(EXIT[worst])
+        raise typer.Exit(worst)
+    table = new_table("history", "operations", "verdict", "anomalies", "coverage", "time",
+                      plain=plain(_out), numeric=("operations", "time"))  # fmt: skip
+    for c in results:
+        if c.outcome is None:
+            table.add_row(str(c.path), "—", Text("bad input", style="red"), "", c.error or "", fmt_seconds(c.seconds))
+            continue
+        table.add_row(str(c.path), f"{c.ops:,}", Text(c.outcome.value, style=_COLOR[c.outcome]),
+                      ", ".join(c.names) or "none", c.coverage, fmt_seconds(c.seconds))  # fmt: skip
+    print_tables([table], console=_out)
+    if unwritten:
+        _out.print(f"[dim]{VERDICT_FILE} not written for {len(unwritten)} trace(s): {escape(unwritten[0])}[/dim]")
+    counts = {k: sum(1 for c in results if (c.outcome.value if c.outcome else "bad input") == k)
+              for k in ("valid", "invalid", "unknown", "bad input")}  # fmt: skip
+    tally = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+    n_jobs = min(jobs, len(found))
+    _out.print(f"checked in {time.perf_counter() - t0:.1f} s on {n_jobs} worker{'s' if n_jobs > 1 else ''}")
+    word = {0: "valid", 1: "invalid", 3: "unknown", BAD_INPUT: "bad input"}[worst]
+    _out.print(f"verdict: [bold]{word}[/bold] ({len(found)} histories: {tally})")
+    raise typer.Exit(worst)
 
 
-#: How bad an outcome is, for the worst of several: invalid > unknown > valid.
-_WORSE: Final = {Outcome.VALID: 0, Outcome.UNKNOWN: 1, Outcome.INVALID: 2}
+_COLOR: Final = {Outcome.VALID: "green", Outcome.INVALID: "red", Outcome.UNKNOWN: "yellow"}
 
 
 def _check_one(
@@ -204,7 +324,7 @@ def _check_one(
     html: Path | None, verdict: Path | None, as_json: bool,
 ) -> None:  # fmt: skip
     h, events, report = _judge(path, chosen, linear_limit, linear_max_ops)
-    doc = verdict_document(report, trace=str(path), ops=h.n)
+    doc = document(report, trace=str(path), ops=h.n)
     # The page first: bad input (an unwritable --html) must leave nothing behind.
     if html is not None:
         page = f"<!-- {HTML_SIGNATURE} -->\n" + timeline_html(h, report, title=str(path))
@@ -226,15 +346,16 @@ def _check_one(
         sys.stdout.write(verdict_text(doc))
         raise typer.Exit(EXIT[report.outcome])
     _out.print(f"[bold]{escape(str(path))}[/bold]: {h.n} operations, {len(events)} internal events")
-    table = new_table("checker", "verdict", "found", "time", plain=plain(_out), numeric=("time",))
+    table = new_table("checker", "verdict", "judged", "found", "time", plain=plain(_out), numeric=("judged", "time"))
+    to_judge = report.ops_to_judge
     for v in report.verdicts:
         found = ", ".join([*(f"{n} x{c}" for n, c in v.counts.items()), *([v.reason] if v.reason else [])])
+        judged = "—" if v.coverage is None else f"{sum(t.by_checker.get(v.checker, 0) for t in report.coverage):,}/{to_judge:,}"
         if v.skipped:
-            table.add_row(v.checker, Text("skipped", style="dim"), found, "—")
+            table.add_row(v.checker, Text("skipped", style="dim"), judged, found, "—")
             continue
-        color = {"valid": "green", "invalid": "red", "unknown": "yellow"}[v.outcome.value]
-        table.add_row(v.checker, Text(v.outcome.value, style=color), found, fmt_seconds(v.seconds))
-    print_tables([table], console=_out)
+        table.add_row(v.checker, Text(v.outcome.value, style=_COLOR[v.outcome]), judged, found, fmt_seconds(v.seconds))
+    print_tables([table, _coverage_table(report)], console=_out)
     for v in report.verdicts:
         for a in v.anomalies:
             ops = ", ".join(str(o) for o in a.ops)
@@ -244,7 +365,12 @@ def _check_one(
         total = sum(v.counts.values())
         if total > shown:
             _out.print(f"[dim]… and {total - shown} more from {v.checker}[/dim]")
-    _out.print(f"\nverdict: [bold]{report.outcome.value}[/bold]")
+    if not report.complete:
+        _out.print("\n[bold yellow]not judged[/bold yellow]")
+        for line in report.gap_lines():
+            _out.print(line, markup=False)
+    _out.print(f"\ncoverage: {escape(report.coverage_summary())}")
+    _out.print(f"verdict: [bold]{report.outcome.value}[/bold]")
     if html is not None:
         _out.print(f"timeline: {escape(str(html))}")
     if target is None and not_written is not None:
@@ -254,6 +380,32 @@ def _check_one(
     raise typer.Exit(EXIT[report.outcome])
 
 
+#: Tables the coverage table lists one by one; past this, those not fully
+#: judged (up to this many) and a total of the rest.
+SHOWN_TABLES: Final = 20
+
+
+def _coverage_table(report: Report) -> Table:
+    """Per table: operations to judge, judged (and by which checkers), not judged."""
+    table = new_table("coverage per table", "operations", "judged", "not judged", "judged by",
+                      plain=plain(_out), numeric=("operations", "judged", "not judged"))  # fmt: skip
+    rows = list(report.coverage)
+    if len(rows) > SHOWN_TABLES:
+        rows = [t for t in rows if not t.complete][:SHOWN_TABLES]
+    for t in rows:
+        missing = t.ops - t.judged
+        by = ", ".join(f"{c} {n:,}" for c, n in t.by_checker.items() if n) or "none"
+        table.add_row(t.table, f"{t.ops:,}", f"{t.judged:,}",
+                      Text(f"{missing:,}", style="yellow" if missing else ""), by)  # fmt: skip
+    shown = {id(t) for t in rows}
+    rest = [t for t in report.coverage if id(t) not in shown]
+    if rest:
+        n, j = sum(t.ops for t in rest), sum(t.judged for t in rest)
+        what = f"{len(rest):,} {'more ' if rows else ''}tables{' (all fully judged)' if n == j else ''}"
+        table.add_row(what, f"{n:,}", f"{j:,}", f"{n - j:,}", "")
+    if report.not_tables:
+        table.add_row("(views, indexes, clusters)", f"{report.not_tables:,}", "", "", "not tables: not judged")
+    return table
 
 
 def register(app: typer.Typer) -> None:

@@ -579,6 +579,9 @@ def _sweep(
                             f"inspect: coordsim check {where}")  # fmt: skip
                     found.setdefault(name, []).append(line)
                     anomalies.append(line)
+                elif verdict == "unknown":  # not an anomaly: what the checkers could not judge
+                    found.setdefault(name, []).append(f"{label} / {name} (pass {index}): unknown — "
+                                                      f"{report.coverage_summary()}")  # fmt: skip
 
             traces = {name: stage / "traces" / label / name for name in cfg.configurations}
             outs = _run_entry(cfg, wl, traces, on_level, on_pass, pool)

@@ -1,6 +1,7 @@
 """`coordsim replay`, `coordsim sweep` and `coordsim synth-trace`: the Spark
 side of coordsim. Exit codes as `coordsim check`: 0 every run valid, 1 some
-run invalid, 2 bad input or Spark unavailable (one line on stderr)."""
+run invalid, 3 none invalid but some not fully judged (unknown), 2 bad input
+or Spark unavailable (one line on stderr)."""
 
 from __future__ import annotations
 
@@ -113,7 +114,7 @@ def replay(
 ) -> None:
     """Re-verify traces with Spark and compare the configurations' metrics; writes Parquet, report.md and plots and prints the directory last.
 
-    Every in-process checker runs per trace, a large trace cut into segments checked in parallel. Exit 0 every run valid, 1 some run invalid.
+    Every in-process checker runs per trace, a large trace cut into segments checked in parallel. Exit 0 every run valid (every operation judged), 1 some run invalid, 3 none invalid but some not fully judged (unknown).
 
     Examples:
       coordsim replay coordsim-out/latest
@@ -139,7 +140,7 @@ def replay(
         raise _fail(exc) from exc
     _summary(res)
     options.wrote(out)
-    raise typer.Exit(1 if res.invalid_runs else 0)
+    raise typer.Exit(1 if res.invalid_runs else 3 if res.unknown_runs else 0)
 
 
 def sweep(
@@ -156,7 +157,7 @@ def sweep(
 ) -> None:
     """Run N seeds of an anomaly scenario as Spark tasks (virtual mode, one seed per task), write their traces to OUTPUT/traces, then replay them all into OUTPUT; prints the directory last.
 
-    Exit 0 every run valid, 1 some run invalid.
+    Exit 0 every run valid (every operation judged), 1 some run invalid, 3 none invalid but some not fully judged (unknown).
 
     Examples:
       coordsim sweep --scenario seed001 --seeds 100
@@ -196,7 +197,7 @@ def sweep(
         raise _fail(exc) from exc
     _summary(res)
     options.wrote(out)
-    raise typer.Exit(1 if res.invalid_runs else 0)
+    raise typer.Exit(1 if res.invalid_runs else 3 if res.unknown_runs else 0)
 
 
 def synth_trace(

@@ -5,7 +5,9 @@ and ours can read theirs. The dialect is documented in docs/histories.md.
 EDN is event-per-line: an `:invoke` and its completion (`:ok`, `:fail`,
 `:info`) are separate maps paired by process, as in Jepsen. Reading checks the
 pairing (every completion matches an invoke of its process; a process does
-nothing after `:info`) and reports the offending event's `:index`. It streams
+nothing after `:info`) and reports the offending event's `:index`. A read's
+rows come as a set or, when a row repeats (a table is a multiset), a vector;
+`:f :count` is SELECT count(*); `:f :txn` (transactions) is refused. It streams
 (`read_edn`): memory grows with the operations, not with the text. Jepsen's
 `#jepsen.history.Op{...}` records read as events; a trace's internal events
 travel as `:coordsim` `:event`s, so an exported trace checks as the trace does.
@@ -168,6 +170,21 @@ def _read_result(v: Any, where: str) -> tuple[int, ...]:
     return tuple(sorted(_int(x, f"{where}: read element") for x in res))
 
 
+def _count_args(args: Any) -> dict[str, Any]:
+    """A `:count`'s args: its `:value`'s map (a WHERE) with `count` set."""
+    return {**(args if isinstance(args, dict) else {}), "count": True}
+
+
+def _count_result(v: Any, where: str) -> int | None:
+    """The count of an `:ok :count`'s `:value` (`[table n]`, or `n`)."""
+    n = v[1] if isinstance(v, tuple) and len(v) == 2 else v
+    if n is None:
+        return None
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise HistoryError(f"{where}: an :ok :count needs :value [table n], got {dumps(v)[:60]}")
+    return n
+
+
 def _error(err: Any) -> tuple[str | None, str | None]:
     """(code, message) of a completion's `:error`."""
     if isinstance(err, tuple) and err:
@@ -190,6 +207,8 @@ _INVOKE: Final = -1
 #: `:type` -> the status of a completion (`_INVOKE` for an invoke).
 _TYPE_CODE: Final = {kw("invoke"): _INVOKE, kw("ok"): OK, kw("fail"): 1, kw("info"): INFO}
 _KIND_OF: Final = {kw(k.value): k for k in Kind}
+#: `:f :txn` (Elle's transactional histories): refused, one statement per op here.
+_K_TXN: Final = kw("txn")
 #: Jepsen's own history.edn prints each operation as this record.
 OP_RECORD_TAG: Final = "jepsen.history.Op"
 
@@ -252,7 +271,15 @@ def history_from_edn(forms: Iterable[Any], *, source: str = "EDN") -> tuple[Hist
             raise HistoryError(f"{_where(source, index)}: :f must be a keyword")
         kind = _KIND_OF.get(f)
         if kind is None:
-            raise HistoryError(f"{_where(source, index)}: unknown :f :{f.name}")
+            if f is _K_COUNT:
+                kind = Kind.READ  # SELECT count(*): a read with args.count
+            elif f is _K_TXN:
+                raise HistoryError(
+                    f"{_where(source, index)}: transactional operations (:f :txn) are not supported: "
+                    "coordsim checks histories of single statements until multi-statement transactions exist"
+                )
+            else:
+                raise HistoryError(f"{_where(source, index)}: unknown :f :{f.name}")
         if status == _INVOKE:
             if proc in dead:
                 raise HistoryError(
@@ -273,7 +300,8 @@ def history_from_edn(forms: Iterable[Any], *, source: str = "EDN") -> tuple[Hist
                 f"{_where(source, index)}: {dumps(typ)} for process {proc}, which has no pending invoke"
             )
         _, inv, inv_t, pid, inv_kind = pending
-        if inv_kind is not kind:
+        is_count = f is _K_COUNT
+        if inv_kind is not kind or (inv.get(_K_F) is _K_COUNT) is not is_count:
             raise HistoryError(
                 f"{_where(source, index)}: completes :{f.name} but process {proc} invoked "
                 f"{dumps(inv.get(_K_F))}"
@@ -286,7 +314,14 @@ def history_from_edn(forms: Iterable[Any], *, source: str = "EDN") -> tuple[Hist
         if status == INFO:
             dead[proc] = index
         result: tuple[int, ...] | None = None
-        if status == OK and kind is Kind.READ:
+        count = get(_K_COUNT)
+        if is_count:
+            args = _count_args(args)
+            if status == OK:
+                result = ()
+                if count is None:
+                    count = _count_result(get(_K_VALUE), _where(source, index))
+        elif status == OK and kind is Kind.READ:
             result = _read_result(get(_K_VALUE), _where(source, index))
         code = msg = None
         if status != OK:
@@ -297,7 +332,6 @@ def history_from_edn(forms: Iterable[Any], *, source: str = "EDN") -> tuple[Hist
         read_ts = NONE if read_ts is None else _ts(read_ts, source, index, _K_READ_TS)
         write_ts = NONE if write_ts is None else _ts(write_ts, source, index, _K_WRITE_TS)
         catalog_ts = NONE if catalog_ts is None else _ts(catalog_ts, source, index, _K_CATALOG_TS)
-        count = get(_K_COUNT)
         if count is not None:
             count = _int(count, f"{_where(source, index)}: :count")
         client = inv.get(_K_CLIENT)
@@ -320,6 +354,8 @@ def history_from_edn(forms: Iterable[Any], *, source: str = "EDN") -> tuple[Hist
         raise HistoryError(f"{source}: no events (an empty file is not a history)")
     for proc, (inv_index, inv, inv_t, pid, kind) in open_.items():
         obj, els, args = _split_value(kind, inv.get(_K_VALUE), _where(source, inv_index))
+        if inv.get(_K_F) is _K_COUNT:
+            args = _count_args(args)
         waiting[pid] = (pid, proc, KIND_CODE[kind], obj, inv_t, NONE, INFO, els, None, NONE,
                         None if args is None else json.dumps(args, sort_keys=True),
                         None, None, NONE, NONE, NONE, None)  # fmt: skip
@@ -351,13 +387,22 @@ def read_edn(path: Path | str, *, chunk_chars: int = CHUNK_CHARS) -> tuple[Histo
         raise HistoryError(f"{p}: {exc}") from exc
 
 
-def _invoke_value(h: History, i: int) -> Any:
+def _is_count(h: History, i: int) -> bool:
+    """Whether op i is a COUNT (a read with `args.count`), written `:f :count`."""
+    a = h.args[i]
+    return h.kind[i] == READ and a is not None and '"count"' in a and bool(json.loads(a).get("count"))
+
+
+def _invoke_value(h: History, i: int, *, count: bool = False) -> Any:
     k = h.kind[i]
     name = h.name(i)
     if k == ADD:
         els = list(h.elements(i))
         return (name, els[0] if len(els) == 1 else tuple(els))
     a = h.args[i]
+    if count:
+        rest = {key: v for key, v in json.loads(a or "{}").items() if key != "count"}
+        return (name, _from_json(rest) if rest else None)
     if a is not None:
         return (name, _from_json(json.loads(a)))
     if k == READ:
@@ -438,8 +483,9 @@ def history_to_edn(h: History, events: Sequence[Event] = ()) -> str:
         last[h.process[i]] = i
     for i in range(h.n):
         k = KINDS[h.kind[i]]
-        base: dict[Any, Any] = {_K("process"): h.process[i], _K("f"): _K(k.value)}
-        inv = {_K("type"): _K("invoke"), **base, _K("value"): _invoke_value(h, i)}
+        is_count = _is_count(h, i)
+        base: dict[Any, Any] = {_K("process"): h.process[i], _K("f"): _K_COUNT if is_count else _K(k.value)}
+        inv = {_K("type"): _K("invoke"), **base, _K("value"): _invoke_value(h, i, count=is_count)}
         if h.client[i] is not None:
             inv[_K("client")] = h.client[i]
         prev = after.get(i)
@@ -448,10 +494,15 @@ def history_to_edn(h: History, events: Sequence[Event] = ()) -> str:
             continue
         st = STATUSES[h.status[i]]
         done: dict[Any, Any] = {_K("type"): _K(st.value), **base}
-        if h.kind[i] == READ and h.status[i] == OK:
-            done[_K("value")] = (h.name(i), frozenset(h.result(i) or ()))
+        if is_count and h.status[i] == OK:
+            done[_K("value")] = (h.name(i), None if h.count[i] == NONE else h.count[i])
+        elif h.kind[i] == READ and h.status[i] == OK:
+            res = tuple(h.result(i) or ())
+            # A set when it is one (what Elle and Knossos read); a vector
+            # keeps a row returned twice (a table is a multiset).
+            done[_K("value")] = (h.name(i), frozenset(res) if len(set(res)) == len(res) else res)
         else:
-            done[_K("value")] = _invoke_value(h, i)
+            done[_K("value")] = _invoke_value(h, i, count=is_count)
         if h.error_code[i] is not None:
             code = h.error_code[i] or ""
             nm = ERROR_NAMES.get(code)
@@ -459,7 +510,7 @@ def history_to_edn(h: History, events: Sequence[Event] = ()) -> str:
             done[_K("error")] = (_K(nm), msg) if nm else (_K("sqlstate"), code, msg)
         elif h.error[i]:
             done[_K("error")] = h.error[i]
-        if h.count[i] != NONE:
+        if h.count[i] != NONE and not is_count:
             done[_K("count")] = h.count[i]
         for key, col in (("read-ts", h.read_ts), ("write-ts", h.write_ts), ("catalog-ts", h.catalog_ts)):
             if col[i] != NONE:

@@ -33,6 +33,7 @@ __all__ = [
     "Kind",
     "Op",
     "Status",
+    "multiset_tables",
     "validate",
 ]
 
@@ -52,9 +53,11 @@ class HistoryError(InvalidUsage):
 
 
 class Kind(StrEnum):
-    """What a client operation does. `add`/`read` on a table of unique integer
-    elements is the set workload the black-box checker reasons about; `update`
-    and `delete` are checked by the white-box replay; the rest is DDL."""
+    """What a client operation does. A table is a multiset of integer rows:
+    `add` inserts rows, `read` returns them (or, with `args.count`, counts
+    them: COUNT), `update`/`delete` change the rows matching `args.where`;
+    the rest is DDL. `add`/`read` with each value inserted once is the set
+    workload the black-box checker reasons about."""
 
     CREATE_TABLE = "create-table"
     DROP_TABLE = "drop-table"
@@ -368,9 +371,9 @@ def validate(h: History) -> None:
     """Checks that `h` is a well-formed history, raising `HistoryError` naming the
     first offending operation: ids unique; times, timestamps and counts within
     0..`MAX_TIME`; ok/fail completions not before their invoke; a process never overlaps its own operations nor acts after an `info`;
-    `add`s carry elements and ok `read`s a result; values an `add` may have
-    inserted are unique per table (the set workload's premise: one write per
-    value, so a read reveals which write it saw)."""
+    `add`s carry elements. A table is a multiset of rows: a value may be
+    inserted more than once and a read may return it more than once
+    (`multiset_tables` finds the tables where that happens)."""
     ids = h.op_id
     if len(set(ids)) != h.n:
         seen: set[int] = set()
@@ -422,21 +425,38 @@ def validate(h: History) -> None:
         if min(filter(NONE.__ne__, col), default=0) < 0 or max(col, default=0) > MAX_TIME:
             i = next(i for i, v in enumerate(col) if v != NONE and not 0 <= v <= MAX_TIME)
             raise HistoryError(f"op {ids[i]}: {name} {col[i]} is outside 0..{MAX_TIME}")
-    values: dict[int, dict[int, int]] = {}  # table -> value -> row
-    el = h.el
+
+
+def multiset_tables(h: History) -> frozenset[int]:
+    """Object indices (into `h.names`) of the tables where the set workload's
+    premise — each value inserted at most once, so a read reveals which write
+    it saw — does not hold: some value may have been inserted twice (by two
+    INSERTs that did not fail, or twice by one), or an ok read returned a
+    value more than once. Checkers that take a value to name its one write
+    (named, blackbox) cannot judge these tables' reads; checker `table`
+    (`sim.history.checker.multiset`) models them as multisets."""
+    out: set[int] = set()
+    seen: dict[int, set[int]] = {}
+    kind, status, obj = h.kind, h.status, h.obj
+    el, eo, res, ro = h.el, h.el_off, h.res, h.res_off
     for i, k in enumerate(kind):
-        if k != ADD or status[i] == FAIL:
+        o = obj[i]
+        if o < 0 or o in out:
             continue
-        vs = values.get(obj[i])
-        if vs is None:
-            vs = values[obj[i]] = {}
-        for e in el[el_off[i] : el_off[i + 1]]:
-            other = vs.setdefault(e, i)
-            if other != i:
-                raise HistoryError(
-                    f"op {ids[i]}: adds {e} to {h.names[obj[i]]!r}, which op "
-                    f"{ids[other]} already added (values must be unique per table)"
-                )
+        if k == ADD and status[i] != FAIL:
+            vs = seen.get(o)
+            if vs is None:
+                vs = seen[o] = set()
+            els = el[eo[i] : eo[i + 1]]
+            before = len(vs)
+            vs.update(els)
+            if len(vs) - before != len(els):
+                out.add(o)
+        elif k == READ and status[i] == OK:
+            r = res[ro[i] : ro[i + 1]]
+            if len(set(r)) != len(r):
+                out.add(o)
+    return frozenset(out)
 
 
 # --- internal events -----------------------------------------------------------------------

@@ -20,17 +20,19 @@ from __future__ import annotations
 
 import heapq
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, final
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
+    from sim.history.checker.run import Report
+    from sim.history.checker.verdict import Verdict
     from sim.history.model import Event, History
 
 __all__ = [
-    "COVERED", "INPROC", "NATIVE", "RESULT_COLUMNS", "RESULT_SCHEMA", "Slice", "balance", "check_run", "check_segment",
+    "COVERED", "GAP_TYPE", "INPROC", "NATIVE", "RESULT_COLUMNS", "RESULT_SCHEMA", "Slice", "balance", "check_run", "check_segment",
     "check_slice", "read_slice", "slice_results", "with_row_order",
 ]  # fmt: skip
 
@@ -47,15 +49,29 @@ COVERED: Final = {
 #: holds which names); `named` is also in `INPROC` for its per-read rules.
 NATIVE: Final = ("named", "replay")
 #: Checkers run in-process per run (an anomaly of them is kept unless
-#: `COVERED` says the native plans produce it).
-INPROC: Final = ("named", "blackbox", "oracle", "linear")
-#: One row per anomaly (`anomaly` not null) and one per checker that ran on
-#: the slice (`anomaly` null, `outcome` set; `count` = its anomalies in all,
-#: including those the checker only counted); `grp` is the slice's group.
-RESULT_COLUMNS: Final = ("run", "anomaly", "checker", "op_id", "ops", "detail", "outcome", "skipped", "count", "grp")
+#: `COVERED` says the native plans produce it). With the native plans,
+#: checker 3 runs in-process too, for its coverage only (`check_run`).
+INPROC: Final = ("named", "blackbox", "oracle", "linear", "table")
+#: Three kinds of row. One per anomaly (`anomaly` not null); one per checker
+#: that ran on the slice (`anomaly` null, `checker` set: `outcome`, `skipped`
+#: and `count` = its anomalies in all, including those the checker only
+#: counted); and one coverage row per slice (`anomaly` and `checker` null):
+#: `outcome` is the slice's combined outcome (`check_history`'s, coverage
+#: included), `detail` its `Report.coverage_summary`, `to_judge`/`judged` its
+#: operations to judge and judged, `tables`/`tables_partial` its tables and
+#: those not fully judged, `not_tables` its operations on views, indexes and
+#: clusters, and `not_judged` the first `SHOWN_TABLES` of those tables with
+#: their reasons. `grp` is the slice's group.
+RESULT_COLUMNS: Final = ("run", "anomaly", "checker", "op_id", "ops", "detail", "outcome", "skipped", "count",
+                         "to_judge", "judged", "tables", "tables_partial", "not_tables", "not_judged", "grp")  # fmt: skip
+#: One table not fully judged: its operations to judge, how many were
+#: judged, every reason given (`TableCoverage.reasons`) and the first op ids
+#: not judged.
+GAP_TYPE: Final = "struct<table:string, ops:bigint, judged:bigint, reasons:array<string>, op_ids:array<bigint>>"
 RESULT_SCHEMA: Final = (
     "run string, anomaly string, checker string, op_id bigint, ops array<bigint>, detail string, "
-    "outcome string, skipped boolean, count bigint, grp bigint"
+    "outcome string, skipped boolean, count bigint, to_judge bigint, judged bigint, tables bigint, "
+    f"tables_partial bigint, not_tables bigint, not_judged array<{GAP_TYPE}>, grp bigint"
 )
 #: Tasks per core when whole runs are packed into tasks (`slice_results`):
 #: the sweep's reasoning (`sim.spark.sweep.TASKS_PER_CORE`) — enough that a
@@ -92,68 +108,105 @@ def check_run(
     linear_time_limit_s: float = 10.0,
     native: bool = True,
 ) -> list[dict[str, Any]]:
-    """Result rows (`RESULT_COLUMNS` less `grp`) for one run: the in-process
-    checkers' verdicts. With `native` (the native plans run too), checker 3
-    does not run here and the anomalies the native plans report are left out
-    (so the union of both has each once); without, every checker of
-    `CHECKERS` runs here."""
-    from sim.history.checker import check_blackbox, check_named, check_oracle_events, check_replay
-    from sim.history.model import validate
+    """Result rows (`RESULT_COLUMNS` less `grp`) for one run: `check_history`
+    itself, so the verdicts, the coverage and the outcome are the in-process
+    ones by construction. With `native` (the native plans run too), the
+    anomalies the native plans report are left out (so the union of both has
+    each once); checker 3 still runs here, because its coverage is part of
+    the verdict and the native plans compute none."""
+    from sim.history.checker.run import check_history
 
-    validate(h)
-    verdicts = [check_named(h), check_blackbox(h)]
-    if not native:
-        verdicts.append(check_replay(h))
-    verdicts.append(check_oracle_events(events))
-    verdicts.append(_linear(h, h.n, linear_time_limit_s))
-    return _rows(run, verdicts, native=native)
+    rep = check_history(h, events, linear_time_limit_s=linear_time_limit_s)
+    return [*_rows(run, rep.verdicts, native=native), _coverage_row(run, rep)]
 
 
 def check_segment(
-    run: str, grp: int, run_ops: int, h: History, events: Sequence[Event], carries: list[dict[str, Any]]
+    run: str,
+    grp: int,
+    run_ops: int,
+    h: History,
+    events: Sequence[Event],
+    carries: list[dict[str, Any]],
+    *,
+    linear_time_limit_s: float = 10.0,
 ) -> list[dict[str, Any]]:
-    """Result rows for one group of segments of a cut run (`segments`):
-    checkers 1-3 on its ops with the carry rows appended; checker 4 on the
-    run's events and checker 5's verdict on the run (too large: skipped, as
-    in-process) come from group 0."""
+    """Result rows for one group of segments of a cut run (`segments`), as
+    `check_history` would give them on the group's ops with the carry rows
+    appended: the same checkers in the same order, checker 4 (on the run's
+    events) only in group 0, checker 5 skipped as on the whole run (which is
+    over its limit), and the coverage of the group's ops.
+
+    Why this is not `check_history` itself: the carry rows name no table,
+    which `validate` refuses, so the group is validated before they are
+    appended and the checkers run here; the coverage is `check_history`'s own
+    (`run.coverage_of`, the one function that turns verdicts into it).
+
+    What a group's coverage says of the run: a cut keeps each table's
+    operations in one group, so a table's coverage is its group's, and the
+    run is fully judged iff every group is. It is not always the coverage
+    `check_history` finds on the whole run: the checkers with a time limit
+    (checker "table") get it per group rather than once for the run, so a
+    group may judge a table that the whole run, out of time, would not (and
+    a cut run is then `valid` where `check_history` says `unknown`). Exact
+    parity is impossible there; the run is `valid` only if every group's
+    coverage is complete, else at best `unknown`. The reverse should not
+    happen (a group's tables start their search no later than on the whole
+    run, and each group has the whole time limit), but the limit is
+    wall-clock time: a busy executor may run out where an idle host did not,
+    and the run is then `unknown`, never wrongly `valid`."""
     from sim.history.checker import check_blackbox, check_named, check_oracle_events, check_replay
+    from sim.history.checker.multiset import check_multiset
+    from sim.history.checker.run import LINEAR_MAX_OPS, Report, coverage_of
+    from sim.history.checker.verdict import Collector, combine, nothing_judged
     from sim.history.model import validate
 
+    if run_ops <= LINEAR_MAX_OPS:
+        raise ValueError(f"run {run}: {run_ops} operations, within checker 5's limit: cut runs are larger")
     validate(h)
     append_carries(h, carries)
     verdicts = [check_named(h), check_blackbox(h), check_replay(h)]
     if grp == 0:
-        verdicts += [check_oracle_events(events), _linear(h, run_ops, 0.0)]
-    return _rows(run, verdicts, native=False)
-
-
-def _linear(h: History, n: int, time_limit_s: float) -> Any:
-    from sim.history.checker import check_linear
-    from sim.history.checker.run import LINEAR_MAX_OPS
-    from sim.history.checker.verdict import Collector
-
-    if n <= LINEAR_MAX_OPS:
-        return check_linear(h, time_limit_s=time_limit_s)
-    t0 = time.perf_counter()  # as check_history does: checker 5 is exponential
-    return Collector("linear").verdict(
-        unknown=f"{n} operations exceed checker 5's limit of {LINEAR_MAX_OPS}",
+        verdicts.append(check_oracle_events(events))
+    # As `check_history` on the whole run: checker 5 is exponential, skipped
+    # above its limit, and judges none of the group's operations.
+    t0 = time.perf_counter()
+    skip = Collector("linear").verdict(
+        unknown=f"{run_ops} operations exceed checker 5's limit of {LINEAR_MAX_OPS}",
         skipped=True, seconds=time.perf_counter() - t0)  # fmt: skip
+    verdicts.append(replace(skip, coverage=nothing_judged(f"over the limit of {LINEAR_MAX_OPS} operations",
+                                                          range(h.n))))  # fmt: skip
+    verdicts.append(check_multiset(h, time_limit_s=linear_time_limit_s))
+    tables, not_tables = coverage_of(h, verdicts)
+    rep = Report(combine(verdicts, complete=all(t.complete for t in tables)), tuple(verdicts), tables, not_tables)
+    return [*_rows(run, verdicts, native=False), _coverage_row(run, rep)]
 
 
-def _rows(run: str, verdicts: Sequence[Any], *, native: bool) -> list[dict[str, Any]]:
+def _rows(run: str, verdicts: Sequence[Verdict], *, native: bool) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for v in verdicts:
         own = {n: c for n, c in v.counts.items() if not native or COVERED.get(n) != v.checker}
-        rows.append({"run": run, "anomaly": None, "checker": v.checker, "op_id": None, "ops": None,
-                     "detail": v.reason, "outcome": str(v.outcome), "skipped": v.skipped,
-                     "count": sum(own.values())})  # fmt: skip
+        rows.append({"run": run, "checker": v.checker, "detail": v.reason, "outcome": str(v.outcome),
+                     "skipped": v.skipped, "count": sum(own.values())})  # fmt: skip
         rows += [
             {"run": run, "anomaly": a.name, "checker": a.checker, "op_id": a.ops[0] if a.ops else None,
-             "ops": list(a.ops), "detail": a.explanation, "outcome": None, "skipped": None, "count": None}
+             "ops": list(a.ops), "detail": a.explanation}
             for a in v.anomalies
             if not native or COVERED.get(a.name) != a.checker
         ]  # fmt: skip
     return rows
+
+
+def _coverage_row(run: str, rep: Report) -> dict[str, Any]:
+    """The slice's coverage row (`RESULT_COLUMNS`)."""
+    from sim.history.checker.run import SHOWN_TABLES
+
+    gaps = [t for t in rep.coverage if not t.complete]
+    return {
+        "run": run, "detail": rep.coverage_summary(), "outcome": str(rep.outcome),
+        "to_judge": rep.ops_to_judge, "judged": rep.ops_judged, "tables": len(rep.coverage),
+        "tables_partial": len(gaps), "not_tables": rep.not_tables,
+        "not_judged": [(t.table, t.ops, t.judged, t.reasons(), list(t.unjudged_ops)) for t in gaps[:SHOWN_TABLES]],
+    }  # fmt: skip
 
 
 # --- reading a slice ------------------------------------------------------------------------------
@@ -216,13 +269,14 @@ def read_slice(s: Slice) -> tuple[History, list[Event]]:
 
 
 def check_slice(s: Slice, *, native: bool) -> list[tuple[Any, ...]]:
-    """The slice's result rows, as tuples in `RESULT_COLUMNS` order."""
+    """The slice's result rows, as tuples in `RESULT_COLUMNS` order (a
+    column a row does not have is null)."""
     h, events = read_slice(s)
     if s.cut:
         rows = check_segment(s.run, s.grp, s.run_ops, h, events, list(s.carries))
     else:
         rows = check_run(s.run, h, events, native=native)
-    return [(*(r[c] for c in RESULT_COLUMNS[:-1]), s.grp) for r in rows]
+    return [(*(r.get(c) for c in RESULT_COLUMNS[:-1]), s.grp) for r in rows]
 
 
 def _check_task(slices: list[Slice], *, native: bool) -> Iterator[tuple[Any, ...]]:

@@ -7,9 +7,11 @@ plain script for a cluster:
     spark-submit --py-files coordsim.zip sim/spark/job.py --out OUT TRACE…
 
 Output (`--out`): `anomalies.parquet`, `checks.parquet` (which checker ran
-on which run, and its outcome), `verdicts.parquet`, `metrics.parquet`,
-`windows.parquet` (Spark directories), `report.md`, and PNG plots. Only small
-aggregates (verdicts, metrics) reach the driver, for the report.
+on which run, and its outcome), `verdicts.parquet` (per run: the verdict, the
+anomaly counts and the coverage: operations to judge and judged, and the
+tables not fully judged with why), `metrics.parquet`, `windows.parquet`
+(Spark directories), `report.md`, and PNG plots. Only small aggregates
+(verdicts, metrics) reach the driver, for the report.
 """
 
 from __future__ import annotations
@@ -63,7 +65,9 @@ class ReplayResult:
     anomalies: int
     seconds: float
     out: Path | None
-    #: Runs without anomalies where a checker could not decide (checker 5 out of time).
+    #: Runs without anomalies that were not fully judged: some operation to
+    #: judge no checker judged (no timestamps, over a bound, out of time, an
+    #: unsupported kind), or a checker that judges no operation undecided.
     unknown_runs: int = 0
 
 
@@ -104,13 +108,14 @@ def replay(
         conf["spark.sql.codegen.wholeStage"] = "false"
     with _sql_conf(spark, conf):
         try:
-            an, checks = anomalies(ops, runs, keep, partitions, places, run_ops=run_ops, group_ops=group_ops,
-                                   native=NATIVE_FORM if native is None else native)  # fmt: skip
+            an, checks, coverage = anomalies(ops, runs, keep, partitions, places, run_ops=run_ops,
+                                             group_ops=group_ops, native=NATIVE_FORM if native is None else native)  # fmt: skip
             if out is None:
                 an = keep(an)
                 n = an.count()
-                bad = an.select("run").distinct().count()
-                return ReplayResult(meta.count(), bad, n, time.perf_counter() - t0, None)
+                v_rows = [r.asDict() for r in verdicts(ops, an, meta, checks, coverage).select("verdict").collect()]
+                return ReplayResult(len(v_rows), sum(r["verdict"] == "invalid" for r in v_rows), n,
+                                    time.perf_counter() - t0, None, sum(r["verdict"] == "unknown" for r in v_rows))  # fmt: skip
             base = str(out).rstrip("/")
             # One sorted file: the anomalies are few. (A global orderBy would
             # compute every check twice: once to sample the range bounds.)
@@ -124,7 +129,7 @@ def replay(
             keep.release()
         o = Path(out) if "://" not in str(out) else None
         an = spark.read.parquet(f"{base}/anomalies.parquet")
-        v = verdicts(ops, an, meta, spark.read.parquet(f"{base}/checks.parquet"))
+        v = verdicts(ops, an, meta, spark.read.parquet(f"{base}/checks.parquet"), coverage)
         v.write.mode("overwrite").parquet(f"{base}/verdicts.parquet")
         v_rows = [r.asDict() for r in spark.read.parquet(f"{base}/verdicts.parquet").orderBy("run").collect()]
         m_rows: list[dict[str, Any]] = []
@@ -218,8 +223,9 @@ def write_report(
     order = sorted(verdict_rows, key=lambda r: (str(r.get("config")), str(r.get("workload")),
                                                 concurrency_key(r.get("concurrency")), str(r["run"])))  # fmt: skip
     lines = ["# Trace replay", "", "## Verdicts", ""]
-    lines += _md_table(order, ["run", "config", "seed", "workload", "concurrency", "ops",
-                               "verdict", "anomalies", *ANOMALY_NAMES, "replay_skipped"])  # fmt: skip
+    lines += _md_table(order, ["run", "config", "seed", "workload", "concurrency", "ops", "ops_to_judge",
+                               "ops_judged", "verdict", "anomalies", *ANOMALY_NAMES, "replay_skipped"])  # fmt: skip
+    lines += coverage_section(order)
     lines += ["", f"## Anomalies ({anomalies_total:,}; first {min(anomalies_total, REPORT_ROWS)} shown)", ""]
     lines += _md_table(anomaly_rows, ["run", "anomaly", "checker", "op_id", "ops", "detail"])
     if metric_rows:
@@ -233,9 +239,37 @@ def write_report(
     (out / "report.md").write_text("\n".join(lines) + "\n")
 
 
+def coverage_section(verdict_rows: Sequence[dict[str, Any]]) -> list[str]:
+    """report.md's lines on the runs not fully judged (none if every run
+    was): per run, its operations judged and, per table not fully judged
+    (the first `SHOWN_TABLES` verdicts.parquet keeps), how many were not
+    and every reason given, as `coordsim check` prints them."""
+    gaps = [r for r in verdict_rows if not r.get("coverage_complete")]
+    if not gaps:
+        return []
+    lines = ["", f"## Coverage ({len(gaps):,} of {len(verdict_rows):,} runs not fully judged)", ""]
+    for r in gaps:
+        if r.get("ops_to_judge") is None:
+            lines.append(f"- {r['run']}: no coverage (only the native plans ran): at best unknown")
+            continue
+        partial = r.get("tables_not_fully_judged") or 0
+        lines.append(f"- {r['run']} ({r['verdict']}): {number(r['ops_judged'])} of {number(r['ops_to_judge'])} "
+                     f"operations judged; {number(partial)} of {number(r['tables'])} tables not fully")  # fmt: skip
+        shown = r.get("not_judged") or []
+        for t in shown:
+            t = t if isinstance(t, dict) else t.asDict()
+            eg = ", ".join(map(str, (t["op_ids"] or [])[:8]))
+            lines.append(f"  - {t['table']}: {number(t['ops'] - t['judged'])} of {number(t['ops'])} operations "
+                         f"not judged (e.g. ops {eg})")  # fmt: skip
+            lines += [f"    - {reason}" for reason in t["reasons"] or ()]
+        if partial > len(shown):
+            lines.append(f"  - … and {number(partial - len(shown))} more tables not fully judged")
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """spark-submit entry point. Exit code: 0 all runs valid, 1 some invalid,
-    2 bad input."""
+    3 none invalid but some unknown (not fully judged), 2 bad input."""
     from sim.runtime.errors import CoordsimError
     from sim.spark.session import spark_session
 
@@ -253,10 +287,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"coordsim replay: {exc}", file=sys.stderr)  # noqa: T201 - the script's error channel
         return 2
     print(  # noqa: T201 - the script's report
-        f"{res.runs} runs, {res.invalid_runs} invalid, {res.anomalies} anomalies, "
+        f"{res.runs} runs, {res.invalid_runs} invalid, {res.unknown_runs} unknown, {res.anomalies} anomalies, "
         f"{res.seconds:.1f}s; output in {args.out}"
     )
-    return 1 if res.invalid_runs else 0
+    return 1 if res.invalid_runs else 3 if res.unknown_runs else 0
 
 
 if __name__ == "__main__":

@@ -14,7 +14,11 @@ Consecutive segments are grouped to about `GROUP_OPS` operations per task.
 
 What a segment cannot reproduce is a checker's cap on kept anomalies
 (`MAX_REPORTED`, checker 2's cycles): a run whose segments report more than
-that in all is checked again whole (`verify.anomalies`).
+that in all is checked again whole (`verify.anomalies`). The multiset checker
+("table") works per table, so a table's verdict and coverage are its
+segment's, and a run is fully judged iff each of its groups is; but its time
+limit applies per group, not once per run, so a cut run can be judged where
+the whole run would run out of time (`inproc.check_segment`).
 """
 
 from __future__ import annotations

@@ -4,9 +4,11 @@ any number of traces, and one verdict per run.
 Checker 1's join-shaped anomalies and checker 3 are native Spark plans;
 `COVERED` is their contract with the in-process checkers: on the same trace,
 these names with these op ids are what `check_named` + `check_replay` report.
-Everything else (checker 1's per-read rules, checkers 2, 4 and 5) runs the
-in-process code per run (`sim.spark.inproc`). The parity test holds the union
-to `check_history`.
+Everything else (checker 1's per-read rules, checkers 2, 4, 5 and the
+multiset checker "table") runs the in-process code per run
+(`sim.spark.inproc`), and so does the coverage, which decides the verdict as
+`check_history` does: `unknown` when some operation to judge went unjudged.
+The parity test holds the union, and the verdicts, to `check_history`.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def anomalies(
     native: bool = NATIVE_FORM,
     run_ops: Mapping[str, int] | None = None,
     group_ops: int = GROUP_OPS,
-) -> tuple[Any, Any]:
+) -> tuple[Any, Any, Any]:
     """One row per anomaly: run, anomaly, checker, op_id (the op it is about),
     ops (every op id involved, in the in-process explanation's order), detail.
 
@@ -64,12 +66,13 @@ def anomalies(
     check reads them from there. `runs` numbers the runs (`frames.load`).
 
     With `traces` (run -> its trace directory), the in-process checkers run
-    too, in tasks that read the traces themselves (`inproc`), and the second
+    too, in tasks that read the traces themselves (`inproc`); the second
     frame has one row per (run, checker) that ran: checker, outcome, skipped,
-    count (else it is None). With `traces` and not `native`, every checker
-    runs in-process — per run, or per group of segments for the runs of
-    `run_ops` (run -> operations) above `group_ops` (`segments`) — and no
-    native plan runs."""
+    count, and the third one row per run with its coverage (`run_coverage`)
+    (else both are None). With `traces` and not `native`, every checker runs
+    in-process — per run, or per group of segments for the runs of `run_ops`
+    (run -> operations) above `group_ops` (`segments`) — and no native plan
+    runs."""
     from functools import reduce
 
     if traces is not None and not native:
@@ -82,7 +85,7 @@ def anomalies(
     elems = keep(elements(t))
     facts = keep(read_facts(t, elems))
     parts = [*named_parts(t, elems, facts, keep), *replay_parts(p, runs, t, keep)]
-    checks = None
+    checks = coverage = None
     if traces is not None:
         from pyspark.sql import functions as F
 
@@ -91,15 +94,60 @@ def anomalies(
         cols = parts[0].columns
         parts.append(res.where(F.col("anomaly").isNotNull()).select(
             *[F.col(c).cast(parts[0].schema[c].dataType).alias(c) for c in cols]))  # fmt: skip
-        checks = res.where(F.col("anomaly").isNull()).select("run", "checker", "outcome", "skipped", "count")
-    return reduce(lambda a, b: a.unionByName(b), parts), checks
+        checks = _checks(res).select("run", "checker", "outcome", "skipped", "count")
+        coverage = run_coverage(res)
+    return reduce(lambda a, b: a.unionByName(b), parts), checks, coverage
 
 
-def _inproc(ops: Any, traces: Mapping[str, str], run_ops: Mapping[str, int], group_ops: int) -> tuple[Any, Any]:
+def _checks(res: Any) -> Any:
+    """The rows of `slice_results` about one checker on one slice."""
+    from pyspark.sql import functions as F
+
+    return res.where(F.col("anomaly").isNull() & F.col("checker").isNotNull())
+
+
+def run_coverage(res: Any) -> Any:
+    """Per run, from the coverage rows of `slice_results` (one per slice: a
+    whole run, or each group of a cut run): `ops_to_judge`, `ops_judged`,
+    `tables`, `tables_not_fully_judged`, `not_table_ops` (summed over the
+    groups, whose tables are disjoint), `not_judged` (the first
+    `SHOWN_TABLES` tables not fully judged, in group order, with why), and
+    `slice_outcome`: `invalid` if a slice's checkers found an anomaly, else
+    `unknown` if any slice's is (its coverage incomplete, or a checker that
+    judges no operation undecided), else `valid`. For a whole run it is
+    `check_history`'s outcome; a cut run is `valid` only if every group's
+    coverage is complete (`inproc.check_segment` says why that is the most
+    a cut run can claim)."""
+    from pyspark.sql import functions as F
+
+    from sim.history.checker.run import SHOWN_TABLES
+
+    cov = res.where(F.col("anomaly").isNull() & F.col("checker").isNull())
+    gaps = F.transform(F.array_sort(F.collect_list(F.struct("grp", "not_judged"))), lambda g: g["not_judged"])
+    return cov.groupBy("run").agg(
+        F.sum("to_judge").alias("ops_to_judge"),
+        F.sum("judged").alias("ops_judged"),
+        F.sum("tables").alias("tables"),
+        F.sum("tables_partial").alias("tables_not_fully_judged"),
+        F.sum("not_tables").alias("not_table_ops"),
+        F.slice(F.flatten(gaps), 1, SHOWN_TABLES).alias("not_judged"),
+        F.when(F.max((F.col("outcome") == "invalid").cast("int")) > 0, "invalid")
+        .when(F.max((F.col("outcome") != "valid").cast("int")) > 0, "unknown")
+        .otherwise("valid").alias("slice_outcome"),
+    )
+
+
+def _inproc(ops: Any, traces: Mapping[str, str], run_ops: Mapping[str, int], group_ops: int) -> tuple[Any, Any, Any]:
     """Every checker in-process; a cut run's groups merged into one verdict
-    per checker. A cut run whose checker reported more anomalies than a
-    whole-run check keeps (`MAX_REPORTED`), or could not decide on a segment,
-    is checked again whole, so what is kept is what `check_history` keeps."""
+    per checker and one coverage. A cut run whose checker reported more
+    anomalies than a whole-run check keeps (`MAX_REPORTED`) is checked again
+    whole, so what is kept is what `check_history` keeps.
+
+    A group that could not judge all its operations is not checked again
+    whole (it once was, when `skipped` decided the verdict): the whole run
+    would judge no more — the checkers' bounds are per table, and a cut
+    keeps each table in one group — and its coverage makes the run
+    `unknown` already."""
     from pyspark.sql import functions as F
 
     spark = ops.sparkSession
@@ -107,16 +155,14 @@ def _inproc(ops: Any, traces: Mapping[str, str], run_ops: Mapping[str, int], gro
     res = slice_results(spark, plan.slices(traces, run_ops), native=False)
     if plan.runs:
         cut = F.col("run").isin(list(plan.runs))
-        redo = [r["run"] for r in res.where(cut & F.col("anomaly").isNull()).groupBy("run", "checker").agg(
-            F.sum("count").alias("n"), F.max((F.col("outcome") == "unknown") & ~F.col("skipped")).alias("u"))
-            .where((F.col("n") > MAX_REPORTED) | F.col("u")).select("run").distinct().collect()]  # fmt: skip
+        redo = [r["run"] for r in _checks(res).where(cut).groupBy("run", "checker").agg(F.sum("count").alias("n"))
+                .where(F.col("n") > MAX_REPORTED).select("run").distinct().collect()]  # fmt: skip
         if redo:
             whole = slice_results(spark, [Slice(r, traces[r], ops=run_ops.get(r, 0)) for r in sorted(redo)],
                                   native=False)  # fmt: skip
             res = res.where(~F.col("run").isin(redo)).unionByName(whole)
     an = res.where(F.col("anomaly").isNotNull()).select(*ANOMALY_COLS)
-    c = res.where(F.col("anomaly").isNull())
-    merged = c.groupBy("run", "checker").agg(
+    merged = _checks(res).groupBy("run", "checker").agg(
         F.sum("count").alias("count"),
         F.max((F.col("outcome") == "unknown") & ~F.col("skipped")).alias("undecided"),
         F.max(F.col("outcome") == "unknown").alias("any_unknown"),
@@ -132,16 +178,25 @@ def _inproc(ops: Any, traces: Mapping[str, str], run_ops: Mapping[str, int], gro
     )
     checks = merged.select("run", "checker", outcome.alias("outcome"),
                            (F.col("skipped") & (F.col("count") == 0)).alias("skipped"), "count")  # fmt: skip
-    return an, checks
+    return an, checks, run_coverage(res)
 
 
-def verdicts(ops: Any, anomalies_df: Any, meta: Any, checks: Any = None) -> Any:
+#: verdicts.parquet's coverage columns (`run_coverage`).
+COVERAGE_COLS: Final = ("ops_to_judge", "ops_judged", "tables", "tables_not_fully_judged", "not_table_ops",
+                        "not_judged")  # fmt: skip
+
+
+def verdicts(ops: Any, anomalies_df: Any, meta: Any, checks: Any = None, coverage: Any = None) -> Any:
     """Per run: its config/seed/workload, op count, whether any op carries a
     system timestamp (else checker 3 had nothing to judge), the anomaly count
-    per name and the verdict (`invalid` iff any anomaly, else `unknown` if a
-    checker could not decide, else `valid`). With `checks` (`anomalies`'
-    second frame), `checkers` lists the checkers that ran (a skipped
-    checker, as `combine` does, decides nothing)."""
+    per name, the coverage (`COVERAGE_COLS`, `coverage_complete`) and the
+    verdict, decided as `check_history` decides it: `invalid` iff any anomaly
+    (or a slice's checkers found one), else `unknown` unless every operation
+    to judge was judged and no checker that judges none was undecided
+    (`run_coverage`'s `slice_outcome`), else `valid`. A run without coverage
+    (`coverage` None: only the native plans ran) is at best `unknown`. With
+    `checks` (`anomalies`' second frame), `checkers` lists the checkers that
+    ran."""
     from pyspark.sql import functions as F
 
     per_run = ops.groupBy(F.col("run").cast("string").alias("run")).agg(
@@ -154,18 +209,29 @@ def verdicts(ops: Any, anomalies_df: Any, meta: Any, checks: Any = None) -> Any:
     for name in ANOMALY_NAMES:
         out = out.withColumn(name, F.coalesce(F.col(f"`{name}`"), F.lit(0)).cast("long"))
     total = sum((F.col(f"`{n}`") for n in ANOMALY_NAMES), F.lit(0))
-    undecided = F.lit(False)
     if checks is not None:
         from sim.spark.inproc import NATIVE
 
         per = checks.groupBy("run").agg(
             F.array_sort(F.array_distinct(F.concat(F.collect_list("checker"), F.array(*map(F.lit, NATIVE)))))
             .alias("checkers"),
-            F.max(((F.col("outcome") == "unknown") & ~F.col("skipped")).cast("int")).alias("undecided"),
         )  # fmt: skip
         out = out.join(per, "run", "left")
-        undecided = F.coalesce(F.col("undecided"), F.lit(0)) > 0
-    out = out.withColumn("anomalies", total).withColumn(
-        "verdict", F.when(F.col("anomalies") > 0, "invalid").when(undecided, "unknown").otherwise("valid")
-    ).withColumn("replay_skipped", F.col("timestamped") == 0).drop("timestamped")
-    return (out.drop("undecided") if checks is not None else out).orderBy("run")
+    if coverage is not None:
+        out = out.join(coverage, "run", "left")
+    else:
+        from sim.spark.inproc import GAP_TYPE
+
+        out = out.select("*", *[F.lit(None).cast("long").alias(c) for c in COVERAGE_COLS[:-1]],
+                         F.lit(None).cast(f"array<{GAP_TYPE}>").alias("not_judged"),
+                         F.lit(None).cast("string").alias("slice_outcome"))  # fmt: skip
+    slices = F.coalesce(F.col("slice_outcome"), F.lit("unknown"))
+    out = (
+        out.withColumn("anomalies", total)
+        .withColumn("verdict", F.when((F.col("anomalies") > 0) | (slices == "invalid"), "invalid")
+                    .when(slices == "unknown", "unknown").otherwise("valid"))
+        .withColumn("coverage_complete", F.coalesce(F.col("ops_judged") == F.col("ops_to_judge"), F.lit(False)))
+        .withColumn("replay_skipped", F.col("timestamped") == 0)
+        .drop("timestamped", "slice_outcome")
+    )  # fmt: skip
+    return out.orderBy("run")

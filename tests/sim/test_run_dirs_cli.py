@@ -53,10 +53,11 @@ def test_check_takes_a_run_directory_or_latest(two_runs: tuple[Path, list[Path]]
     r = CliRunner().invoke(app, ["check", str(path)])
     assert r.exit_code == 0, r.output
     lines = r.stdout.strip().splitlines()
-    per_trace = [ln for ln in lines if ": " in ln and " operations, " in ln]
+    # One summary table: history | operations | verdict | anomalies | coverage | time.
+    per_trace = [[c.strip() for c in ln.split("|")] for ln in lines if "|" in ln][1:]
     assert len(per_trace) == 2  # pass 1 and pass 2 of insert / decoupled
-    assert all(ln.endswith("valid, anomalies: none") for ln in per_trace), lines
-    assert lines[-1] == "verdict: valid (2 traces)"
+    assert all(row[2:4] == ["valid", "none"] for row in per_trace), lines
+    assert lines[-1] == "verdict: valid (2 histories: 2 valid)"
     j = CliRunner().invoke(app, ["check", str(path), "--json"])
     assert j.exit_code == 0, j.output
     docs = json.loads(j.stdout)

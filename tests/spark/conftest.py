@@ -15,6 +15,8 @@ from sim.spark.session import SparkUnavailable, spark_session
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from sim.history.model import History
+
 GOLDEN: Final = Path(__file__).resolve().parents[1] / "data" / "traces"
 GOLDEN_RUNS: Final = ("seed001-valid", "seed001-peeks-ignore-catalog-ts")
 #: A crash cut statements off before they got a catalog_ts (`make_golden.py`).
@@ -64,10 +66,44 @@ def write_known_bad(root: Path) -> list[Path]:
     return out
 
 
+def unjudged_histories() -> dict[str, History]:
+    """Hand-written histories with operations no checker can judge, so that
+    `check_history` says `unknown` (or `invalid`, whatever the coverage, when
+    it also finds an anomaly), and a control that is fully judged. Table "t":
+    an INSERT of 1 and a read of it."""
+    from sim.history.model import History, Kind, Op, Status
+
+    def op(oid: int, kind: Kind, obj: str, t: int, **kw: Any) -> Op:
+        return Op(op_id=oid, process=oid, kind=kind, obj=obj, invoke_ns=t, complete_ns=t + 5, status=Status.OK, **kw)
+
+    def column_read(*, ts: bool) -> list[Op]:
+        # SELECT v FROM t: only checker 3 models a read of named columns,
+        # and only through system timestamps.
+        return [op(0, Kind.ADD, "t", 0, elements=(1,), **({"write_ts": 1} if ts else {})),
+                op(1, Kind.READ, "t", 10, result=(1,), args={"columns": ["v"]}, **({"read_ts": 1} if ts else {}))]  # fmt: skip
+
+    countless = [op(0, Kind.ADD, "t", 0, elements=(1,), write_ts=1),
+                 op(1, Kind.READ, "t", 10, args={"count": True}, read_ts=1)]  # fmt: skip
+    # An anomaly beside the unjudged column read: a read of "s" after an
+    # acknowledged add misses it.
+    lost = [op(2, Kind.ADD, "s", 20, elements=(7,)), op(3, Kind.READ, "s", 30, result=())]
+    return {
+        # Judged only by a checker that is skipped (no timestamps): unknown.
+        "unjudged-column-read": History.from_ops(column_read(ts=False)),
+        # The same with timestamps: checker 3 judges it, valid.
+        "judged-column-read": History.from_ops(column_read(ts=True)),
+        # A COUNT without its count: no checker models it, unknown.
+        "unjudged-countless": History.from_ops(countless),
+        # An anomaly: invalid, whatever went unjudged.
+        "unjudged-and-invalid": History.from_ops([*column_read(ts=False), *lost]),
+    }
+
+
 def write_generated(root: Path) -> list[Path]:
-    """Writes the `GENERATED` histories and their mutants, and the
-    hand-written EDN corpus of the checkers' tests (tests/data/histories:
-    the tricky cases, each with the verdict it must get), as traces."""
+    """Writes the `GENERATED` histories and their mutants, the hand-written
+    EDN corpus of the checkers' tests (tests/data/histories: the tricky
+    cases, each with the verdict it must get) and `unjudged_histories`, as
+    traces."""
     import random
 
     from sim.history.checker.generate import (
@@ -84,6 +120,9 @@ def write_generated(root: Path) -> list[Path]:
         h, events = read_edn(edn)
         name = f"edn-{edn.stem}"
         write_trace(root / name, h, events, run=name, config="edn", seed=0)
+        out.append(root / name)
+    for name, h in unjudged_histories().items():
+        write_trace(root / name, h, run=name, config="unjudged", seed=0)
         out.append(root / name)
     for seed, n, p_mutate, p_info in GENERATED:
         rng = random.Random(seed)

@@ -3,11 +3,11 @@ job's anomalies table: the reference the Spark tests compare against."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
-from sim.history.checker.run import check_history
+from sim.history.checker.run import SHOWN_TABLES, check_history
 from sim.history.checker.verdict import MAX_REPORTED
 from sim.history.traces import read_trace
 
@@ -46,3 +46,28 @@ def spark_rows(out: Path) -> set[Row]:
 def spark_checkers(out: Path) -> dict[str, set[str]]:
     """Per run, the checkers the Spark job ran (verdicts.parquet's `checkers`)."""
     return {r["run"]: set(r["checkers"] or ()) for r in pq.read_table(out / "verdicts.parquet").to_pylist()}
+
+
+#: verdicts.parquet's columns that `in_process_verdict` predicts.
+VERDICT_COLS = ("verdict", "ops_to_judge", "ops_judged", "coverage_complete", "tables",
+                "tables_not_fully_judged", "not_table_ops", "not_judged")  # fmt: skip
+
+
+def in_process_verdict(trace: Path) -> dict[str, Any]:
+    """`check_history`'s verdict on the trace and its coverage, in
+    verdicts.parquet's columns (`VERDICT_COLS`)."""
+    t = read_trace(trace)
+    rep = check_history(t.history, t.events)
+    gaps = [c for c in rep.coverage if not c.complete]
+    return {
+        "verdict": str(rep.outcome), "ops_to_judge": rep.ops_to_judge, "ops_judged": rep.ops_judged,
+        "coverage_complete": rep.complete, "tables": len(rep.coverage), "tables_not_fully_judged": len(gaps),
+        "not_table_ops": rep.not_tables,
+        "not_judged": [{"table": c.table, "ops": c.ops, "judged": c.judged, "reasons": c.reasons(),
+                        "op_ids": list(c.unjudged_ops)} for c in gaps[:SHOWN_TABLES]],
+    }  # fmt: skip
+
+
+def spark_verdicts(out: Path) -> dict[str, dict[str, Any]]:
+    """Per run, verdicts.parquet's `VERDICT_COLS`."""
+    return {r["run"]: {c: r[c] for c in VERDICT_COLS} for r in pq.read_table(out / "verdicts.parquet").to_pylist()}

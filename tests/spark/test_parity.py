@@ -1,7 +1,9 @@
-"""Parity by construction: on the regression corpus (tests/data/traces), the
-known-bad matrix and generated histories with their mutants, the Spark job
+"""Parity by construction: on the regression corpus (tests/data/traces and
+tests/data/histories), the known-bad matrix, generated histories with their
+mutants and hand-written histories no checker fully judges, the Spark job
 runs every checker of `sim.history.checker.run.CHECKERS` and reports exactly the
-anomalies, with the same op ids, that `check_history` reports in-process."""
+anomalies, with the same op ids, that `check_history` reports in-process, and
+the same verdict with the same coverage: `unknown` included."""
 
 from __future__ import annotations
 
@@ -11,8 +13,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from sim.history.checker.run import CHECKERS
-from tests.spark.conftest import CRASH_RUN, GOLDEN, GOLDEN_RUNS
-from tests.spark.expected import in_process_report, spark_checkers, spark_rows
+from tests.spark.conftest import CRASH_RUN, GOLDEN, GOLDEN_RUNS, unjudged_histories
+from tests.spark.expected import (
+    in_process_report,
+    in_process_verdict,
+    spark_checkers,
+    spark_rows,
+    spark_verdicts,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -48,6 +56,31 @@ def test_same_anomalies_same_op_ids(
         assert {r for r in got if r[0] == t.name} == want, t.name
 
 
+def test_same_verdicts_same_coverage(golden_out: Path, generated: list[Path], known_bad: list[Path]) -> None:
+    # Issue 34: a verdict is `valid` only if every operation to judge was
+    # judged; Spark decides it from the same coverage, and carries it.
+    got = spark_verdicts(golden_out)
+    seen = set()
+    for t in _traces(generated, known_bad):
+        want = in_process_verdict(t)
+        assert got[t.name] == want, t.name
+        seen.add(want["verdict"])
+    assert seen == {"valid", "invalid", "unknown"}
+    # The hand-written ones: only a skipped checker (checker 3, without
+    # timestamps) could judge the column read; nothing models a COUNT
+    # without its count; an anomaly is invalid whatever went unjudged.
+    verdict = {n: got[n]["verdict"] for n in unjudged_histories()}
+    assert verdict == {"unjudged-column-read": "unknown", "judged-column-read": "valid",
+                       "unjudged-countless": "unknown", "unjudged-and-invalid": "invalid"}  # fmt: skip
+    (gap,) = got["unjudged-column-read"]["not_judged"]
+    assert gap["op_ids"] == [1]
+    assert any(r.startswith("replay: no system timestamps") for r in gap["reasons"]), gap
+    report = (golden_out / "report.md").read_text()
+    assert "## Coverage (" in report
+    assert "- unjudged-column-read (unknown): 1 of 2 operations judged" in report
+    assert "table: unsupported operation: a COUNT without its count (1)" in report
+
+
 def test_known_bad_variants_are_invalid_in_spark(golden_out: Path, known_bad: list[Path]) -> None:
     rows = {r["run"]: r for r in pq.read_table(golden_out / "verdicts.parquet").to_pylist()}
     names = {(r[0], r[1]) for r in spark_rows(golden_out)}
@@ -80,9 +113,11 @@ def test_native_plans_equal_the_in_process_checkers(
     traces = [GOLDEN / r for r in (*GOLDEN_RUNS, CRASH_RUN)] + generated
     replay(spark, [str(t) for t in traces], tmp_path, with_metrics=False, native=True)
     got = spark_rows(tmp_path)
+    verdicts = spark_verdicts(tmp_path)
     for t in traces:
         want, _ = in_process_report(t)
         assert {r for r in got if r[0] == t.name} == want, t.name
+        assert verdicts[t.name] == in_process_verdict(t), t.name
     assert set().union(*spark_checkers(tmp_path).values()) == set(CHECKERS)
 
 
@@ -114,11 +149,30 @@ def _regress(trace: Path, n: int, *, first: bool = False) -> int:
     return int(t["op_id"][changed[0][1]].as_py())
 
 
+def _countless(trace: Path) -> int:
+    """Makes the last ok read of the trace a COUNT without its count, which
+    no checker models: the run's coverage is incomplete. Returns its op id."""
+    import pyarrow as pa
+
+    f = trace / "ops.parquet"
+    t = pq.read_table(f)
+    kinds, status = t["kind"].cast(pa.string()).to_pylist(), t["status"].cast(pa.string()).to_pylist()
+    i = max(i for i in range(t.num_rows) if kinds[i] == "read" and status[i] == "ok")
+    cols = {c: t[c].to_pylist() for c in ("args", "result", "count")}
+    cols["args"][i], cols["result"][i], cols["count"][i] = '{"count": true}', None, None
+    for c, typ in (("args", pa.string()), ("result", pa.list_(pa.int64())), ("count", pa.int64())):
+        t = t.set_column(t.schema.get_field_index(c), c, pa.array(cols[c], typ))
+    pq.write_table(t, f)
+    return int(t["op_id"][i].as_py())
+
+
 def test_cut_runs_equal_the_in_process_checkers(spark: Any, tmp_path: Path) -> None:
     # Runs cut into segments (`sim.spark.segments`) on several tasks: the
     # planted stale reads, a timestamp regression across a cut (the carry
-    # rows), and one with more anomalies than a checker keeps (checked again
-    # whole) give what `check_history` gives on the whole run.
+    # rows), one with more anomalies than a checker keeps (checked again
+    # whole), and one with an operation no checker judges (its segment's
+    # coverage is incomplete) give what `check_history` gives on the whole
+    # run, verdict and coverage included.
     from sim.spark import segments
     from sim.spark.frames import load
     from sim.spark.inproc import balance, read_slice, with_row_order
@@ -127,14 +181,16 @@ def test_cut_runs_equal_the_in_process_checkers(spark: Any, tmp_path: Path) -> N
 
     traces = [synth_trace(tmp_path / "cut-planted", 6000, seed=5, chunk=1000, planted=3, run="cut-planted"),
               synth_trace(tmp_path / "cut-regress", 6000, seed=6, chunk=1000, planted=0, run="cut-regress"),
-              synth_trace(tmp_path / "cut-many", 6000, seed=7, chunk=1000, planted=0, run="cut-many")]  # fmt: skip
+              synth_trace(tmp_path / "cut-many", 6000, seed=7, chunk=1000, planted=0, run="cut-many"),
+              synth_trace(tmp_path / "cut-unknown", 6000, seed=8, chunk=1000, planted=0, run="cut-unknown")]  # fmt: skip
     regressed = _regress(traces[1], 1, first=True)
     _regress(traces[2], 30)
+    countless = _countless(traces[3])
     ops, _, _, _, run_ops, dirs = load(spark, [str(t) for t in traces])
     plan = segments.plan(with_row_order(ops), run_ops, group_ops=1000)
     assert set(plan.runs) == {t.name for t in traces}
     groups = set(plan.carries)
-    assert len(groups) >= 3 * 4, groups  # every run in several groups
+    assert len(groups) >= 4 * 4, groups  # every run in several groups
     assert all(plan.carries[(r, g)] for r, g in groups if g > 0)
     # Each group is a slice, and a task, of its own; together they hold every op once.
     slices = plan.slices(dirs, run_ops)
@@ -146,11 +202,16 @@ def test_cut_runs_equal_the_in_process_checkers(spark: Any, tmp_path: Path) -> N
     replay(spark, [str(t) for t in traces], tmp_path / "out", with_metrics=False, group_ops=1000)
     got = spark_rows(tmp_path / "out")
     checks = {(r["run"], r["checker"]): r for r in pq.read_table(tmp_path / "out" / "checks.parquet").to_pylist()}
+    verdicts = spark_verdicts(tmp_path / "out")
     for t in traces:
         want, ran = in_process_report(t, capped=t.name == "cut-many")
-        assert want, t.name
+        assert want or t.name == "cut-unknown", t.name
         assert {r for r in got if r[0] == t.name} == want, t.name
         assert ran == set(CHECKERS) == {c for r, c in checks if r == t.name}
+        assert verdicts[t.name] == in_process_verdict(t), t.name
+    assert verdicts["cut-unknown"]["verdict"] == "unknown"
+    (gap,) = verdicts["cut-unknown"]["not_judged"]
+    assert gap["op_ids"] == [countless]
     # The op no op of its own segment bounds is flagged, naming an op of an
     # earlier segment: the carry row's.
     flagged = [r for r in got if r[0] == "cut-regress" and r[2][-1:] == (regressed,) and len(r[2]) == 2]

@@ -15,17 +15,43 @@ the history's size instead of quadratic (`sim.history.checker.graph`: the graph
 and its cycle search). `info` operations may or may not have happened: an
 indeterminate add counts only if some read saw its element, and indeterminate
 ops never precede anything in real time.
+
+Coverage (what a `valid` from here vouches for): the creates, drops and
+unknown-table failures of a table created and dropped at most once, and the
+adds and full reads of such a table when it is a grow-only set (no
+UPDATE/DELETE, each value added once). Filtered and count reads, reads that
+return a row twice, and every operation of a table re-created under its name
+are left unjudged, with the reason.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
 from sim.history.checker.graph import OP, TIME, VERSION, Graph, find_cycles
 from sim.history.checker.tables import INF, TableIndex, ends, index_tables, pauses_gc
-from sim.history.checker.verdict import Collector, Verdict, describe, elements_text, fmt_t
-from sim.history.model import ADD, DDL_KINDS, DROP_TABLE, INFO, OK, READ, UNKNOWN_TABLE
+from sim.history.checker.verdict import (
+    Collector,
+    CoverageBuilder,
+    Verdict,
+    describe,
+    elements_text,
+    fmt_t,
+    nothing_judged,
+)
+from sim.history.model import (
+    ADD,
+    DDL_KINDS,
+    DELETE,
+    DROP_TABLE,
+    INFO,
+    OK,
+    READ,
+    UNKNOWN_TABLE,
+    UPDATE,
+)
 
 if TYPE_CHECKING:
     from array import array
@@ -35,6 +61,13 @@ if TYPE_CHECKING:
 __all__ = ["check_blackbox"]
 
 NAME: Final = "not-strict-serializable"
+#: Why operations go unjudged (`Verdict.coverage`).
+RECREATED: Final = "table created or dropped more than once: only write-read order is checked"
+MUTATION: Final = "update/delete: not modeled (grow-only sets only)"
+MUTATED: Final = "table has UPDATE/DELETE: its contents are not modeled"
+REPEATED: Final = "a value added more than once: not a set, contents not modeled"
+FILTERED: Final = "filtered, count or column read: not modeled"
+DUPLICATE_READ: Final = "read returned a row more than once: not modeled"
 
 
 @pauses_gc
@@ -49,16 +82,19 @@ def check_blackbox(h: History, *, max_ops: int | None = None, max_rounds: int = 
     t0 = time.perf_counter()
     col = Collector("blackbox", h.op_id)
     if max_ops is not None and h.n > max_ops:
-        return col.verdict(unknown=f"{h.n} operations exceed the limit of {max_ops}")
+        why = f"{h.n} operations exceed the limit of {max_ops}"
+        v = col.verdict(unknown=why)
+        return replace(v, coverage=nothing_judged(f"over the limit of {max_ops} operations", range(h.n)))
     e = ends(h)
     g = Graph(h.n)
     stats = {"tables": 0, "tables-partial": 0, "tables-with-mutations": 0}
     choices: dict[int, tuple[int, int]] = {}  # unknown-table op -> (create, drop or -1)
     part = _participants(h)
     tabs = index_tables(h)
+    cov = CoverageBuilder()
     for t in tabs.values():
         stats["tables"] += 1
-        _table(h, t, e, g, part, col, choices, stats)
+        _table(h, t, e, g, part, col, choices, stats, cov)
     _realtime(h, e, g, part)
     stats["nodes"] = len(g.succ)
     stats["edges"] = sum(len(s) for s in g.succ)
@@ -81,7 +117,9 @@ def check_blackbox(h: History, *, max_ops: int | None = None, max_rounds: int = 
     else:
         unknown = (f"could not place ambiguous unknown-table observations within {max_rounds} "
                    "rounds")  # fmt: skip
-    return col.verdict(stats=stats, unknown=unknown, seconds=time.perf_counter() - t0)
+    coverage = cov.build() if unknown is None else nothing_judged(unknown, range(h.n))
+    v = col.verdict(stats=stats, unknown=unknown, seconds=time.perf_counter() - t0)
+    return replace(v, coverage=coverage)
 
 
 def _participants(h: History) -> bytearray:
@@ -109,24 +147,39 @@ def _table(
     col: Collector,
     choices: dict[int, tuple[int, int]],
     stats: dict[str, int],
+    cov: CoverageBuilder,
 ) -> None:
     inv, status = h.invoke, h.status
     succ, label = g.succ, g.label
     rs, ro = h.res, h.res_off
     single = len(t.creates) <= 1 and len(t.drops) <= 1
+    # The set reasoning below holds only if each value was added once (the
+    # history format's rule for the set workload); otherwise the table is
+    # judged for existence only, as a mutated one is.
+    off = h.el_off
+    repeated = sum(off[a + 1] - off[a] for a in t.adds) != len(t.writer)
+    as_set = not t.mutated and not repeated
+    _cover(h, t, single, repeated, cov)
     versions: list[tuple[list[int], list[int]]] | None = None
-    if single and not t.mutated:
-        versions, seen = _chain(h, t, col)
+    if single and as_set:
+        versions, seen, dup = _chain(h, t, col)
+        cov.judge(t.adds)
+        if dup:
+            cov.skip(DUPLICATE_READ, dup)
+            cov.judge(set(t.reads).difference(dup))
+        else:
+            cov.judge(t.reads)
     else:
         seen = set().union(*(rs[ro[r] : ro[r + 1]] for r in t.reads))
     for r in t.other_ok:
         if h.kind[r] == READ:
             seen.update(rs[ro[r] : ro[r + 1]])
-    # Which indeterminate adds happened: those whose element some read returned.
+    # Which indeterminate adds happened: those whose element some read
+    # returned (which proves nothing when a value was added twice).
     for a in t.adds:
-        if status[a] == INFO and any(x in seen for x in h.elements(a)):
+        if status[a] == INFO and not repeated and any(x in seen for x in h.elements(a)):
             part[a] = 1
-    if not t.mutated:
+    if as_set:
         garbage = seen - t.writer.keys()
         if garbage:
             _garbage(h, t, col, garbage)
@@ -134,6 +187,8 @@ def _table(
         # Several incarnations of one name: which one a read saw is ambiguous,
         # so only write-read edges are sound.
         stats["tables-partial"] += 1
+        if repeated:
+            return  # which add a read saw is ambiguous too
         for r in t.reads:
             for x in rs[ro[r] : ro[r + 1]]:
                 w = t.writer.get(x)
@@ -167,8 +222,33 @@ def _table(
     if t.mutated:
         stats["tables-with-mutations"] += 1
         return
+    if repeated:
+        return
     if versions is not None:
         _version_edges(h, t, g, versions, seen)
+
+
+def _cover(h: History, t: TableIndex, single: bool, repeated: bool, cov: CoverageBuilder) -> None:
+    """Records which of `t`'s operations this checker decides (module docstring)."""
+    kind = h.kind
+    existence = t.creates + t.drops + t.unknown
+    data = t.adds + t.reads + t.other_ok + t.info_other
+    if not single:
+        cov.skip(RECREATED, existence + data)
+        return
+    cov.judge(existence)
+    if t.mutated:
+        cov.skip(MUTATION, [i for i in data if kind[i] in (UPDATE, DELETE)])
+        cov.skip(MUTATED, [i for i in data if kind[i] not in (UPDATE, DELETE)])
+        return
+    if repeated:
+        cov.skip(REPEATED, data)
+        return
+    # Not mutated, so the rest are filtered reads (and indeterminate reads,
+    # which observe nothing and are not counted).
+    cov.skip(FILTERED, [r for r in t.other_ok if kind[r] == READ])
+    # The adds and full reads: judged by `_table` once `_chain` has looked
+    # at every read.
 
 
 def _garbage(h: History, t: TableIndex, col: Collector, garbage: set[int]) -> None:
@@ -244,28 +324,32 @@ def _unknown(
 
 def _chain(
     h: History, t: TableIndex, col: Collector
-) -> tuple[list[tuple[list[int], list[int]]] | None, set[int]]:
+) -> tuple[list[tuple[list[int], list[int]]] | None, set[int], list[int]]:
     """Full reads of a grow-only set must form a chain under inclusion; each
     distinct result is a version: (its new elements, its reads). Returns the
-    versions (None if two reads are incomparable, reported here) and the union
-    of everything read."""
+    versions (None if two reads are incomparable, reported here), the union
+    of everything read, and the reads that returned a row more than once
+    (a set has each row once: those reads are not judged here)."""
     rs, ro = h.res, h.res_off
     order = sorted([(ro[r + 1] - ro[r], r) for r in t.reads])
     versions: list[tuple[list[int], list[int]]] = []
     prev: set[int] = set()
     prev_read = -1
-    for _, r in order:
+    dup: list[int] = []
+    for size, r in order:
         s = set(rs[ro[r] : ro[r + 1]])
+        if len(s) != size:
+            dup.append(r)
         if versions and s == prev:
             versions[-1][1].append(r)
             continue
         if not s.issuperset(prev):
             _incomparable(h, t, prev_read, r, prev, s, col)
             union = set().union(*(rs[ro[x] : ro[x + 1]] for x in t.reads))
-            return None, union
+            return None, union, dup
         versions.append((sorted(s - prev), [r]))
         prev, prev_read = s, r
-    return versions, prev
+    return versions, prev, dup
 
 
 def _version_edges(

@@ -7,20 +7,34 @@ operations make linearizability local (Herlihy & Wing), so per-table results
 compose into a verdict on the whole history — which must agree with checker 2,
 and the tests cross-validate the two on small random histories. The search is
 exponential in the worst case: use it on small histories only.
+
+Coverage: every operation of a table it searched to the end (creates, drops,
+adds, full reads, unknown-table failures, `info` ones as "maybe"), except
+reads that returned a row twice (a set has each row once). Tables with
+UPDATE/DELETE, filtered or count reads, or a value added twice are not
+modeled, and the tables it had no time left for are not judged.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Final, final
 
 from sim.history.checker.tables import INF, ends, index_tables, pauses_gc
-from sim.history.checker.verdict import Collector, Verdict, describe, elements_text
-from sim.history.model import ADD, CREATE_TABLE, DROP_TABLE, INFO, OK, READ
+from sim.history.checker.verdict import (
+    Collector,
+    CoverageBuilder,
+    Verdict,
+    describe,
+    elements_text,
+)
+from sim.history.model import ADD, CREATE_TABLE, DELETE, DROP_TABLE, INFO, OK, READ, UPDATE
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from sim.history.checker.tables import TableIndex
     from sim.history.model import History
 
 __all__ = ["check_linear"]
@@ -31,6 +45,16 @@ _DROP: Final = 1
 _ADD: Final = 2
 _READ: Final = 3
 _UNKNOWN: Final = 4
+#: Why operations go unjudged (`Verdict.coverage`).
+MUTATION: Final = "update/delete: not modeled"
+FILTERED: Final = "filtered, count or column read: not modeled"
+NOT_MODELED: Final = "table has UPDATE/DELETE or filtered reads: not modeled"
+REPEATED: Final = "a value added more than once: not a set, not modeled"
+DUPLICATE_READ: Final = "read returned a row more than once: not modeled"
+
+
+def out_of_time(limit_s: float) -> str:
+    return f"out of time (time limit {limit_s:g} s)"
 
 
 @final
@@ -65,10 +89,10 @@ def check_linear(
     clock: Callable[[], float] = time.monotonic,
 ) -> Verdict:
     """Checks each table's sub-history; `unknown` when the tables need more than
-    `time_limit_s` in all. Tables with UPDATE/DELETE or filtered reads are not
-    modeled here (the white-box replay covers them): they are counted in
-    `stats["tables-not-modeled"]`, and a history with no modeled table is
-    `skipped`.
+    `time_limit_s` in all. Tables with UPDATE/DELETE, filtered reads or a
+    value added twice are not modeled here: they are counted in
+    `stats["tables-not-modeled"]` and left out of `coverage.judged`, and a
+    history with no modeled table is `skipped`.
 
     Args:
         clock: the deadline's clock; a checker is tooling outside the
@@ -76,17 +100,23 @@ def check_linear(
     """
     t0 = time.perf_counter()
     col = Collector("linear", h.op_id)
+    cov = CoverageBuilder()
     deadline = clock() + time_limit_s
     e = ends(h)
     unknown: list[str] = []
     stats = {"tables": 0, "tables-checked": 0, "tables-not-modeled": 0}
-    for t in index_tables(h).values():
+    tables = list(index_tables(h).values())
+    off = h.el_off
+    for n, t in enumerate(tables):
         stats["tables"] += 1
-        if t.mutated or t.other_ok:
-            stats["tables-not-modeled"] += 1
-            continue
+        repeated = sum(off[a + 1] - off[a] for a in t.adds) != len(t.writer)
         rows = sorted(t.creates + t.drops + t.adds + t.reads + t.unknown)
+        if t.mutated or t.other_ok or repeated:
+            stats["tables-not-modeled"] += 1
+            _not_modeled(h, t, rows, repeated, cov)
+            continue
         ops: list[tuple[int, int, int, frozenset[int], bool]] = []  # (call, ret, typ, arg, info)
+        dup: list[int] = []
         for i in rows:
             k = h.kind[i]
             info = h.status[i] == INFO
@@ -100,7 +130,10 @@ def check_linear(
                 typ, arg = _ADD, frozenset(h.elements(i))
             else:
                 assert k == READ
-                typ, arg = _READ, frozenset(h.result(i) or ())
+                res = h.result(i) or ()
+                typ, arg = _READ, frozenset(res)
+                if len(arg) != len(res):
+                    dup.append(i)
             ops.append((h.invoke[i], e[i], typ, arg, info))
         pre = not t.creates and (
             any(h.status[i] == OK for i in t.adds + t.reads)
@@ -108,13 +141,19 @@ def check_linear(
         )
         if clock() >= deadline:
             unknown.append(f"time limit of {time_limit_s}s reached before checking {t.name!r}")
+            _out_of_time(tables[n:], time_limit_s, cov)
             break
         try:
             ok, stuck, (exists, els) = _wgl(ops, (pre, frozenset()), deadline, clock)
         except _Timeout:
             unknown.append(f"time limit of {time_limit_s}s reached checking {t.name!r}")
+            _out_of_time(tables[n:], time_limit_s, cov)
             break
         stats["tables-checked"] += 1
+        # A read with a row twice was searched as the set it holds: a looser
+        # constraint, so the search vouches for the others but not for it.
+        cov.skip(DUPLICATE_READ, dup)
+        cov.judge(set(rows).difference(dup))
         if not ok:
             shown = [rows[j] for j in stuck[:6]]
             col.add(
@@ -126,9 +165,31 @@ def check_linear(
                 f"of the operations that must come next "
                 f"({'; '.join(describe(h, r) for r in shown)}) is possible in that state.",
             )
-    return col.verdict(stats=stats, unknown="; ".join(unknown) or None,
-                       seconds=time.perf_counter() - t0,
-                       skipped=not unknown and stats["tables-checked"] == 0)  # fmt: skip
+    v = col.verdict(stats=stats, unknown="; ".join(unknown) or None,
+                    seconds=time.perf_counter() - t0,
+                    skipped=not unknown and stats["tables-checked"] == 0)  # fmt: skip
+    return replace(v, coverage=cov.build())
+
+
+def _table_rows(t: TableIndex) -> list[int]:
+    return t.creates + t.drops + t.adds + t.reads + t.other_ok + t.unknown + t.info_other
+
+
+def _not_modeled(h: History, t: TableIndex, rows: list[int], repeated: bool, cov: CoverageBuilder) -> None:
+    kind = h.kind
+    if repeated and not t.mutated and not t.other_ok:
+        cov.skip(REPEATED, rows)
+        return
+    writes = [i for i in t.other_ok + t.info_other if kind[i] in (UPDATE, DELETE)]
+    cov.skip(MUTATION, writes)
+    cov.skip(FILTERED, [i for i in t.other_ok if kind[i] == READ])
+    cov.skip(REPEATED if repeated else NOT_MODELED, rows)
+
+
+def _out_of_time(tables: list[TableIndex], limit_s: float, cov: CoverageBuilder) -> None:
+    why = out_of_time(limit_s)
+    for t in tables:
+        cov.skip(why, _table_rows(t))
 
 
 def _wgl(

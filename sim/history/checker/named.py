@@ -6,16 +6,28 @@ operation may have happened at any time after its invoke, so whenever one could
 explain an observation (a drop that may have landed in between), the rule stays
 silent. Tables touched by UPDATE/DELETE are left to the white-box replay for the
 element-level rules, because elements may legitimately disappear there.
+
+Coverage: none. Each rule names an anomaly when real time forces it, but no
+rule decides that an operation is consistent, so this checker's silence
+vouches for nothing (`coverage.judged` is empty) and it gives no reasons.
 """
 
 from __future__ import annotations
 
 import time
 from bisect import bisect_left
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from sim.history.checker.tables import INF, TableIndex, ends, index_tables, pauses_gc
-from sim.history.checker.verdict import Collector, Verdict, describe, elements_text, fmt_t
+from sim.history.checker.verdict import (
+    Collector,
+    Coverage,
+    Verdict,
+    describe,
+    elements_text,
+    fmt_t,
+)
 from sim.history.model import OK, READ
 
 if TYPE_CHECKING:
@@ -43,7 +55,7 @@ def check_named(h: History) -> Verdict:
             continue
         _from_future(h, t, e, col)
         _missing(h, t, e, col)
-    return col.verdict(stats=stats, seconds=time.perf_counter() - t0)
+    return replace(col.verdict(stats=stats, seconds=time.perf_counter() - t0), coverage=Coverage())
 
 
 def _unknown_table(h: History, t: TableIndex, e: array[int], col: Collector) -> None:

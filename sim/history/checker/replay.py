@@ -12,6 +12,14 @@ row in between and one of the two updates is lost (both read-then-writes
 cannot be serialized). This checks the *mechanism*
 (oracle, group commit, catalog_ts plumbing) where checker 2 checks only the
 outcome, and it covers UPDATE and DELETE, which checker 2 does not model.
+
+Coverage: the operations whose timestamps it needs are there — a read with
+its `read_ts`, a write with its `write_ts`, an unknown-table failure with its
+`catalog_ts` (and every operation of a table with DDL with one) — and whose
+table's state is knowable at that timestamp: a read or UPDATE/DELETE after an
+indeterminate UPDATE/DELETE, or after a write without `write_ts`, is not
+judged. `info` writes count as judged when their table is checked: the replay
+takes both outcomes into account (or gives up on the reads after them).
 """
 
 from __future__ import annotations
@@ -19,12 +27,21 @@ from __future__ import annotations
 import json
 import time
 from bisect import bisect_left, bisect_right
+from dataclasses import replace
 from itertools import accumulate, compress, repeat
 from operator import lt, sub
 from typing import TYPE_CHECKING, Any, Final
 
 from sim.history.checker.tables import INF, ends, index_tables, pauses_gc
-from sim.history.checker.verdict import Collector, Verdict, describe, elements_text, fmt_t
+from sim.history.checker.verdict import (
+    Collector,
+    CoverageBuilder,
+    Verdict,
+    describe,
+    elements_text,
+    fmt_t,
+    nothing_judged,
+)
 from sim.history.model import (
     ADD,
     DDL_KINDS,
@@ -47,6 +64,15 @@ if TYPE_CHECKING:
 __all__ = ["check_replay", "predicate"]
 
 NAME: Final = "not-strict-serializable"
+#: Why operations go unjudged (`Verdict.coverage`).
+NO_TIMESTAMPS: Final = "no system timestamps (read_ts/write_ts/catalog_ts)"
+NO_TS: Final = "no system timestamp (read_ts/write_ts)"
+NO_CATALOG_TS: Final = "no catalog_ts"
+DDL_UNPLACED: Final = "a create/drop without catalog_ts: the table's existence cannot be placed"
+UNKNOWABLE: Final = ("after an indeterminate UPDATE/DELETE or a write without write_ts: the "
+                     "table's state is unknowable")  # fmt: skip
+COUNTLESS: Final = "count read without its count"
+REPEATED: Final = "a value added more than once: not a set, contents not replayed"
 _OPS: Final = {"=": int.__eq__, "<>": int.__ne__, "<": int.__lt__, "<=": int.__le__,
                ">": int.__gt__, ">=": int.__ge__}  # fmt: skip
 
@@ -64,17 +90,21 @@ def predicate(args: dict[str, Any] | None) -> Callable[[int], bool] | None:
 def check_replay(h: History) -> Verdict:
     t0 = time.perf_counter()
     col = Collector("replay", h.op_id)
+    cov = CoverageBuilder()
     e = ends(h)
     stats = {"reads-checked": 0, "reads-unchecked": 0, "timestamped": 0, "unannotated": 0}
     _realtime(h, e, col, stats)
-    inc, floating = _catalog(h, col, stats)
-    _data(h, inc, floating, col, stats)
+    inc, floating = _catalog(h, col, stats, cov)
+    _data(h, inc, floating, col, stats, cov)
     unknown = None
+    coverage = cov.build()
     if stats["timestamped"] == 0 and h.n:
         unknown = "no operation carries system timestamps (read_ts/write_ts/catalog_ts)"
-    return col.verdict(
+        coverage = nothing_judged(NO_TIMESTAMPS, range(h.n))
+    v = col.verdict(
         stats=stats, unknown=unknown, seconds=time.perf_counter() - t0, skipped=unknown is not None
     )
+    return replace(v, coverage=coverage)
 
 
 # --- timestamps vs real time -----------------------------------------------------------------
@@ -158,7 +188,7 @@ def _sweep(
 
 
 def _catalog(
-    h: History, col: Collector, stats: dict[str, int]
+    h: History, col: Collector, stats: dict[str, int], cov: CoverageBuilder
 ) -> tuple[list[int], list[tuple[int, tuple[int, ...]]]]:
     """Incarnation per row (-1: none or unchecked), checking each table op's
     view of the catalog at its `catalog_ts`; and the `info` writes without a
@@ -198,7 +228,15 @@ def _catalog(
         if _unplaceable(h, t, saw_table, saw_none, e) or (not ddl and (t.creates or t.drops)):
             # DDL we cannot place on the catalog timeline: existence is unknowable.
             stats["tables-unchecked"] = stats.get("tables-unchecked", 0) + 1
+            cov.skip(DDL_UNPLACED, table_ops + t.creates + t.drops)
             continue
+        # Every create and drop is placed, or (`info`, unused) taken not to
+        # have happened; `info` writes are placed or accounted for in `_data`.
+        cov.judge(t.creates + t.drops)
+        repeated = sum(h.el_off[a + 1] - h.el_off[a] for a in t.adds) != len(t.writer)
+        if not repeated:
+            cov.judge(x for x in table_ops if h.status[x] == INFO and h.kind[x] != READ)
+        n_floating = len(floating)
         # Without DDL in the history, the table existed all along iff some op
         # on it succeeded (a name nobody ever created only ever fails).
         exists = (ddl[0][2] == 0) if ddl else bool(ok_cts or t.reads or t.other_ok or t.adds)
@@ -230,11 +268,14 @@ def _catalog(
             if c == NONE:
                 if not ddl:
                     inc[x] = initial
+                    if h.status[x] == FAIL:
+                        cov.skip(NO_CATALOG_TS, (x,))  # which catalog it looked at is unknown
                 elif h.status[x] == INFO:
                     if incarnations and h.kind[x] not in DDL_KINDS and h.kind[x] != READ:
                         floating.append((x, tuple(incarnations)))
                 else:
                     stats["unannotated-table-ops"] = stats.get("unannotated-table-ops", 0) + 1
+                    cov.skip(NO_CATALOG_TS, (x,))
                 continue
             k = bisect_right(keys, c) - 1
             state = initial if k < 0 else states[k]
@@ -242,6 +283,7 @@ def _catalog(
                 inc[x] = state  # may or may not have happened: nothing to check here
                 continue
             if h.status[x] == FAIL:
+                cov.judge((x,))
                 if h.error_code[x] == UNKNOWN_TABLE and state >= 0:
                     why = (f"created by {describe(h, causes[k])} at catalog_ts {keys[k]}"
                            if k >= 0 else "it existed from the start")  # fmt: skip
@@ -253,6 +295,7 @@ def _catalog(
                     )
                 continue
             if state < 0:
+                cov.judge((x,))  # an anomaly
                 why = (f"{describe(h, causes[k])} dropped it at catalog_ts {keys[k]}" if k >= 0
                        else f"it is first created at catalog_ts {keys[0]}")  # fmt: skip
                 col.add(
@@ -263,6 +306,15 @@ def _catalog(
                 )
                 continue
             inc[x] = state
+        if repeated:
+            # A value added more than once: the rows are a multiset, which a
+            # replay of sets cannot follow. The catalog checks above stand;
+            # the data is left to the multiset checker.
+            data = [x for x in table_ops if h.kind[x] not in DDL_KINDS and h.status[x] != FAIL]
+            for x in data:
+                inc[x] = -1
+            del floating[n_floating:]
+            cov.skip(REPEATED, data)
     return inc, floating
 
 
@@ -301,6 +353,7 @@ def _data(
     floating: list[tuple[int, tuple[int, ...]]],
     col: Collector,
     stats: dict[str, int],
+    cov: CoverageBuilder,
 ) -> None:
     """Applies writes in write_ts order and compares each read with the state
     at its read_ts (writes at a timestamp come before reads at it)."""
@@ -313,6 +366,10 @@ def _data(
     info_adds: list[int] = []
     mutated: set[int] = set()
     unchecked = 0
+    judged: list[int] = []
+    no_ts: list[int] = []
+    unknowable: list[int] = []
+    countless: list[int] = []
     for i, c in enumerate(inc):
         if c < 0:
             if kind[i] == READ and status[i] == OK:
@@ -324,6 +381,7 @@ def _data(
                 r = rts[i]
                 if r == NONE:
                     unchecked += 1
+                    no_ts.append(i)
                 else:
                     keys.append(2 * r + 1)
                     rows.append(i)
@@ -342,9 +400,12 @@ def _data(
         if w == NONE:
             # A write we cannot place: the incarnation is unknowable from the start.
             uncertain_from[c] = -1
+            no_ts.append(i)
             continue
         keys.append(2 * w)
         rows.append(i)
+        if k == ADD:
+            judged.append(i)
         r = rts[i]
         if k != ADD and r != NONE and r < w:
             # The read half of a read-then-write (`~i`): what it matched at read_ts.
@@ -411,6 +472,7 @@ def _data(
                 s.update(el[eo[i] : eo[i + 1]])
             else:
                 countable = key >> 1 < horizon(c, INF)
+                (judged if countable or status[i] == INFO else unknowable).append(i)
                 read = matched.pop(i, None)
                 if countable and read is not None:
                     _lost_update(h, i, read, s, c, removed, col)
@@ -420,6 +482,7 @@ def _data(
         ts = key >> 1
         if ts >= horizon(c, INF):
             unchecked += 1
+            unknowable.append(i)
             continue
         checked += 1
         res = rs[ro[i] : ro[i + 1]]
@@ -430,6 +493,7 @@ def _data(
         if args.get("count"):
             # SELECT count(*): the answer is in `count`, not a set.
             got_n = h.count[i]
+            (countless if got_n == NONE else judged).append(i)
             if got_n != NONE and got_n != len(want):
                 col.add(
                     NAME,
@@ -438,11 +502,16 @@ def _data(
                     f"writes in write_ts order gives {len(want)}: {elements_text(sorted(want))}.",
                 )
             continue
+        judged.append(i)
         if len(res) == len(want) and want == set(res):
             continue
         _mismatch(h, i, ts, c, inc, want, res, col)
     stats["reads-checked"] = checked
     stats["reads-unchecked"] = unchecked
+    cov.judge(judged)
+    cov.skip(NO_TS, no_ts)
+    cov.skip(UNKNOWABLE, unknowable)
+    cov.skip(COUNTLESS, countless)
 
 
 def _lost_update(

@@ -23,11 +23,14 @@ __all__ = [
     "ANOMALY_NAMES",
     "MAX_REPORTED",
     "Anomaly",
+    "Coverage",
+    "CoverageBuilder",
     "Outcome",
     "Verdict",
     "combine",
     "describe",
     "fmt_t",
+    "nothing_judged",
 ]
 
 ANOMALY_NAMES: Final = (
@@ -69,6 +72,20 @@ class Anomaly:
 
 @final
 @dataclass(frozen=True)
+class Coverage:
+    """What a checker judged of a history's operations (issue 34): the rows
+    (operation indices) it decided, and, per reason, the rows it looked at
+    but could not decide ("no system timestamps", "over the search bound",
+    "out of time", "unsupported operation kind: update", ...). A verdict is
+    `valid` only when every completed table operation is in some checker's
+    `judged`; rows only in `unjudged` make it `unknown`, with these reasons."""
+
+    judged: frozenset[int] = frozenset()
+    unjudged: Mapping[str, frozenset[int]] = field(default_factory=dict)
+
+
+@final
+@dataclass(frozen=True)
 class Verdict:
     """A checker's conclusion. `counts` has the number of anomalies per name
     (including those not kept), `stats` what was checked or skipped."""
@@ -81,8 +98,12 @@ class Verdict:
     stats: Mapping[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     #: The checker found nothing it could judge (no timestamps, no events, too
-    #: large): `combine` leaves it out instead of calling the history unknown.
+    #: large). Since issue 34 this only labels the verdict: what decides
+    #: valid/unknown is the history's coverage (`combine`).
     skipped: bool = False
+    #: Which operations it judged (None: it judges no operations, e.g. the
+    #: oracle-events checker, which reads internal events).
+    coverage: Coverage | None = None
 
     @property
     def names(self) -> list[str]:
@@ -136,14 +157,52 @@ class Collector:
         )
 
 
-def combine(verdicts: Sequence[Verdict]) -> Outcome:
-    """invalid if any is, else unknown if any is, else valid."""
-    outcomes = {v.outcome for v in verdicts if not v.skipped}
-    if Outcome.INVALID in outcomes:
+def combine(verdicts: Sequence[Verdict], *, complete: bool) -> Outcome:
+    """The history's outcome (DESIGN.md §7, fail closed): `invalid` if any
+    checker found an anomaly; else `unknown` if coverage is incomplete
+    (`complete` False: some operation to judge is in no checker's
+    `Coverage.judged`) or a checker that judges no operations (`coverage`
+    None, e.g. the oracle events) could not decide; else `valid`. A checker's
+    own `unknown` or `skipped` is accounted for by its coverage: what it did
+    not judge makes the history `unknown` unless another checker judged it."""
+    if any(v.outcome is Outcome.INVALID for v in verdicts):
         return Outcome.INVALID
-    if Outcome.UNKNOWN in outcomes:
+    if not complete:
+        return Outcome.UNKNOWN
+    if any(v.coverage is None and v.outcome is Outcome.UNKNOWN and not v.skipped for v in verdicts):
         return Outcome.UNKNOWN
     return Outcome.VALID
+
+
+@final
+class CoverageBuilder:
+    """Collects a checker's `Coverage` as it goes: `judge` the rows it
+    decided, `skip` those it could not, with why. A row judged once is
+    judged, whatever reasons were also given for it."""
+
+    def __init__(self) -> None:
+        self._judged: set[int] = set()
+        self._why: dict[str, set[int]] = {}
+
+    def judge(self, rows: Iterable[int]) -> None:
+        self._judged.update(rows)
+
+    def skip(self, reason: str, rows: Iterable[int]) -> None:
+        got = self._why.get(reason)
+        if got is None:
+            self._why[reason] = set(rows)
+        else:
+            got.update(rows)
+
+    def build(self) -> Coverage:
+        judged = frozenset(self._judged)
+        why = {r: frozenset(rows - judged) for r, rows in sorted(self._why.items())}
+        return Coverage(judged, {r: rows for r, rows in why.items() if rows})
+
+
+def nothing_judged(reason: str, rows: Iterable[int]) -> Coverage:
+    """The coverage of a checker that decided none of `rows`, for `reason`."""
+    return Coverage(frozenset(), {reason: frozenset(rows)})
 
 
 def fmt_t(ns: int) -> str:
