@@ -15,9 +15,11 @@ travel as `:coordsim` `:event`s, so an exported trace checks as the trace does.
 
 from __future__ import annotations
 
+import itertools
 import json
+from array import array
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TextIO
 
 from sim.history.edn import CHUNK_CHARS, Keyword, Symbol, Tagged, dumps, iter_forms, kw
 from sim.history.model import (
@@ -48,7 +50,9 @@ __all__ = [
     "history_from_edn",
     "history_to_edn",
     "history_to_porcupine",
+    "iter_edn_lines",
     "read_edn",
+    "write_edn",
 ]
 
 #: SQLSTATE <-> the keyword Jepsen-style histories use for it.
@@ -468,61 +472,135 @@ def history_to_edn(h: History, events: Sequence[Event] = ()) -> str:
     that a process's next invoke comes right after its own completion (a
     process has one operation at a time, and a reader pairs by process).
     `events` (a trace's internal-event table) follow their instant's client
-    events, as `:coordsim` `:event`s, so `history_from_edn` gives them back."""
-    evs: list[tuple[int, int, int, int, str]] = []
-    # Ties are broken by invoke order (`rank`), so a chain of a process's
-    # operations at one instant reads invoke, complete, invoke, complete...
-    rank = [0] * h.n
-    after: dict[int, int] = {}  # op -> the rank of its process's op that completed as it was invoked
+    events, as `:coordsim` `:event`s, so `history_from_edn` gives them back.
+    The text of `iter_edn_lines`, joined; `write_edn` writes it in bounded memory."""
+    return "".join(iter_edn_lines(h, events))
+
+
+def write_edn(h: History, f: TextIO, events: Sequence[Event] = (), *, batch_lines: int = 8192) -> None:
+    """Writes `history_to_edn(h, events)` to `f`, `batch_lines` lines at a
+    time: memory beyond `h` is the event order (`iter_edn_lines`), never the text."""
+    lines = iter_edn_lines(h, events)
+    while batch := list(itertools.islice(lines, batch_lines)):
+        f.write("".join(batch))
+
+
+def _edn_order(
+    h: History, events: Sequence[Event]
+) -> tuple[list[int], int, dict[int, int], array[int], list[int]]:
+    """The order of `history_to_edn`'s lines as packed sort keys, one Python
+    int per line (not a tuple, nor a line's text: a 1M-operation history's
+    order costs ~90 MB): `(time - t0) << shift | phase << (bits + 1) | rank << 1 | sub`,
+    where phase 0 is an invoke, 1 a completion (or, with sub 1, the invoke
+    that follows its own process's completion at the same instant), 2 an
+    internal event. Returns (the keys sorted, t0, {rank of a completed op:
+    the op invoked right after it}, the op of each rank, the event of each
+    event rank)."""
+    n = h.n
+    inv, comp, process = h.invoke, h.complete, h.process
+    ids = h.op_id
+    if all(ids[i] < ids[i + 1] for i in range(n - 1)):  # rows in op-id order: the row breaks ties
+        by_invoke = array("q", sorted(range(n), key=inv.__getitem__))  # stable: ties keep row order
+    else:
+        by_invoke = array("q", sorted(range(n), key=lambda i: (inv[i], ids[i])))
+    rank = array("q", bytes(8 * n))
+    after: dict[int, int] = {}  # rank of an op -> the op its process invoked as it completed
     last: dict[int, int] = {}  # process -> its latest op so far, in invoke order
-    for r, i in enumerate(sorted(range(h.n), key=lambda i: (h.invoke[i], h.op_id[i]))):
+    for r, i in enumerate(by_invoke):
         rank[i] = r
-        prev = last.get(h.process[i])
-        if prev is not None and h.complete[prev] == h.invoke[i]:
-            after[i] = rank[prev]
-        last[h.process[i]] = i
-    for i in range(h.n):
-        k = KINDS[h.kind[i]]
-        is_count = _is_count(h, i)
-        base: dict[Any, Any] = {_K("process"): h.process[i], _K("f"): _K_COUNT if is_count else _K(k.value)}
-        inv = {_K("type"): _K("invoke"), **base, _K("value"): _invoke_value(h, i, count=is_count)}
-        if h.client[i] is not None:
-            inv[_K("client")] = h.client[i]
-        prev = after.get(i)
-        evs.append((h.invoke[i], 0, rank[i], 0, _line(inv)) if prev is None else (h.invoke[i], 1, prev, 1, _line(inv)))
-        if h.complete[i] == NONE:
-            continue
-        st = STATUSES[h.status[i]]
-        done: dict[Any, Any] = {_K("type"): _K(st.value), **base}
-        if is_count and h.status[i] == OK:
-            done[_K("value")] = (h.name(i), None if h.count[i] == NONE else h.count[i])
-        elif h.kind[i] == READ and h.status[i] == OK:
-            res = tuple(h.result(i) or ())
-            # A set when it is one (what Elle and Knossos read); a vector
-            # keeps a row returned twice (a table is a multiset).
-            done[_K("value")] = (h.name(i), frozenset(res) if len(set(res)) == len(res) else res)
+        p = process[i]
+        prev = last.get(p)
+        if prev is not None and comp[prev] == inv[i]:
+            after[rank[prev]] = i
+        last[p] = i
+    del last
+    bits = max(n, len(events), 1).bit_length()
+    shift = bits + 3
+    t0 = min(min(inv, default=0), min(filter(NONE.__ne__, comp), default=0),
+             min((e.start_ns for e in events), default=0))  # fmt: skip
+    followers = set(after.values())
+    keys: list[int] = []
+    add = keys.append
+    ph1 = 1 << (bits + 1)
+    for i in range(n):
+        r = rank[i]
+        if i not in followers:
+            add((inv[i] - t0) << shift | r << 1)
+        c = comp[i]
+        if c != NONE:
+            add((c - t0) << shift | ph1 | r << 1)
+    for r, i in after.items():
+        add((inv[i] - t0) << shift | ph1 | r << 1 | 1)
+    # Events tie on (time, seq) only when a table repeats a seq; their text
+    # breaks such a tie, as sorting (time, 2, seq, 0, text) tuples did.
+    ev_order = sorted(range(len(events)), key=lambda j: (events[j].start_ns, events[j].seq, _event_to_edn(events[j])))
+    ph2 = 2 << (bits + 1)
+    for pos, j in enumerate(ev_order):
+        add((events[j].start_ns - t0) << shift | ph2 | pos << 1)
+    keys.sort()
+    return keys, t0, after, by_invoke, ev_order
+
+
+def iter_edn_lines(h: History, events: Sequence[Event] = ()) -> Iterator[str]:
+    """The lines of `history_to_edn(h, events)`, each with its newline,
+    made one at a time from `h`'s columns."""
+    keys, t0, after, by_invoke, ev_order = _edn_order(h, events)
+    bits = max(h.n, len(events), 1).bit_length()
+    shift = bits + 3
+    rmask = (1 << bits) - 1
+    for index, key in enumerate(keys):
+        phase = (key >> (bits + 1)) & 3
+        r = (key >> 1) & rmask
+        t = (key >> shift) + t0
+        if phase == 0:
+            body = _invoke_line(h, by_invoke[r])
+        elif phase == 1:
+            body = _invoke_line(h, after[r]) if key & 1 else _complete_line(h, by_invoke[r])
         else:
-            done[_K("value")] = _invoke_value(h, i, count=is_count)
-        if h.error_code[i] is not None:
-            code = h.error_code[i] or ""
-            nm = ERROR_NAMES.get(code)
-            msg = h.error[i] or ""
-            done[_K("error")] = (_K(nm), msg) if nm else (_K("sqlstate"), code, msg)
-        elif h.error[i]:
-            done[_K("error")] = h.error[i]
-        if h.count[i] != NONE and not is_count:
-            done[_K("count")] = h.count[i]
-        for key, col in (("read-ts", h.read_ts), ("write-ts", h.write_ts), ("catalog-ts", h.catalog_ts)):
-            if col[i] != NONE:
-                done[_K(key)] = col[i]
-        evs.append((h.complete[i], 1, rank[i], 0, _line(done)))
-    for e in events:
-        evs.append((e.start_ns, 2, e.seq, 0, _event_to_edn(e)))
-    evs.sort()
-    out = []
-    for index, (t, _, _, _, body) in enumerate(evs):
-        out.append(f"{{:index {index}, :time {t}, {body}}}")
-    return "\n".join(out) + ("\n" if out else "")
+            body = _event_to_edn(events[ev_order[r]])
+        yield f"{{:index {index}, :time {t}, {body}}}\n"
+
+
+def _invoke_line(h: History, i: int) -> str:
+    is_count = _is_count(h, i)
+    k = KINDS[h.kind[i]]
+    inv: dict[Any, Any] = {_K_TYPE: _K_INVOKE_T, _K_PROCESS: h.process[i], _K_F: _K_COUNT if is_count else _K(k.value),
+                           _K_VALUE: _invoke_value(h, i, count=is_count)}  # fmt: skip
+    if h.client[i] is not None:
+        inv[_K_CLIENT] = h.client[i]
+    return _line(inv)
+
+
+def _complete_line(h: History, i: int) -> str:
+    is_count = _is_count(h, i)
+    k = KINDS[h.kind[i]]
+    st = STATUSES[h.status[i]]
+    done: dict[Any, Any] = {_K_TYPE: _K(st.value), _K_PROCESS: h.process[i], _K_F: _K_COUNT if is_count else _K(k.value)}
+    if is_count and h.status[i] == OK:
+        done[_K_VALUE] = (h.name(i), None if h.count[i] == NONE else h.count[i])
+    elif h.kind[i] == READ and h.status[i] == OK:
+        res = tuple(h.result(i) or ())
+        # A set when it is one (what Elle and Knossos read); a vector
+        # keeps a row returned twice (a table is a multiset).
+        done[_K_VALUE] = (h.name(i), frozenset(res) if len(set(res)) == len(res) else res)
+    else:
+        done[_K_VALUE] = _invoke_value(h, i, count=is_count)
+    if h.error_code[i] is not None:
+        code = h.error_code[i] or ""
+        nm = ERROR_NAMES.get(code)
+        msg = h.error[i] or ""
+        done[_K_ERROR] = (_K(nm), msg) if nm else (_K_SQLSTATE, code, msg)
+    elif h.error[i]:
+        done[_K_ERROR] = h.error[i]
+    if h.count[i] != NONE and not is_count:
+        done[_K_COUNT] = h.count[i]
+    for key, col in ((_K_READ_TS, h.read_ts), (_K_WRITE_TS, h.write_ts), (_K_CATALOG_TS, h.catalog_ts)):
+        if col[i] != NONE:
+            done[key] = col[i]
+    return _line(done)
+
+
+_K_INVOKE_T: Final = kw("invoke")
 
 
 def _line(m: dict[Any, Any]) -> str:
