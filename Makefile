@@ -41,3 +41,4 @@ bench-quick: uv
 	$(UV) run python bench/ablate.py --quick
 	$(UV) run python bench/instructions.py --quick
 	$(UV) run python bench/architectures.py --quick
+	$(UV) run python bench/linear.py --quick
