@@ -28,7 +28,7 @@ from sim.history.checker.verdict import (
     elements_text,
     fmt_t,
 )
-from sim.history.model import OK, READ
+from sim.history.model import OK, READ, multiset_tables
 
 if TYPE_CHECKING:
     from array import array
@@ -44,14 +44,20 @@ def check_named(h: History) -> Verdict:
     t0 = time.perf_counter()
     col = Collector("named", h.op_id)
     e = ends(h)
-    stats = {"tables": 0, "tables-with-mutations": 0, "reads": 0}
-    for t in index_tables(h).values():
+    stats = {"tables": 0, "tables-with-mutations": 0, "multiset-tables": 0, "reads": 0}
+    # A value inserted twice, or read twice, no longer names its one write:
+    # the element rules below would mistake a second copy for an anomaly.
+    multiset = multiset_tables(h)
+    for o, t in index_tables(h).items():
         stats["tables"] += 1
         stats["reads"] += len(t.reads)
         _unknown_table(h, t, e, col)
         _dropped_visible(h, t, e, col)
         if t.mutated:
             stats["tables-with-mutations"] += 1
+            continue
+        if o in multiset:
+            stats["multiset-tables"] += 1
             continue
         _from_future(h, t, e, col)
         _missing(h, t, e, col)
