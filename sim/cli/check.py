@@ -199,9 +199,9 @@ def _judge(path: Path, chosen: list[str], linear_limit: float, linear_max_ops: i
 
 
 def document(report: Report, *, trace: str | None, ops: int) -> dict[str, Any]:
-    """The verdict document `check` writes and prints: verdict.json's, with
-    the report's `coverage`."""
-    return {**verdict_document(report, trace=trace, ops=ops), "coverage": report.coverage_json()}
+    """The verdict document `check` writes and prints: verdict.json's
+    (coverage included)."""
+    return verdict_document(report, trace=trace, ops=ops)
 
 
 def _write_default(path: Path, doc: dict[str, Any]) -> tuple[Path | None, str | None]:

@@ -65,7 +65,9 @@ def verdict_document(report: Report, *, trace: str | None, ops: int) -> dict[str
     `seconds`, `valid`, `skipped`, `reason`, `counts`), `anomaly_counts` (per
     name over all checkers, including anomalies not kept), `trace` (the checked
     trace or history, as the user named it; None if it was not written) and
-    `ops` (operations in the history).
+    `ops` (operations in the history), and `coverage` (per table: the
+    operations to judge, those judged and by which checker, and why the rest
+    were not: issue 34; every writer of verdict.json carries it).
     """
     counts: dict[str, int] = {}
     for v in report.verdicts:
@@ -88,6 +90,7 @@ def verdict_document(report: Report, *, trace: str | None, ops: int) -> dict[str
         "anomaly_counts": dict(sorted(counts.items())),
         "trace": trace,
         "ops": ops,
+        "coverage": report.coverage_json(),
     }
 
 

@@ -112,6 +112,10 @@ class SeedResult:
     #: The crash, one line, if the simulated system raised.
     error: str | None = None
     checkers: tuple[CheckerRun, ...] = ()
+    #: Operations the checkers had to judge, and judged (issue 34: an
+    #: unknown seed is one where they differ).
+    ops_to_judge: int = 0
+    ops_judged: int = 0
     report: Report | None = None
     history: History | None = None
     events: list[Event] | None = None
@@ -174,6 +178,7 @@ def run_seed(task: SeedTask) -> SeedResult:
     result = SeedResult(
         task.seed, history.n, report.outcome.value, replay,
         dict(sorted(counts.items())), internal, checkers=runs,
+        ops_to_judge=report.ops_to_judge, ops_judged=report.ops_judged,
     )  # fmt: skip
     if not result.failing:
         return result
@@ -366,6 +371,13 @@ class SweepWriter:
             "trace": str(self.shown),
             "ops": summary.ops,
             "runs": len(summary.results),
+            # Over every seed: what the checkers had to judge and judged; the
+            # seeds that left something unjudged (unknown) by number.
+            "coverage": {
+                "ops": sum(r.ops_to_judge for r in summary.results),
+                "judged": sum(r.ops_judged for r in summary.results),
+                "unknown_seeds": [r.seed for r in summary.results if r.outcome == Outcome.UNKNOWN.value],
+            },
         }
         write_verdict(self.stage / VERDICT_FILE, doc)
 

@@ -52,6 +52,10 @@ def test_clean_sweep_exits_0_with_the_seeds_counts(tmp_path: Path) -> None:
     assert "anomalies: none" in output
     verdict = json.loads((tmp_path / "o" / VERDICT_FILE).read_text())
     assert (verdict["valid"], verdict["ops"], verdict["runs"]) == (True, ops, 3)
+    # Valid means every operation to judge was judged (issue 34).
+    cov = verdict["coverage"]
+    assert cov["ops"] > 0
+    assert (cov["judged"], cov["unknown_seeds"]) == (cov["ops"], [])
 
 
 def test_sweep_json_is_the_summary_it_wrote(tmp_path: Path) -> None:
@@ -79,7 +83,9 @@ def test_known_bad_sweep_exits_1_and_its_replay_lines_reproduce(tmp_path: Path) 
         assert {"insert-unknown-table", "select-unknown-table"} & set(f["anomalies"]), f
         trace = read_trace(out / f["trace"])
         assert trace.meta["replay"] == f["replay"]
-        assert json.loads((out / f["trace"] / VERDICT_FILE).read_text())["valid"] is False
+        seed_verdict = json.loads((out / f["trace"] / VERDICT_FILE).read_text())
+        assert seed_verdict["valid"] is False
+        assert seed_verdict["coverage"]["tables"], seed_verdict["coverage"]
         assert f"seed {f['seed']}: " in output
         assert f"replay: {f['replay']}" in output
     # Run one replay line as printed: the same anomalies come back.
