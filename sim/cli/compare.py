@@ -236,7 +236,9 @@ def compare(
     prov_start = start_provenance(argv=sys.argv, started=datetime.now(UTC))
     with staged_dir(target, "compare") as stage, postgres_for(cfg) as cfg, \
             workers(n_jobs, preload="sim.compare.runner") as pool:  # fmt: skip
-        sampler = HostSampler(also_own=_postmaster_pids(cfg))
+        from sim.compare.runner import postmaster_pids  # heavy: not at start-up
+
+        sampler = HostSampler(also_own=postmaster_pids(cfg) or list)
         sampler.start()
         rows, verdicts, anomalies = _sweep(
             cfg, stage, check=not no_check, progress=progress, dest=target, pool=pool
@@ -379,20 +381,6 @@ def _reference(cfg: Config, reference: str | None) -> str:
         raise InvalidUsage(f"--reference {reference!r} is not among the configurations compared: "
                            f"{', '.join(cfg.configurations)}")  # fmt: skip
     return reference
-
-
-def _postmaster_pids(cfg: Config) -> Callable[[], list[int]]:
-    """The embedded Postgres's postmaster, whose CPU is this run's (it is not
-    our descendant: pg_ctl started it); none for virtual mode or an external
-    server."""
-    from sim.services import pg_processes
-    from sim.services.postgres import embedded_serving
-
-    pg = embedded_serving(cfg.postgres_url) if cfg.mode == "real" and cfg.postgres_url else None
-    if pg is None:
-        return list
-    datadir = pg.datadir
-    return lambda: [pid for pid in (pg_processes.postmaster_pid(datadir),) if pid is not None]
 
 
 def _provenance(start: ProvenanceStart, cfg: Config, usage: HostUsage) -> dict[str, Any]:

@@ -12,29 +12,18 @@ from __future__ import annotations
 
 import csv
 import enum
-import json
 import os
 import shutil
 import sys
-from array import array
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import typer
 
 from sim.cli.options import wrote
 from sim.history.interchange import history_to_porcupine, read_edn, write_edn
 from sim.history.model import KINDS, NONE, STATUSES, History, HistoryError
-from sim.history.traces import (
-    EVENTS_FILE,
-    META_FILE,
-    OPS_FILE,
-    SCHEMA_VERSION,
-    events_from_table,
-    history_from_table,
-)
+from sim.history.traces import read_trace
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.outputs import atomic_write, claim_file, run_dir, staged_dir
 from sim.spark.frames import expand_traces
@@ -122,77 +111,12 @@ def _claim(path: Path, fmt: Format) -> None:
 def _read(path: Path) -> tuple[History, list[Event]]:
     if path.is_file():
         return read_edn(path)
-    return _read_trace_batched(path)
+    trace = read_trace(path, batch_rows=BATCH_ROWS)
+    return trace.history, trace.events
 
 
-#: Rows of ops.parquet decoded at a time by `_read_trace_batched`.
+#: Rows of ops.parquet decoded at a time (`read_trace`'s `batch_rows`).
 BATCH_ROWS: Final = 65536
-
-
-def _read_trace_batched(path: Path) -> tuple[History, list[Event]]:
-    """`read_trace(path)`'s history and events, with the ops table decoded
-    `BATCH_ROWS` rows at a time: the whole Arrow table (~200 MB for 1M
-    operations, and an allocator that keeps its pages) never sits beside the
-    History built from it. Same checks, same History (rows in table order)."""
-    meta_only = read_trace_meta(path)
-    ops_path = path / OPS_FILE
-    h = History()
-    name_ix: dict[str, int] = {}
-    try:
-        pf = pq.ParquetFile(ops_path)
-        for batch in pf.iter_batches(batch_size=BATCH_ROWS):
-            _append(h, name_ix, history_from_table(pa.Table.from_batches([batch])))
-        ev_path = path / EVENTS_FILE
-        events = events_from_table(pq.read_table(ev_path)) if ev_path.exists() else []
-    except (OSError, pa.ArrowException, KeyError, ValueError) as exc:
-        if isinstance(exc, HistoryError):
-            raise HistoryError(f"{path}: {exc}") from exc
-        raise HistoryError(f"{path}: unreadable trace: {' '.join(str(exc).split())}") from exc
-    for key, n in (("ops", h.n), ("events", len(events))):
-        said = meta_only.get(key)
-        if isinstance(said, int) and not isinstance(said, bool) and said != n:
-            raise HistoryError(f"{path}: {META_FILE} says {said} {key}, the trace holds {n} (a mixed or damaged trace)")
-    return h, events
-
-
-def read_trace_meta(path: Path) -> dict[str, Any]:
-    """The meta.json of the trace at `path`, checked as `read_trace` checks it."""
-    meta_path = path / META_FILE
-    if not meta_path.is_file():
-        raise HistoryError(f"{path}: no {META_FILE} (not a trace directory, or a half-written one)")
-    try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise HistoryError(f"{meta_path}: unreadable: {' '.join(str(exc).split())}") from exc
-    if not isinstance(meta, dict):
-        raise HistoryError(f"{meta_path}: not a JSON object")
-    if meta.get("schema_version") != SCHEMA_VERSION:
-        raise HistoryError(
-            f"{path}: schema version {meta.get('schema_version')!r}, this coordsim reads {SCHEMA_VERSION}"
-        )
-    return meta
-
-
-def _append(h: History, name_ix: dict[str, int], part: History) -> None:
-    """Appends `part`'s rows to `h` (object names re-indexed, list offsets shifted)."""
-    remap = array("q")
-    for name in part.names:
-        ix = name_ix.get(name)
-        if ix is None:
-            ix = name_ix[name] = len(h.names)
-            h.names.append(name)
-        remap.append(ix)
-    h.obj.extend(-1 if o < 0 else remap[o] for o in part.obj)
-    for col in ("op_id", "process", "kind", "invoke", "complete", "status", "count", "read_ts", "write_ts",
-                "catalog_ts", "error_code", "error", "args", "client"):  # fmt: skip
-        getattr(h, col).extend(getattr(part, col))
-    base = len(h.el)
-    h.el.extend(part.el)
-    h.el_off.extend(base + o for o in part.el_off[1:])
-    base = len(h.res)
-    h.res.extend(part.res)
-    h.res_off.extend(base + o for o in part.res_off[1:])
-    h.n += part.n
 
 
 def export(

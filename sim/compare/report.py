@@ -32,9 +32,12 @@ __all__ = [
     "BaselineCheck",
     "Regression",
     "compare_baseline",
+    "errors_text",
+    "fixed_text",
     "read_results",
     "summary",
     "summary_document",
+    "tput_text",
     "write_csv",
     "write_markdown",
 ]
@@ -157,16 +160,18 @@ def _ms(v: float | None) -> str:
     return "—" if v is None else f"{v:,.2f}"
 
 
-def _tput(r: LevelRow) -> str:
+def tput_text(r: LevelRow) -> str:
+    """Mean throughput ± its 95 % half-width, as every table prints it."""
     ci = "" if r.throughput_ci95 is None else f" ± {r.throughput_ci95:,.0f}"
     return f"{r.throughput_ops_s:,.0f}{ci}"
 
 
-def _errors(r: LevelRow) -> str:
+def errors_text(r: LevelRow) -> str:
+    """"0", or the count with its rate and SQLSTATEs."""
     if not r.errors:
         return "0"
     codes = ", ".join(f"{k} {n}" for k, n in r.errors_by_code)
-    return f"{r.errors} ({r.error_rate:.2%}: {codes})"
+    return f"{r.errors:,} ({r.error_rate:.2%}: {codes})"
 
 
 _HEAD: Final = ("config", "clients", "ops/s (95% CI)", "ops", "errors", "p50 ms", "p99 ms", "p99.9 ms",
@@ -190,14 +195,15 @@ def _mean_sd(r: LevelRow) -> str:
 
 
 def _cells(r: LevelRow) -> list[str]:
-    return [r.config, str(r.concurrency), _tput(r), f"{r.ops:,}", _errors(r), _ms(r.p50_ms), _ms(r.p99_ms),
+    return [r.config, str(r.concurrency), tput_text(r), f"{r.ops:,}", errors_text(r), _ms(r.p50_ms), _ms(r.p99_ms),
             _ms(r.p999_ms), _mean_sd(r), f"{r.latency_samples:,}", f"{r.censored:,}", f"{r.window_s:.3g}",
-            _fixed(r.littles_law_ratio, "{:.2f}"), _state(r), _fixed(r.oracle_queries_per_op, "{:.2f}"),
-            _fixed(r.loop_busy_fraction, "{:.0%}"), _fixed(r.loop_messages_per_op, "{:.2f}"),
+            fixed_text(r.littles_law_ratio, "{:.2f}"), _state(r), fixed_text(r.oracle_queries_per_op, "{:.2f}"),
+            fixed_text(r.loop_busy_fraction, "{:.0%}"), fixed_text(r.loop_messages_per_op, "{:.2f}"),
             r.verdict or "—"]  # fmt: skip
 
 
-def _fixed(v: float | None, fmt: str) -> str:
+def fixed_text(v: float | None, fmt: str) -> str:
+    """`fmt` of `v`, or "—" when it was not measured."""
     return "—" if v is None else fmt.format(v)
 
 
@@ -402,9 +408,9 @@ def write_markdown(
     lines.append("|---|---|---:|---:|---:|---:|---:|---|")
     for pk in summary(rows):
         top = pk.top or pk.row
-        lines.append(f"| {pk.workload} | {pk.config} | {_tput(pk.row)}{_flag(pk.row)} | {pk.row.concurrency} | "
+        lines.append(f"| {pk.workload} | {pk.config} | {tput_text(pk.row)}{_flag(pk.row)} | {pk.row.concurrency} | "
                      f"{_ms(top.p50_ms)} / {_ms(top.p99_ms)} at {top.concurrency}{_flag(top)} | {_mean_sd(top)} | "
-                     f"{_errors(pk.row)} | {pk.verdict or '—'} |")  # fmt: skip
+                     f"{errors_text(pk.row)} | {pk.verdict or '—'} |")  # fmt: skip
     if verdicts:
         lines.append("\n## Correctness\n")
         lines.extend(f"- {v}" for v in verdicts)

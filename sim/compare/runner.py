@@ -69,6 +69,7 @@ __all__ = [
     "level_ops",
     "level_row",
     "pass_trace_dir",
+    "postmaster_pids",
     "run_pair",
     "run_pass",
     "run_workload",
@@ -285,7 +286,7 @@ async def _level(
         return factory(f"bg/L{level}/{bg_n[0]}")
 
     results: list[LevelResult] = []
-    probe = HostProbe(rt, _postmaster(cfg)) if cfg.mode == "real" and level else None
+    probe = HostProbe(rt, postmaster_pids(cfg)) if cfg.mode == "real" and level else None
     async with anyio.create_task_group() as tg:
         tg.start_soon(functools.partial(wl.background, bg_session, cfg.tables, rt, tag=str(level)))
         if probe is not None:
@@ -303,13 +304,15 @@ async def _level(
     return results
 
 
-def _postmaster(cfg: Config) -> Callable[[], list[int]] | None:
-    """The embedded Postgres's postmaster, for `HostProbe` (None: an external
-    server, whose processes may be on another machine)."""
+def postmaster_pids(cfg: Config) -> Callable[[], list[int]] | None:
+    """The embedded Postgres's postmaster, whose CPU is this run's although
+    pg_ctl started it (it is not our descendant): for `HostProbe` and the
+    run's `HostSampler`. None in virtual mode or for an external server,
+    whose processes may be on another machine."""
     from sim.services import pg_processes
     from sim.services.postgres import embedded_serving
 
-    pg = embedded_serving(cfg.postgres_url) if cfg.postgres_url else None
+    pg = embedded_serving(cfg.postgres_url) if cfg.mode == "real" and cfg.postgres_url else None
     if pg is None:
         return None
     datadir = pg.datadir

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from sim.compare.report import errors_text, fixed_text, tput_text
 from sim.runtime.tablestyle import new_table
 
 if TYPE_CHECKING:
@@ -63,15 +64,15 @@ def tables(rows: Sequence[LevelRow], *, plain: bool, wide: bool) -> list[Table]:
 
 
 def _default(r: LevelRow, clients: str) -> list[str]:
-    return [r.config, clients, _tput(r), _ms(r.p50_ms), _ms(r.p99_ms), _mean_sd(r), f"{r.errors:,}"]
+    return [r.config, clients, tput_text(r), _ms(r.p50_ms), _ms(r.p99_ms), _mean_sd(r), f"{r.errors:,}"]
 
 
 def _wide(r: LevelRow, clients: str) -> list[str]:
     return [
-        r.config, clients, _tput(r), f"{r.ops:,}", _errors(r), _ms(r.p50_ms), _ms(r.p99_ms), _ms(r.p999_ms),
-        _mean_sd(r), f"{r.latency_samples:,}", f"{r.censored:,}", _fixed(r.littles_law_ratio, "{:.2f}"),
-        _fixed(r.oracle_queries_per_op, "{:.2f}"), _fixed(r.loop_busy_fraction, "{:.0%}"),
-        _fixed(r.loop_messages_per_op, "{:.2f}"), r.verdict or "—",
+        r.config, clients, tput_text(r), f"{r.ops:,}", errors_text(r), _ms(r.p50_ms), _ms(r.p99_ms), _ms(r.p999_ms),
+        _mean_sd(r), f"{r.latency_samples:,}", f"{r.censored:,}", fixed_text(r.littles_law_ratio, "{:.2f}"),
+        fixed_text(r.oracle_queries_per_op, "{:.2f}"), fixed_text(r.loop_busy_fraction, "{:.0%}"),
+        fixed_text(r.loop_messages_per_op, "{:.2f}"), r.verdict or "—",
         "yes" if r.steady else f"no: {r.steady_note}" if r.steady_note else "no", r.host_bound or "no",
     ]  # fmt: skip
 
@@ -107,17 +108,6 @@ def _mean_sd(r: LevelRow) -> str:
     return _ms(r.mean_ms) if r.stddev_ms is None else f"{_ms(r.mean_ms)} ± {_ms(r.stddev_ms)}"
 
 
-def _tput(r: LevelRow) -> str:
-    ci = "" if r.throughput_ci95 is None else f" ± {r.throughput_ci95:,.0f}"
-    return f"{r.throughput_ops_s:,.0f}{ci}"
 
 
-def _errors(r: LevelRow) -> str:
-    if not r.errors:
-        return "0"
-    codes = ", ".join(f"{k} {n}" for k, n in r.errors_by_code)
-    return f"{r.errors:,} ({r.error_rate:.2%}: {codes})"
 
-
-def _fixed(v: float | None, fmt: str) -> str:
-    return "—" if v is None else fmt.format(v)

@@ -354,9 +354,12 @@ def find_traces(path: Path | str) -> list[Path]:
     return sorted(found)
 
 
-def read_trace(directory: Path | str) -> Trace:
+def read_trace(directory: Path | str, *, batch_rows: int | None = None) -> Trace:
     """Reads a trace directory; `HistoryError` if it is incomplete or of another
-    schema version."""
+    schema version. `batch_rows`: decode ops.parquet that many rows at a
+    time, so the whole Arrow table (~200 MB for 1M operations, in an
+    allocator that keeps its pages) never sits beside the History built from
+    it (export's bounded memory, issue 34); the same History either way."""
     d = Path(directory)
     meta_path = d / META_FILE
     if not meta_path.is_file():
@@ -371,7 +374,13 @@ def read_trace(directory: Path | str) -> Trace:
     if version != SCHEMA_VERSION:
         raise HistoryError(f"{d}: schema version {version!r}, this coordsim reads {SCHEMA_VERSION}")
     try:
-        history = history_from_table(pq.read_table(d / OPS_FILE))
+        if batch_rows is None:
+            history = history_from_table(pq.read_table(d / OPS_FILE))
+        else:
+            history = History()
+            name_ix: dict[str, int] = {}
+            for batch in pq.ParquetFile(d / OPS_FILE).iter_batches(batch_size=batch_rows):
+                _append(history, name_ix, history_from_table(pa.Table.from_batches([batch])))
         ev_path = d / EVENTS_FILE
         events = events_from_table(pq.read_table(ev_path)) if ev_path.exists() else []
     except (OSError, pa.ArrowException, KeyError, ValueError) as exc:
@@ -383,6 +392,28 @@ def read_trace(directory: Path | str) -> Trace:
         if isinstance(said, int) and not isinstance(said, bool) and said != n:
             raise HistoryError(f"{d}: {META_FILE} says {said} {key}, the trace holds {n} (a mixed or damaged trace)")
     return Trace(history, events, meta)
+
+
+def _append(h: History, name_ix: dict[str, int], part: History) -> None:
+    """Appends `part`'s rows to `h` (object names re-indexed, list offsets shifted)."""
+    remap = array("q")
+    for name in part.names:
+        ix = name_ix.get(name)
+        if ix is None:
+            ix = name_ix[name] = len(h.names)
+            h.names.append(name)
+        remap.append(ix)
+    h.obj.extend(-1 if o < 0 else remap[o] for o in part.obj)
+    for col in ("op_id", "process", "kind", "invoke", "complete", "status", "count", "read_ts", "write_ts",
+                "catalog_ts", "error_code", "error", "args", "client"):  # fmt: skip
+        getattr(h, col).extend(getattr(part, col))
+    base = len(h.el)
+    h.el.extend(part.el)
+    h.el_off.extend(base + o for o in part.el_off[1:])
+    base = len(h.res)
+    h.res.extend(part.res)
+    h.res_off.extend(base + o for o in part.res_off[1:])
+    h.n += part.n
 
 
 def _one_line(exc: BaseException) -> str:
