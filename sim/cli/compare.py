@@ -597,7 +597,7 @@ def run_scenario(
 ) -> None:
     """Run one scenario under one configuration and check it; write its trace (and the checker's verdicts) and print the directory last.
 
-    A workload (or a TOML scenario) is measured as `compare` measures it, over its concurrency levels; a Python scenario runs once. Exit 1 if the checkers find an anomaly (or a scenario's own expectation fails).
+    A workload (or a TOML scenario) is measured as `compare` measures it, over its concurrency levels; a Python scenario runs once. Exit 1 if the checkers find an anomaly (or a scenario's own expectation fails); a Python scenario whose operations were not all judged exits 3, as `coordsim check` does.
 
     Examples:
       coordsim run seed001
@@ -621,6 +621,8 @@ def run_scenario(
         options.wrote(target)
         if verdict.rstrip().endswith("FAIL"):
             raise typer.Exit(1)
+        if "\nchecker verdict: unknown\n" in verdict:
+            raise typer.Exit(3)  # as `coordsim check`: not every operation was judged
         return
     cfg = cfg.with_overrides(**sc.params).with_overrides(workloads=[sc.workload], configurations=[config])
     target = options_run_dir(cfg, f"run {sc.name}")
@@ -640,6 +642,7 @@ def _run_python(cfg: Config, config_name: str, sc: Any, stage: Path, target: Pat
     from sim.compare.scripts import run_script_once
     from sim.history.checker import check_history
     from sim.history.traces import write_trace
+    from sim.history.verdict import VERDICT_FILE, verdict_document, write_verdict
     from sim.load.scenarios import scenario_error
 
     one = run_script_once(cfg, config_name, sc, seed=cfg.seed)
@@ -664,12 +667,16 @@ def _run_python(cfg: Config, config_name: str, sc: Any, stage: Path, target: Pat
         raise CoordsimError(f"{failure}{note}") from error
     write_trace(stage / "trace", history, events, run=sc.name, config=config_name, seed=cfg.seed)
     report = check_history(history, events)
+    write_verdict(stage / "trace" / VERDICT_FILE, verdict_document(report, trace="trace", ops=len(history)))
     lines = [f"{sc.name} under {config_name} ({cfg.mode}, seed {cfg.seed}): {len(history)} operations"]
     for v in report.verdicts:
         counts = ", ".join(f"{n} x{c}" for n, c in v.counts.items())
-        state = "skipped" if v.skipped else v.outcome.value
+        state = (f"skipped ({v.reason})" if v.reason else "skipped") if v.skipped else v.outcome.value
         lines.append(f"  {v.checker:<9} {state}{' - ' + counts if counts else ''}")
         lines.extend(f"    {a.name}: ops {', '.join(str(o) for o in a.ops)}: {a.explanation}" for a in v.anomalies)
+    # A skipped checker is fine only where another judged the same operations
+    # (issue 34): the coverage says whether every operation was judged.
+    lines.extend(report.coverage_lines() if not report.complete else [f"coverage: {report.coverage_summary()}"])
     lines.append(f"checker verdict: {report.outcome.value}")
     lines.extend(f"expectation failed: {f}" for f in one.failures)
     if one.failures or report.outcome.value == "invalid":

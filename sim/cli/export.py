@@ -111,12 +111,8 @@ def _claim(path: Path, fmt: Format) -> None:
 def _read(path: Path) -> tuple[History, list[Event]]:
     if path.is_file():
         return read_edn(path)
-    trace = read_trace(path, batch_rows=BATCH_ROWS)
+    trace = read_trace(path, lean=True)
     return trace.history, trace.events
-
-
-#: Rows of ops.parquet decoded at a time (`read_trace`'s `batch_rows`).
-BATCH_ROWS: Final = 65536
 
 
 def export(

@@ -19,20 +19,18 @@ from rich.console import Console
 
 from sim.cli import options
 from sim.cli.tables import new_table, plain, print_tables
-from sim.history.checker.verdict import Outcome
 from sim.load.config import check_int
 from sim.nemesis.matrix import (
     COLUMNS,
-    MATRIX,
     MATRIX_JSON,
     MATRIX_MD,
     EntryResult,
     rows,
-    run_entry,
+    run_matrix,
     to_json,
     write,
 )
-from sim.nemesis.sweep import MAX_JOBS, MAX_SEEDS, SeedResult
+from sim.nemesis.sweep import MAX_JOBS, MAX_SEEDS
 from sim.runtime.outputs import run_dir, staged_dir
 from sim.runtime.schedule import parse_schedule
 
@@ -70,34 +68,22 @@ def matrix_command(
     out = run_dir(chosen, "anomalies matrix").absolute()
     t0 = time.monotonic()
 
-    unknown: list[list[int]] = []  # per entry, the seeds judged `unknown`
-
-    def seen(r: SeedResult) -> None:
-        if r.outcome == Outcome.UNKNOWN.value:
-            unknown[-1].append(r.seed)
-
     def progress(r: EntryResult) -> None:
-        _err.print(f"{r.entry.label} / {r.entry.scenario} / {r.entry.config}: {r.detection()}"
-                   f"{_unknown_text(unknown[-1], r.seeds, ', ')} ({time.monotonic() - t0:.0f} s)",
-                   markup=False)  # fmt: skip
+        _err.print(f"{r.entry.label} / {r.entry.scenario} / {r.entry.config}: {r.detection()}, "
+                   f"{r.coverage()} ({time.monotonic() - t0:.0f} s)", markup=False)  # fmt: skip
 
     with staged_dir(out, "anomalies matrix") as stage:
-        # `run_matrix`'s loop, with each seed's outcome seen (`unknown`).
-        results = []
-        for e in MATRIX:
-            unknown.append([])
-            results.append(run_entry(e, seeds=seeds, jobs=n_jobs, schedule=policy, on_seed=seen))
-            progress(results[-1])
+        results = run_matrix(seeds=seeds, jobs=n_jobs, schedule=policy, on_entry=progress)
         write(stage, results, seeds=seeds, command=command, schedule=policy)
     bad = [r for r in results if not r.as_expected]
     if as_json:
         options.print_json({"output": str(out), **to_json(results, seeds=seeds, schedule=policy)})
         raise typer.Exit(1 if bad else 0)
-    table = new_table(*COLUMNS, "seeds unknown", plain=plain(_out))
-    for row, r, unk in zip(rows(results), results, unknown, strict=True):
-        table.add_row(*row, _unknown_text(unk, r.seeds, "") or "none")
+    table = new_table(*COLUMNS, plain=plain(_out))
+    for row in rows(results):
+        table.add_row(*row)
     print_tables([table], console=_out)
-    n_unknown = sum(len(u) for u in unknown)
+    n_unknown = sum(len(r.unknown) for r in results)
     _out.print(f"\n{len(results)} entries, {sum(r.seeds for r in results):,} seeds, "
                f"{sum(r.ops for r in results):,} operations in {time.monotonic() - t0:.1f} s "
                f"on {n_jobs} worker{'s' if n_jobs > 1 else ''}; "
@@ -108,10 +94,3 @@ def matrix_command(
     options.wrote(out)
     raise typer.Exit(1 if bad else 0)
 
-
-def _unknown_text(seeds: list[int], run: int, sep: str) -> str:
-    """`sep` + "2 of 5 seeds unknown (seeds 1, 3)", or "" when none was."""
-    if not seeds:
-        return ""
-    shown = ", ".join(map(str, sorted(seeds)[:10])) + (" …" if len(seeds) > 10 else "")
-    return f"{sep}{len(seeds)} of {run} seeds unknown (seeds {shown})"

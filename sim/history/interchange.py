@@ -485,24 +485,75 @@ def write_edn(h: History, f: TextIO, events: Sequence[Event] = (), *, batch_line
         f.write("".join(batch))
 
 
-def _edn_order(
-    h: History, events: Sequence[Event]
-) -> tuple[list[int], int, dict[int, int], array[int], list[int]]:
-    """The order of `history_to_edn`'s lines as packed sort keys, one Python
-    int per line (not a tuple, nor a line's text: a 1M-operation history's
-    order costs ~90 MB): `(time - t0) << shift | phase << (bits + 1) | rank << 1 | sub`,
-    where phase 0 is an invoke, 1 a completion (or, with sub 1, the invoke
-    that follows its own process's completion at the same instant), 2 an
-    internal event. Returns (the keys sorted, t0, {rank of a completed op:
-    the op invoked right after it}, the op of each rank, the event of each
-    event rank)."""
+def _argsort(*cols: array[int]) -> Sequence[int]:
+    """The stable ascending order of rows by `cols` (int64 arrays, compared
+    first to last), by Arrow's sort over the arrays' own buffers, returned as
+    a view of Arrow's result: 8 bytes a row, where `sorted` over Python keys
+    cost ~45 (issue 34's bounded export)."""
+    import pyarrow as pa  # only exports sort; `check` of EDN never loads Arrow
+    import pyarrow.compute as pc
+
+    n = len(cols[0])
+    if n == 0:
+        return array("q")
+    table = pa.table({f"c{k}": pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(c)])
+                      for k, c in enumerate(cols)})  # fmt: skip
+    idx = pc.sort_indices(table, sort_keys=[(f"c{k}", "ascending") for k in range(len(cols))])
+    return memoryview(idx.buffers()[1]).cast("B")[idx.offset * 8 : (idx.offset + n) * 8].cast("q")
+
+
+class _Order:
+    """The order of `history_to_edn`'s lines without a Python object per line
+    (a 1M-operation history's order costs ~35 MB). Each line has a time and
+    a code `phase << (bits + 1) | rank << 1 | sub`: phase 0 is an invoke, 1 a
+    completion (or, with sub 1, the invoke that follows its own process's
+    completion at the same instant), 2 an internal event. When the times'
+    span leaves room, time and code are packed into one int64 key per line
+    (`(time - t0) << shift | code`); otherwise they are two columns."""
+
+    def __init__(self, bits: int, t0: int, t_max: int) -> None:
+        self.bits = bits
+        self.shift = bits + 3
+        self.t0 = t0
+        self.packed = (t_max - t0) < 1 << (62 - self.shift)
+        self.keys = array("q")  # packed keys, or the codes beside `times`
+        self.times = array("q")
+        self.order: Sequence[int] = ()
+
+    def add(self, t: int, code: int) -> None:
+        if self.packed:
+            self.keys.append((t - self.t0) << self.shift | code)
+        else:
+            self.times.append(t)
+            self.keys.append(code)
+
+    def sort(self) -> None:
+        self.order = _argsort(self.keys) if self.packed else _argsort(self.times, self.keys)
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        """(time, code) of each line, in line order."""
+        keys, times, t0, shift = self.keys, self.times, self.t0, self.shift
+        if self.packed:
+            mask = (1 << shift) - 1
+            for j in self.order:
+                k = keys[j]
+                yield (k >> shift) + t0, k & mask
+        else:
+            for j in self.order:
+                yield times[j], keys[j]
+
+
+def _edn_order(h: History, events: Sequence[Event]) -> tuple[_Order, dict[int, int], Sequence[int], list[int]]:
+    """The order of `history_to_edn`'s lines (`_Order`), {rank of a completed
+    op: the op its process invoked right after it}, the op of each rank, and
+    the event of each event rank."""
     n = h.n
     inv, comp, process = h.invoke, h.complete, h.process
     ids = h.op_id
     if all(ids[i] < ids[i + 1] for i in range(n - 1)):  # rows in op-id order: the row breaks ties
-        by_invoke = array("q", sorted(range(n), key=inv.__getitem__))  # stable: ties keep row order
+        by_invoke = _argsort(inv)  # stable: ties keep row order
     else:
-        by_invoke = array("q", sorted(range(n), key=lambda i: (inv[i], ids[i])))
+        by_invoke = _argsort(inv, ids)
     rank = array("q", bytes(8 * n))
     after: dict[int, int] = {}  # rank of an op -> the op its process invoked as it completed
     last: dict[int, int] = {}  # process -> its latest op so far, in invoke order
@@ -514,48 +565,49 @@ def _edn_order(
             after[rank[prev]] = i
         last[p] = i
     del last
+    stamps = [min(inv, default=0), max(inv, default=0)]
+    if max(comp, default=NONE) != NONE:  # NONE is the least int64: it never is the greatest
+        stamps += [min(filter(NONE.__ne__, comp)), max(comp)]
+    if events:
+        stamps += [min(e.start_ns for e in events), max(e.start_ns for e in events)]
     bits = max(n, len(events), 1).bit_length()
-    shift = bits + 3
-    t0 = min(min(inv, default=0), min(filter(NONE.__ne__, comp), default=0),
-             min((e.start_ns for e in events), default=0))  # fmt: skip
+    lines = _Order(bits, min(stamps), max(stamps))
     followers = set(after.values())
-    keys: list[int] = []
-    add = keys.append
     ph1 = 1 << (bits + 1)
+    add = lines.add
     for i in range(n):
         r = rank[i]
         if i not in followers:
-            add((inv[i] - t0) << shift | r << 1)
+            add(inv[i], r << 1)
         c = comp[i]
         if c != NONE:
-            add((c - t0) << shift | ph1 | r << 1)
+            add(c, ph1 | r << 1)
+    del rank, followers
     for r, i in after.items():
-        add((inv[i] - t0) << shift | ph1 | r << 1 | 1)
+        add(inv[i], ph1 | r << 1 | 1)
     # Events tie on (time, seq) only when a table repeats a seq; their text
     # breaks such a tie, as sorting (time, 2, seq, 0, text) tuples did.
     ev_order = sorted(range(len(events)), key=lambda j: (events[j].start_ns, events[j].seq, _event_to_edn(events[j])))
     ph2 = 2 << (bits + 1)
     for pos, j in enumerate(ev_order):
-        add((events[j].start_ns - t0) << shift | ph2 | pos << 1)
-    keys.sort()
-    return keys, t0, after, by_invoke, ev_order
+        add(events[j].start_ns, ph2 | pos << 1)
+    lines.sort()
+    return lines, after, by_invoke, ev_order
 
 
 def iter_edn_lines(h: History, events: Sequence[Event] = ()) -> Iterator[str]:
     """The lines of `history_to_edn(h, events)`, each with its newline,
     made one at a time from `h`'s columns."""
-    keys, t0, after, by_invoke, ev_order = _edn_order(h, events)
-    bits = max(h.n, len(events), 1).bit_length()
-    shift = bits + 3
+    lines, after, by_invoke, ev_order = _edn_order(h, events)
+    bits = lines.bits
     rmask = (1 << bits) - 1
-    for index, key in enumerate(keys):
-        phase = (key >> (bits + 1)) & 3
-        r = (key >> 1) & rmask
-        t = (key >> shift) + t0
+    for index, (t, code) in enumerate(lines):
+        phase = code >> (bits + 1)
+        r = (code >> 1) & rmask
         if phase == 0:
             body = _invoke_line(h, by_invoke[r])
         elif phase == 1:
-            body = _invoke_line(h, after[r]) if key & 1 else _complete_line(h, by_invoke[r])
+            body = _invoke_line(h, after[r]) if code & 1 else _complete_line(h, by_invoke[r])
         else:
             body = _event_to_edn(events[ev_order[r]])
         yield f"{{:index {index}, :time {t}, {body}}}\n"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 from coordinator.config import KnownBad
+from sim.history.checker.verdict import Outcome
 from sim.nemesis.sweep import CRASHED, SeedResult, SeedTask, sweep
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.schedule import parse_schedule
@@ -158,19 +159,35 @@ MATRIX: Final[tuple[Entry, ...]] = (
 class EntryResult:
     """What the matrix measured for one entry: `first` the least seed whose run
     showed an expected name (None: none in `seeds`), and the anomalies named
-    over the seeds run, per checker (`HARNESS` for XX000 and crashes)."""
+    over the seeds run, per checker (`HARNESS` for XX000 and crashes).
+
+    Coverage (issue 34): `unknown` seeds are those whose checkers left an
+    operation unjudged; `to_judge`/`judged` sum the operations over the seeds.
+    A not-caught claim holds only where everything was judged, so an entry
+    expected not caught with an unknown seed is not as expected."""
 
     entry: Entry
     seeds: int
     first: int | None
     ops: int
     by_checker: dict[str, dict[str, int]] = field(default_factory=dict)
+    unknown: tuple[int, ...] = ()
+    to_judge: int = 0
+    judged: int = 0
 
     @property
     def as_expected(self) -> bool:
         if self.entry.expect == "caught":
             return self.first is not None
-        return not self.by_checker
+        return not self.by_checker and not self.unknown
+
+    def coverage(self) -> str:
+        """`judged/to-judge ops judged`, then which seeds were unknown."""
+        text = f"{self.judged:,}/{self.to_judge:,} ops judged"
+        if not self.unknown:
+            return text
+        shown = ", ".join(map(str, self.unknown[:10])) + (" …" if len(self.unknown) > 10 else "")
+        return f"{text}; {len(self.unknown)} of {self.seeds} seeds unknown (seeds {shown})"
 
     def detection(self) -> str:
         if self.first is None:
@@ -220,12 +237,18 @@ def run_entry(
     entry.task(0, schedule=schedule).spec()  # unknown names fail here, with the known ones
     by_checker: dict[str, dict[str, int]] = {}
     hits: list[int] = []
-    ops = done = 0
+    ops = done = to_judge = judged = 0
+    unknown: list[int] = []
     chunk = max(1, jobs)
 
     def seen(r: SeedResult) -> None:
+        nonlocal to_judge, judged
         if on_seed is not None:
             on_seed(r)
+        if r.outcome == Outcome.UNKNOWN.value:
+            unknown.append(r.seed)
+        to_judge += r.ops_to_judge
+        judged += r.ops_judged
         names = _names(r)
         for checker, counts in names.items():
             acc = by_checker.setdefault(checker, {})
@@ -240,7 +263,8 @@ def run_entry(
         done += len(work)
         chunk *= 2
     return EntryResult(entry, done, min(hits) if hits else None, ops,
-                       {c: dict(sorted(n.items())) for c, n in sorted(by_checker.items())})  # fmt: skip
+                       {c: dict(sorted(n.items())) for c, n in sorted(by_checker.items())},
+                       tuple(sorted(unknown)), to_judge, judged)  # fmt: skip
 
 
 def run_matrix(
@@ -271,14 +295,14 @@ def _check_variants() -> None:
 _check_variants()
 
 COLUMNS: Final = ("variant", "scenario", "config", "expected", "seeds to first detection",
-                  "anomalies by checker")  # fmt: skip
+                  "anomalies by checker", "coverage")  # fmt: skip
 
 
 def rows(results: Sequence[EntryResult]) -> list[tuple[str, ...]]:
     return [
         (r.entry.label, r.entry.scenario, r.entry.config,
          r.entry.expect if r.as_expected else f"{r.entry.expect} (NOT as expected)",
-         r.detection(), r.anomalies())
+         r.detection(), r.anomalies(), r.coverage())
         for r in results
     ]  # fmt: skip
 
@@ -312,6 +336,9 @@ def to_json(results: Sequence[EntryResult], *, seeds: int, schedule: str = "fifo
                 "seeds_to_first_detection": None if r.first is None else r.first + 1,
                 "ops": r.ops,
                 "anomalies_by_checker": r.by_checker,
+                "unknown_seeds": list(r.unknown),
+                "ops_to_judge": r.to_judge,
+                "ops_judged": r.judged,
                 "as_expected": r.as_expected,
                 "why": r.entry.why,
             }

@@ -110,3 +110,15 @@ def test_shrink_cli_prints_smallest_reproduction() -> None:
     assert r.exit_code == 1, r.output
     assert "smallest reproduction of" in r.output
     assert "replay: uv run coordsim anomalies run split-brain" in r.output
+
+
+def test_run_of_a_python_scenario_prints_its_coverage_and_writes_the_verdict(tmp_path: Path) -> None:
+    """Issue 34: `coordsim run` of a Python scenario says what was judged, and
+    its trace carries verdict.json with the coverage, as `check` writes it."""
+    out = tmp_path / "run"
+    r = runner.invoke(app, ["run", "seed001", "--config", "decoupled", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "coverage: 12 of 12 operations judged" in r.stdout
+    doc = json.loads((out / "trace" / VERDICT_FILE).read_text())
+    assert doc["valid"] is True
+    assert doc["coverage"], doc

@@ -15,7 +15,15 @@ from typer.testing import CliRunner
 
 from coordinator.config import KnownBad
 from sim.cli.main import app
-from sim.nemesis.matrix import MATRIX, MATRIX_JSON, MATRIX_MD, Entry, run_entry
+from sim.nemesis.matrix import (
+    MATRIX,
+    MATRIX_JSON,
+    MATRIX_MD,
+    Entry,
+    EntryResult,
+    run_entry,
+    to_json,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -61,6 +69,21 @@ def test_every_toggle_has_an_entry_and_the_finding_is_one() -> None:
     ]
 
 
+def test_an_unknown_seed_voids_a_not_caught_claim() -> None:
+    """Fail closed (issue 34): "not caught" over seeds a checker did not fully
+    judge is "not looked at", so the entry is not as expected; a caught entry
+    stays caught, and the coverage cell names the unknown seeds."""
+    quiet = next(e for e in MATRIX if e.expect == "not-caught")
+    caught = next(e for e in MATRIX if e.expect == "caught")
+    judged = EntryResult(quiet, 3, None, 30, {}, (), 30, 30)
+    partly = EntryResult(quiet, 3, None, 30, {}, (1,), 30, 25)
+    assert judged.as_expected
+    assert not partly.as_expected
+    assert partly.coverage() == "25/30 ops judged; 1 of 3 seeds unknown (seeds 1)"
+    assert EntryResult(caught, 1, 0, 10, {"x": {"y": 1}}, (0,), 10, 5).as_expected
+    assert to_json([partly], seeds=3)["entries"][0]["unknown_seeds"] == [1]
+
+
 def test_every_toggle_is_off_by_default() -> None:
     assert KnownBad().enabled() == []
 
@@ -78,6 +101,8 @@ def test_matrix_command_prints_and_writes_the_table(tmp_path: Path) -> None:
     by = {(e["variant"], e["scenario"], e["config"]): e for e in doc["entries"]}
     peek = by[("peeks_ignore_catalog_ts", "seed001", "decoupled")]
     assert peek["seeds_to_first_detection"] == 1, peek
+    assert peek["ops_judged"] == peek["ops_to_judge"] > 0, peek
+    assert peek["unknown_seeds"] == [], peek
     assert "| peeks-ignore-catalog-ts | seed001 | decoupled | caught | 1 (seed 0) |" in (
         out / MATRIX_MD
     ).read_text()

@@ -48,6 +48,7 @@ from coordinator.config import KnownBad
 from sim.history.checker import check_history
 from sim.history.model import Kind, Op, Status
 from sim.nemesis.anomalies import parse_known_bad, run_scenario
+from sim.nemesis.matrix import MATRIX
 from tests.anomalies.helpers import sweep
 
 pytestmark = pytest.mark.virtual
@@ -104,21 +105,37 @@ def test_variant_changes_timing_but_not_results(variant: str, config: str, scena
     assert (base_r, base_a) != (bad_r, bad_a), f"{variant} had no effect at all on {config}"
 
 
-@pytest.mark.parametrize("config", ["event-loop", "event-loop+pg-oracle"])
-@pytest.mark.parametrize(
-    ("scenario", "seeds"),
-    [
-        ("seed001", range(12)),
-        ("seed001-index", range(12)),
-        pytest.param("ddl-dml", range(100), marks=pytest.mark.slow),
-        pytest.param("crash-restart", range(100), marks=pytest.mark.slow),
-        pytest.param("split-brain", range(100), marks=pytest.mark.slow),
-    ],
-)
+#: Scenario x configuration pairs where the correct design itself has a
+#: matrix finding (split brain on event-loop+pg-oracle: the deposed
+#: coordinator stamps a stale catalog_ts): the variant's history there shows
+#: the finding's anomaly whatever the variant does, so it is no evidence
+#: either way and the pair is left out — by name, see the test below.
+_FINDINGS: frozenset[tuple[str, str]] = frozenset((e.scenario, e.config) for e in MATRIX if e.variant is None)
+
+
+def _fifo_params() -> list[object]:
+    cases = [("seed001", range(12), False), ("seed001-index", range(12), False), ("ddl-dml", range(100), True),
+             ("crash-restart", range(100), True), ("split-brain", range(100), True)]  # fmt: skip
+    return [
+        pytest.param(scenario, config, seeds, id=f"{scenario}-{config}",
+                     marks=[pytest.mark.slow] if slow else [])
+        for scenario, seeds, slow in cases
+        for config in ("event-loop", "event-loop+pg-oracle")
+        if (scenario, config) not in _FINDINGS
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("scenario", "config", "seeds"), _fifo_params())
 def test_fifo_event_loop_stays_valid(scenario: str, config: str, seeds: range) -> None:
     """The evidence behind the docstring: every checker, many seeds."""
     found = sweep(scenario, config, seeds, known_bad=parse_known_bad(["fifo_event_loop"]))
     assert not found, "\n".join(str(f) for f in found)
+
+
+def test_only_the_matrix_finding_is_left_out_of_the_fifo_evidence() -> None:
+    """The one pair not swept above is the correct design's own finding (seed
+    3 of split-brain on event-loop+pg-oracle is caught without any variant)."""
+    assert {("split-brain", "event-loop+pg-oracle")} == _FINDINGS
 
 
 @pytest.mark.parametrize(

@@ -157,6 +157,28 @@ def test_large_generated_history_round_trips(tmp_path: Path) -> None:
     assert list(read_trace(tmp_path).history.ops()) == list(h.ops())
 
 
+@pytest.mark.parametrize("rows_per_group", [7, 1_000, 100_000])
+def test_a_lean_read_gives_the_same_history(tmp_path: Path, rows_per_group: int) -> None:
+    """`read_trace(lean=True)` (export's bounded memory) decodes column by
+    column and batch by batch; whatever the row groups, and with strings,
+    lists, nulls and every kind, it is the history the whole-table read gives."""
+    rec = _recorded()
+    h = generate(GenConfig(ops=2_500, p_info=0.05, p_mutate=0.1, seed=5))
+    d = write_trace(tmp_path / "t", h)
+    table = pq.read_table(d / OPS_FILE)
+    pq.write_table(table, d / OPS_FILE, row_group_size=rows_per_group)
+    assert list(read_trace(d, lean=True).history.ops()) == list(read_trace(d).history.ops()) == list(h.ops())
+    small = write_trace(tmp_path / "s", rec.history(), rec.events())
+    assert list(read_trace(small, lean=True).history.ops()) == list(rec.history().ops())
+
+
+def test_a_lean_read_names_a_missing_column(tmp_path: Path) -> None:
+    d = write_trace(tmp_path / "t", _recorded().history())
+    pq.write_table(pq.read_table(d / OPS_FILE).drop_columns(["catalog_ts"]), d / OPS_FILE)
+    with pytest.raises(HistoryError, match="lacks columns catalog_ts"):
+        read_trace(d, lean=True)
+
+
 def test_trace_without_meta_or_of_another_version_is_bad_input(tmp_path: Path) -> None:
     with pytest.raises(HistoryError, match=r"no meta\.json"):
         read_trace(tmp_path)

@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sim.history.edn import Keyword, Symbol, Tagged, dumps, iter_forms, kw, loads_all
-from sim.history.interchange import history_from_edn, history_to_edn, read_edn
+from sim.history.interchange import _edn_order, history_from_edn, history_to_edn, read_edn
 from sim.history.model import HistoryError
 
 if TYPE_CHECKING:
@@ -315,3 +315,27 @@ def test_a_process_whose_operations_meet_at_one_instant_exports_in_order() -> No
         return (o.process, o.kind, o.invoke_ns, o.complete_ns, o.elements)
 
     assert sorted(map(key, again.ops())) == sorted(map(key, h.ops()))
+
+
+def test_times_too_far_apart_to_pack_export_in_the_same_order() -> None:
+    """The export packs (time, line code) into one int64 key when the times'
+    span allows; a history spanning most of int64 takes the two-column sort,
+    and its lines come out in the order the packed sort gives a shifted copy."""
+    from sim.history.model import ADD, CREATE_TABLE, OK, HistoryBuilder
+
+    def build(t0: int, step: int) -> Any:
+        b = HistoryBuilder()
+        b.add_row(0, 0, CREATE_TABLE, "t", t0, t0 + step, OK)
+        for k in range(1, 40):  # process 1's next invoke meets its completion
+            p, j = k % 3, k // 3 + 1
+            b.add_row(k, p, ADD, "t", t0 + step * 2 * j, t0 + step * (2 * j + 1 + (p == 1)), OK, (k,))
+        return b.build()
+
+    wide, narrow = build(0, 2**55), build(0, 1)
+    assert not _edn_order(wide, ())[0].packed
+    assert _edn_order(narrow, ())[0].packed
+    lines = [line.split(", ", 2)[2] for line in history_to_edn(wide).splitlines()]
+    expect = [line.split(", ", 2)[2] for line in history_to_edn(narrow).splitlines()]
+    assert lines == expect
+    again, _ = history_from_edn(loads_all(history_to_edn(wide)))
+    assert sorted(o.invoke_ns for o in again.ops()) == sorted(o.invoke_ns for o in wide.ops())
