@@ -9,7 +9,8 @@
 
 `shard` defaults to `catalog`, `env` to `default`. Postgres URLs also take the
 libpq parameters of `sim.runtime.urls.PG_PASSTHROUGH` (`password`, the TLS ones,
-`connect_timeout`, …). Anything else is `InvalidUsage`.
+`connect_timeout`, …) and `isolation=serializable|read-committed` (default
+serializable, as CockroachDB). Anything else is `InvalidUsage`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import contextlib
 from typing import TYPE_CHECKING, Final
 
 from sim.runtime.errors import InvalidUsage
+from sim.runtime.pg import ISOLATION_PARAM, isolation_of, with_isolation
 from sim.runtime.tasks import AsyncExitStack
 from sim.runtime.urls import PG_PASSTHROUGH, driver_url, parse_url, redact_url
 
@@ -53,7 +55,7 @@ async def open_catalog(
         if u.netloc or u.path not in ("", "/"):
             raise InvalidUsage(f"{u.scheme}:// takes no name or path, got {redact_url(url)}")
     else:
-        u.require_params(allowed | PG_PASSTHROUGH)
+        u.require_params(allowed | PG_PASSTHROUGH | {ISOLATION_PARAM})
         if kind != "stash" and not u.params.get("blob"):
             raise InvalidUsage(f"{redact_url(url)} needs ?blob=URL (file:///dir or s3://bucket/prefix)")
     shard = u.params.get("shard", "catalog")
@@ -87,6 +89,8 @@ async def _open(
     params: dict[str, str], kind: str, backend: str, url: str, shard: str, env: str, rt: Runtime,
     oracle: TimestampOracle | None, inner_oracle: TimestampOracle | None,
 ) -> AsyncIterator[DurableCatalog]:
+    # The driver's URL keeps the isolation level (driver_url drops coordsim's parameters).
+    dsn = with_isolation(driver_url(url), isolation_of(url)) if backend != "mem" else ""
     async with AsyncExitStack() as stack:
         persist_cat: PersistCatalog | None = None
         stash_cat: StashCatalog | None = None
@@ -100,7 +104,7 @@ async def _open(
             else:
                 blob = await open_blob(params["blob"])
                 stack.push_async_callback(blob.close)
-                consensus = await open_consensus(driver_url(url))
+                consensus = await open_consensus(dsn)
                 stack.push_async_callback(consensus.close)
             client = await stack.enter_async_context(PersistClient(blob, consensus, rt))
             persist_cat = await PersistCatalog.connect(client, rt, shard_id=shard, oracle=inner_oracle)
@@ -114,7 +118,7 @@ async def _open(
             else:
                 from catalog.stash_postgres import PostgresStashStore
 
-                store = await PostgresStashStore.connect(driver_url(url), rt, env=env)
+                store = await PostgresStashStore.connect(dsn, rt, env=env)
                 stack.push_async_callback(store.close)
             stash_cat = StashCatalog(store, rt, oracle=inner_oracle)
         if persist_cat is not None and stash_cat is not None:

@@ -4,9 +4,11 @@ environment, one namespace (`env`) per catalog.
 Every statement is valid CockroachDB SQL. Writes lock the environment's meta row
 (`SELECT … FOR UPDATE`) first, so they serialize with each other and with the
 epoch bump of a newer opener (which is itself such a write); under SERIALIZABLE
-the loser may get 40001 instead, and `PostgresClient.run` retries it. A retried
-append is recognised by its token, so a retry after an ambiguous commit does not
-apply twice.
+(the client's default, as CockroachDB) the loser may get 40001 instead, and
+`PostgresClient.run` retries it. A retried append is recognised by its token, so
+a retry after an ambiguous commit does not apply twice. Every transaction names
+the client's level; the multi-statement reads need one snapshot, which
+SERIALIZABLE gives (under read committed they keep REPEATABLE READ).
 """
 
 from __future__ import annotations
@@ -151,7 +153,7 @@ class PostgresStashStore(StashStore):
         async def init(conn: Conn) -> None:
             await conn.execute(_INIT_META, env)
 
-        await client.run(f"catalog stash {env!r}: create", init, write=True)
+        await client.run(f"catalog stash {env!r}: create", init, write=True, kind="setup")
         return store
 
     async def close(self) -> None:
@@ -170,11 +172,11 @@ class PostgresStashStore(StashStore):
             assert row is not None
             return int(row[0]), int(row[1])
 
-        return await self._client.run(self._what("read meta"), read, write=False)
+        return await self._client.run(self._what("read meta"), read, write=False, kind="catalog.stash.read_meta")
 
     async def read_state(self) -> tuple[int, CatalogState]:
         async def read(conn: Conn) -> tuple[int, CatalogState]:
-            async with conn.transaction(isolation="repeatable_read", readonly=True):
+            async with conn.transaction(isolation=self._client.isolation.snapshot, readonly=True):
                 row = await conn.fetchrow(_META, self.env)
                 assert row is not None
                 rows = await conn.fetch(_OBJECTS, self.env)
@@ -183,11 +185,11 @@ class PostgresStashStore(StashStore):
                 state.entries[(r[0], r[1])] = r[2]
             return int(row[0]), state
 
-        return await self._client.run(self._what("read state"), read, write=False)
+        return await self._client.run(self._what("read state"), read, write=False, kind="catalog.stash.read_state")
 
     async def read_log(self, lo: int) -> tuple[int, list[CatalogUpdate]] | None:
         async def read(conn: Conn) -> tuple[int, list[CatalogUpdate]] | None:
-            async with conn.transaction(isolation="repeatable_read", readonly=True):
+            async with conn.transaction(isolation=self._client.isolation.snapshot, readonly=True):
                 row = await conn.fetchrow(_META, self.env)
                 assert row is not None
                 upper, since = int(row[0]), int(row[1])
@@ -196,11 +198,13 @@ class PostgresStashStore(StashStore):
                 rows = await conn.fetch(_READ_LOG, self.env, lo, upper)
             return upper, [CatalogUpdate(r[1], r[2], r[3], int(r[0]), int(r[4])) for r in rows]
 
-        return await self._client.run(self._what(f"read log from {lo}"), read, write=False)
+        return await self._client.run(
+            self._what(f"read log from {lo}"), read, write=False, kind="catalog.stash.read_log"
+        )
 
     async def snapshot(self, ts: int) -> CatalogState | None:
         async def read(conn: Conn) -> CatalogState | None:
-            async with conn.transaction(isolation="repeatable_read", readonly=True):
+            async with conn.transaction(isolation=self._client.isolation.snapshot, readonly=True):
                 row = await conn.fetchrow(_META, self.env)
                 assert row is not None
                 if ts < int(row[1]):
@@ -208,7 +212,9 @@ class PostgresStashStore(StashStore):
                 rows = await conn.fetch(_CONSOLIDATED, self.env, ts)
             return _state(rows)
 
-        return await self._client.run(self._what(f"snapshot at {ts}"), read, write=False)
+        return await self._client.run(
+            self._what(f"snapshot at {ts}"), read, write=False, kind="catalog.stash.snapshot"
+        )
 
     async def append(
         self, expected_upper: int, new_upper: int, updates: Sequence[CatalogUpdate],
@@ -225,7 +231,7 @@ class PostgresStashStore(StashStore):
         ]
 
         async def write(conn: Conn) -> AppendResult:
-            async with conn.transaction():
+            async with conn.transaction(isolation=self._client.isolation.asyncpg):
                 row = await conn.fetchrow(_LOCK_META, self.env)
                 assert row is not None
                 upper = int(row[0])
@@ -248,7 +254,9 @@ class PostgresStashStore(StashStore):
                 await conn.execute(_SET_WRITER, self.env, writer, token, new_upper)
             return Appended(new_upper)
 
-        result = await self._client.run(self._what(f"append at {expected_upper}"), write, write=True)
+        result = await self._client.run(
+            self._what(f"append at {expected_upper}"), write, write=True, kind="catalog.stash.append"
+        )
         if isinstance(result, Appended):
             self._changed.set()
             self._changed = anyio.Event()
@@ -256,17 +264,19 @@ class PostgresStashStore(StashStore):
 
     async def confirm(self, epoch: int) -> None:
         async def confirm(conn: Conn) -> None:
-            async with conn.transaction():
+            async with conn.transaction(isolation=self._client.isolation.asyncpg):
                 await conn.fetchrow(_LOCK_META, self.env)
                 current = epoch_of(await conn.fetchval(_EPOCH, self.env, EPOCH_KEY))
                 if current != epoch:
                     raise fenced(current, epoch)
 
-        await self._client.run(self._what("confirm leadership"), confirm, write=True)
+        await self._client.run(
+            self._what("confirm leadership"), confirm, write=True, kind="catalog.stash.confirm_leadership"
+        )
 
     async def compact(self, since: int) -> None:
         async def compact(conn: Conn) -> None:
-            async with conn.transaction():
+            async with conn.transaction(isolation=self._client.isolation.asyncpg):
                 row = await conn.fetchrow(_LOCK_META, self.env)
                 assert row is not None
                 if since <= int(row[1]):
@@ -281,7 +291,9 @@ class PostgresStashStore(StashStore):
                     await conn.executemany(_LOG, rows)
                 await conn.execute(_SET_SINCE, self.env, since)
 
-        await self._client.run(self._what(f"compact to {since}"), compact, write=True)
+        await self._client.run(
+            self._what(f"compact to {since}"), compact, write=True, kind="catalog.stash.compact"
+        )
 
     async def wait_for_change(self, upper: int) -> None:
         event = self._changed

@@ -8,7 +8,8 @@ shared backend (`OracleFactory`).
 | `postgres://…`, `postgresql://…` | `PostgresOracle` | the `timestamp_oracle` table |
 | `modeled://` | `ModeledOracle` (virtual mode's Postgres oracle) | in-memory rows, modeled round trips |
 
-Postgres URLs also take `pool_size` and the libpq parameters of
+Postgres URLs also take `pool_size`, `isolation=serializable|read-committed`
+(default serializable, as CockroachDB) and the libpq parameters of
 `sim.runtime.urls.PG_PASSTHROUGH` (`password`, `application_name`,
 `connect_timeout`, the TLS ones, …). Unknown parameters are `InvalidUsage`. asyncpg is
 imported only for Postgres URLs.
@@ -27,6 +28,7 @@ from oracle.memory import DEFAULT_WINDOW_MS, MemoryOracle
 from oracle.modeled import ModeledOracle, ModeledOracleRows
 from oracle.stash import MemTimestampStash
 from sim.runtime.errors import InvalidUsage
+from sim.runtime.pg import ISOLATION_PARAM, isolation_of, with_isolation
 from sim.runtime.tasks import AsyncExitStack
 from sim.runtime.urls import PG_PASSTHROUGH, ParsedUrl, driver_url, parse_url, redact_url
 
@@ -80,10 +82,10 @@ def _parse(url: str, application_name: str | None) -> _Spec:
             raise InvalidUsage(f"modeled:// takes no name or path, got {redact_url(url)}")
         kind = "modeled"
     elif u.scheme in _PG_SCHEMES:
-        u.require_params(PG_PASSTHROUGH | {"pool_size"})
+        u.require_params(PG_PASSTHROUGH | {"pool_size", ISOLATION_PARAM})
         kind = "postgres"
     elif u.scheme in _MEMORY_PG_SCHEMES:
-        u.require_params(PG_PASSTHROUGH | {"pool_size", "stash", "window_ms"})
+        u.require_params(PG_PASSTHROUGH | {"pool_size", "stash", "window_ms", ISOLATION_PARAM})
         kind = "memory+postgres"
     else:
         raise InvalidUsage(
@@ -92,7 +94,12 @@ def _parse(url: str, application_name: str | None) -> _Spec:
         )
     # application_name is not left to the URL: the client sets it explicitly
     # (the `application_name` argument overrides the URL's).
-    dsn = "" if kind in ("memory", "modeled") else driver_url(url, drop=("application_name",))
+    # The isolation level rides along in the driver's URL (the Postgres client parses it).
+    dsn = (
+        ""
+        if kind in ("memory", "modeled")
+        else with_isolation(driver_url(url, drop=("application_name",)), isolation_of(url))
+    )
     stash_name = u.params.get("stash", "default")
     if not stash_name:
         raise InvalidUsage(f"parameter stash in {redact_url(url)} must not be empty")

@@ -8,6 +8,12 @@ and Indeterminate failures alike (SQLSTATE 40001, a dropped connection,
 `pg_terminate_backend`'s 57P01, a refused connection) until its deadline, then
 surfaces one line naming the operation. Failures are classified by persist's
 `classify_failure`, so the oracle and Consensus agree on what is definite.
+
+Sessions run at SERIALIZABLE unless the URL says `isolation=read-committed`
+(`sim.runtime.pg.Isolation`): CockroachDB runs every transaction so, and its
+contention shows up as 40001, which `run` retries like the real system's
+client does. With a run's `BackendStats` installed, each statement's round trip
+(on its connection: no pool wait, no backoff) and each retry is recorded.
 """
 
 from __future__ import annotations
@@ -18,14 +24,23 @@ from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar, final
 import anyio
 import asyncpg
 
+from sim.runtime.backend_stats import current_backend_stats
 from sim.runtime.errors import Determinate, ExternalError, Indeterminate, InvalidUsage
-from sim.runtime.pg import DRIVER_ERRORS, classify_failure, describe_failure, split_connect_timeout
+from sim.runtime.pg import (
+    DRIVER_ERRORS,
+    Isolation,
+    classify_failure,
+    describe_failure,
+    split_connect_timeout,
+    split_isolation,
+)
 from sim.runtime.retry import RetryPolicy, retry_external
 from sim.runtime.urls import redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from sim.runtime.backend_stats import BackendStats
     from sim.runtime.core import Runtime
 
     Conn: TypeAlias = asyncpg.Connection[asyncpg.Record]
@@ -50,8 +65,17 @@ class _Pool:
     Which failures discard a connection: `_reusable_after`.
     """
 
-    def __init__(self, size: int, connect: Callable[[], Awaitable[Conn]]) -> None:
+    def __init__(
+        self,
+        size: int,
+        connect: Callable[[], Awaitable[Conn]],
+        *,
+        now: Callable[[], float],
+        stats: BackendStats | None = None,
+    ) -> None:
         self._connect = connect
+        self._now = now
+        self._stats = stats
         self._slots = anyio.Semaphore(size)
         self._idle: list[Conn] = []
         self._busy: set[Conn] = set()  # membership only; never iterated for order
@@ -71,9 +95,11 @@ class _Pool:
         call: Callable[[Conn], Awaitable[T]],
         *,
         on_connect_error: Callable[[BaseException], BaseException],
+        kind: str = "other",
     ) -> T:
         """Runs `call` on a connection (waiting for one of the `size` slots);
-        a failure to connect is raised as `on_connect_error(exc)`."""
+        a failure to connect is raised as `on_connect_error(exc)`. A success
+        is recorded as a round trip of `kind` when stats are being kept."""
         try:
             self._slots.acquire_nowait()  # the common case: no await, no yield
         except anyio.WouldBlock:
@@ -92,11 +118,14 @@ class _Pool:
                     raise on_connect_error(exc) from exc
                 assert conn is not None  # a shielded scope never swallows the call
             self._busy.add(conn)
+            t0 = self._now()
             try:
                 result = await call(conn)
             except BaseException as exc:
                 self._put_back(conn, reusable=_reusable_after(exc, conn))
                 raise
+            if self._stats is not None:
+                self._stats.record(kind, self._now() - t0)
             self._put_back(conn, reusable=True)
             return result
         finally:
@@ -166,7 +195,13 @@ class PostgresClient:
     """
 
     def __init__(
-        self, pool: _Pool, rt: Runtime, where: str, retry: RetryPolicy, application_name: str
+        self,
+        pool: _Pool,
+        rt: Runtime,
+        where: str,
+        retry: RetryPolicy,
+        application_name: str,
+        isolation: Isolation = Isolation.SERIALIZABLE,
     ) -> None:
         """Use `connect`."""
         self._pool = pool
@@ -174,6 +209,10 @@ class PostgresClient:
         self.where = where
         self.retry = retry
         self.application_name = application_name
+        #: The level every session (and so every implicit and explicit
+        #: transaction without a level of its own) runs at.
+        self.isolation = isolation
+        self._stats = current_backend_stats()
         self._closed = False
 
     @classmethod
@@ -186,8 +225,9 @@ class PostgresClient:
         application_name: str = "coordsim-oracle",
         statement_timeout_s: float = 10.0,
         retry: RetryPolicy = DEFAULT_RETRY,
+        isolation: Isolation | None = None,
     ) -> PostgresClient:
-        """Connects to `url` (`postgres[ql]://user@host:port/db[?sslmode=…&connect_timeout=S]`).
+        """Connects to `url` (`postgres[ql]://user@host:port/db[?sslmode=…&connect_timeout=S&isolation=L]`).
 
         Args:
             pool_size: the most connections held at once.
@@ -195,6 +235,8 @@ class PostgresClient:
                 backends by it).
             statement_timeout_s: the server cancels a statement running longer.
             retry: backoff and deadline of `run`.
+            isolation: the sessions' level; None: the URL's `isolation`
+                parameter, else SERIALIZABLE.
 
         Raises:
             InvalidUsage: a bad argument or URL.
@@ -206,29 +248,33 @@ class PostgresClient:
             raise InvalidUsage(f"statement_timeout_s must be > 0, got {statement_timeout_s}")
         where = redact_url(url)
         dsn, connect_timeout = split_connect_timeout(url)
+        dsn, named = split_isolation(dsn)
+        level = isolation or named
 
         async def connect() -> Conn:
             conn: Conn = await asyncpg.connect(
                 dsn,
                 timeout=connect_timeout or 10.0,
                 command_timeout=statement_timeout_s + 1.0,
-                # Startup settings, not SET: CockroachDB knows both, and they hold
-                # for the connection's life.
+                # Startup settings, not SET: CockroachDB knows all three, and they
+                # hold for the connection's life. The isolation level covers the
+                # single-statement (implicit) transactions; explicit ones name it.
                 server_settings={
                     "statement_timeout": str(int(statement_timeout_s * 1000)),
                     "application_name": application_name,
+                    "default_transaction_isolation": level.setting,
                 },
             )
             return conn
 
-        pool = _Pool(pool_size, connect)
+        pool = _Pool(pool_size, connect, now=rt.now, stats=current_backend_stats())
         try:
             await pool.warm()
         except (ValueError, asyncpg.ClientConfigurationError) as exc:
             raise InvalidUsage(f"bad Postgres URL {where}: {describe_failure(exc)}") from exc
         except DRIVER_ERRORS as exc:
             raise Determinate(f"cannot connect to Postgres at {where}: {describe_failure(exc)}") from exc
-        return cls(pool, rt, where, retry, application_name)
+        return cls(pool, rt, where, retry, application_name, level)
 
     async def close(self) -> None:
         if self._closed:
@@ -259,7 +305,7 @@ class PostgresClient:
             ):
                 await conn.execute(ddl)
 
-        await self.run("create table", create, write=True)
+        await self.run("create table", create, write=True, kind="setup")
 
     async def run(
         self,
@@ -268,9 +314,13 @@ class PostgresClient:
         *,
         write: bool,
         on_retry: Callable[[Exception], None] | None = None,
+        kind: str = "other",
     ) -> T:
         """Runs `call` on a pooled connection, retrying every `ExternalError` (the
         caller promises `call` is idempotent) until the retry deadline.
+
+        `kind` names the operation in the run's `BackendStats` (e.g.
+        `oracle.pg.read_ts`): its round trips and retries, by SQLSTATE.
 
         Raises:
             InvalidUsage: the client is closed.
@@ -283,6 +333,8 @@ class PostgresClient:
         def count(exc: Exception) -> None:
             nonlocal attempts
             attempts += 1
+            if self._stats is not None:
+                self._stats.retried(kind, getattr(exc.__cause__, "sqlstate", None))
             if on_retry is not None:
                 on_retry(exc)
 
@@ -290,18 +342,18 @@ class PostgresClient:
         try:
             return await retry_external(
                 self._rt,
-                lambda: self._attempt(what, call, write),
+                lambda: self._attempt(what, call, write, kind),
                 idempotent=True,
                 policy=self.retry,
                 on_retry=count,
             )
         except ExternalError as exc:
-            kind = Determinate if isinstance(exc, Determinate) else Indeterminate
-            raise kind(
+            tier = Determinate if isinstance(exc, Determinate) else Indeterminate
+            raise tier(
                 f"{exc} (gave up after {attempts + 1} attempts in {self._rt.now() - start:.1f}s)"
             ) from exc
 
-    async def _attempt(self, what: str, call: Callable[[Conn], Awaitable[T]], write: bool) -> T:
+    async def _attempt(self, what: str, call: Callable[[Conn], Awaitable[T]], write: bool, kind: str) -> T:
         """One attempt: nothing sent yet ⇒ `Determinate`, else `classify_failure`."""
         if self._closed:
             raise InvalidUsage(f"{what}: the Postgres client for {self.where} is closed")
@@ -312,7 +364,7 @@ class PostgresClient:
             )
 
         try:
-            return await self._pool.use(call, on_connect_error=nothing_sent)
+            return await self._pool.use(call, on_connect_error=nothing_sent, kind=kind)
         except DRIVER_ERRORS as exc:
-            kind = classify_failure(exc, write=write)
-            raise kind(f"{what} on {self.where} failed: {describe_failure(exc)}") from exc
+            tier = classify_failure(exc, write=write)
+            raise tier(f"{what} on {self.where} failed: {describe_failure(exc)}") from exc

@@ -5,7 +5,8 @@ Fencing without advisory locks: `write_upper` and `confirm_leadership` lock the
 stash's epoch row (`SELECT … FOR UPDATE`) and compare it with their epoch in the
 same transaction, so they serialize with `open`'s bump: a bump either commits
 first (the check fails) or waits until the write has committed (the new opener
-then reads it). Under SERIALIZABLE the loser may get 40001 instead, and retries.
+then reads it). Under SERIALIZABLE (the client's default, as CockroachDB) the
+loser may get 40001 instead, and retries. Transactions name the client's level.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ class PostgresTimestampStash(TimestampStash):
             epoch: int = await conn.fetchval(_BUMP, self._name)
             return epoch
 
-        return await self._run(f"stash {self._name!r}: open", bump, write=True)
+        return await self._run(f"stash {self._name!r}: open", bump, write=True, kind="stash.open")
 
     async def read_upper(self, timeline: str) -> int | None:
         check_timeline(timeline)
@@ -141,7 +142,7 @@ class PostgresTimestampStash(TimestampStash):
             return upper
 
         return await self._run(
-            f"stash {self._name!r}: read_upper({timeline!r})", read, write=False
+            f"stash {self._name!r}: read_upper({timeline!r})", read, write=False, kind="stash.read_upper"
         )
 
     async def write_upper(self, timeline: str, upper: int, epoch: int) -> None:
@@ -150,30 +151,31 @@ class PostgresTimestampStash(TimestampStash):
         check_epoch(epoch)
 
         async def write(conn: Conn) -> None:
-            async with conn.transaction():
+            async with conn.transaction(isolation=self._client.isolation.asyncpg):
                 self._check(await conn.fetchval(_LOCK_EPOCH, self._name), epoch)
                 await conn.execute(_WRITE_UPPER, self._name, timeline, upper)
 
         await self._run(
-            f"stash {self._name!r}: write_upper({timeline!r}, {upper})", write, write=True
+            f"stash {self._name!r}: write_upper({timeline!r}, {upper})", write, write=True,
+            kind="stash.write_upper",
         )
 
     async def confirm_leadership(self, epoch: int) -> None:
         check_epoch(epoch)
 
         async def confirm(conn: Conn) -> None:
-            async with conn.transaction():
+            async with conn.transaction(isolation=self._client.isolation.asyncpg):
                 self._check(await conn.fetchval(_LOCK_EPOCH, self._name), epoch)
 
         await self._run(
-            f"stash {self._name!r}: confirm_leadership", confirm, write=True
+            f"stash {self._name!r}: confirm_leadership", confirm, write=True, kind="stash.confirm_leadership"
         )
 
-    async def _run(self, what: str, call: Callable[[Conn], Awaitable[T]], *, write: bool) -> T:
+    async def _run(self, what: str, call: Callable[[Conn], Awaitable[T]], *, write: bool, kind: str) -> T:
         def count(_exc: Exception) -> None:
             self.retry_count += 1
 
-        return await self._client.run(what, call, write=write, on_retry=count)
+        return await self._client.run(what, call, write=write, on_retry=count, kind=kind)
 
     def _check(self, current: int | None, epoch: int) -> None:
         if current != epoch:

@@ -8,7 +8,9 @@ statements are valid CockroachDB SQL and take its 1-phase-commit fast path.
 
 Every statement is idempotent to retry (`GREATEST` is; a retried allocation only
 skips a timestamp), so 40001, dropped connections and 57P01 are retried with
-backoff by `PostgresClient.run` and counted as `ts_oracle_retry_count`.
+backoff by `PostgresClient.run` and counted as `ts_oracle_retry_count`. The
+client runs them at SERIALIZABLE by default, as CockroachDB would: two
+`write_ts` on one row then conflict with 40001 instead of queueing on its lock.
 """
 
 from __future__ import annotations
@@ -188,7 +190,7 @@ class PostgresOracle(TimestampOracle):
         async def init(conn: Conn) -> None:
             await conn.execute(_INIT, timeline, initially)
 
-        await client.run(f"oracle {timeline!r}: initialise", init, write=True)
+        await client.run(f"oracle {timeline!r}: initialise", init, write=True, kind="setup")
         return oracle
 
     @property
@@ -266,7 +268,11 @@ class PostgresOracle(TimestampOracle):
 
         async def attempt() -> int:
             result = await self._client.run(
-                what, call, write=write, on_retry=lambda exc: self._metrics.retried(op, exc)
+                what,
+                call,
+                write=write,
+                on_retry=lambda exc: self._metrics.retried(op, exc),
+                kind=f"oracle.pg.{op}",
             )
             if result is None:
                 # Someone deleted the row: re-creating it could move time backwards.

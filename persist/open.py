@@ -21,6 +21,7 @@ import os
 from typing import TYPE_CHECKING, Final
 
 from sim.runtime.errors import InvalidUsage
+from sim.runtime.pg import ISOLATION_PARAM, isolation_of
 from sim.runtime.urls import PG_PASSTHROUGH, ParsedUrl, driver_url, parse_url, redact_url
 
 if TYPE_CHECKING:
@@ -108,11 +109,11 @@ async def open_consensus(url: str) -> Consensus:
 
         return MemConsensus()
     if u.scheme in ("postgres", "postgresql"):
-        u.require_params(PG_PASSTHROUGH | {"pool_size"})
+        u.require_params(PG_PASSTHROUGH | {"pool_size", ISOLATION_PARAM})
         pool_size = _int_param(u, "pool_size", 8)
         from persist.postgres import PostgresConsensus
 
-        return await PostgresConsensus.open(driver_url(url), pool_size=pool_size)
+        return await PostgresConsensus.open(driver_url(url), pool_size=pool_size, isolation=isolation_of(url))
     raise InvalidUsage(
         f"unknown consensus URL scheme {u.scheme!r} in {redact_url(url)}: "
         "expected mem:// or postgres://"

@@ -5,8 +5,11 @@ inserts the new entry only if the key's head is at the expected seqno. Because
 of the gap-free rule (`new.seqno == expected + 1`), every writer racing for one
 seqno inserts the same primary key: the database lets exactly one of them in and
 `ON CONFLICT DO NOTHING` turns the others into "0 rows", i.e.
-EXPECTATION_MISMATCH, even under READ COMMITTED. Under SERIALIZABLE (CockroachDB)
-a loser may instead get SQLSTATE 40001, a `Determinate` error its caller retries.
+EXPECTATION_MISMATCH, even under READ COMMITTED. Under SERIALIZABLE (CockroachDB,
+and these sessions' default: `?isolation=read-committed` chooses the other) a
+loser may instead get SQLSTATE 40001, a `Determinate` error its caller retries.
+With a run's `BackendStats` installed, each statement's round trip and each
+failure (which persist's callers retry) is recorded by kind (`consensus.cas`, …).
 
 Known limit under READ COMMITTED: a CaS statement's snapshot is taken when the
 statement starts; if, before it reaches its insert, other sessions commit two
@@ -34,8 +37,17 @@ from persist.location import (
     check_consensus_key,
     check_scan_limit,
 )
+from sim.runtime.backend_stats import current_backend_stats
 from sim.runtime.errors import Determinate, InvalidUsage
-from sim.runtime.pg import DRIVER_ERRORS, classify_failure, describe_failure, split_connect_timeout
+from sim.runtime.patches import get_running_loop
+from sim.runtime.pg import (
+    DRIVER_ERRORS,
+    Isolation,
+    classify_failure,
+    describe_failure,
+    split_connect_timeout,
+    split_isolation,
+)
 from sim.runtime.urls import redact_url
 
 if TYPE_CHECKING:
@@ -108,15 +120,28 @@ class PostgresConsensus(Consensus):
     retry `Determinate` errors (DESIGN.md §9).
     """
 
-    def __init__(self, pool: asyncpg.Pool[asyncpg.Record], where: str) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool[asyncpg.Record],
+        where: str,
+        isolation: Isolation = Isolation.SERIALIZABLE,
+    ) -> None:
         """Use `open`. `where` is the redacted URL, for messages."""
         self._pool = pool
         self._where = where
+        #: The level every statement runs at (each is its own transaction).
+        self.isolation = isolation
+        self._stats = current_backend_stats()
         self._closed = False
 
     @classmethod
     async def open(
-        cls, url: str, *, pool_size: int = 8, statement_timeout_s: float = 30.0
+        cls,
+        url: str,
+        *,
+        pool_size: int = 8,
+        statement_timeout_s: float = 30.0,
+        isolation: Isolation | None = None,
     ) -> PostgresConsensus:
         """Connects to `url` and creates the `consensus` table if it is missing.
 
@@ -126,6 +151,8 @@ class PostgresConsensus(Consensus):
             pool_size: the most connections held at once.
             statement_timeout_s: the server cancels a statement running longer
                 (and the client gives up a second later, should the server hang).
+            isolation: the sessions' level; None: the URL's `isolation`
+                parameter, else SERIALIZABLE (as CockroachDB).
 
         Raises:
             InvalidUsage: a bad argument or a malformed URL.
@@ -138,6 +165,8 @@ class PostgresConsensus(Consensus):
             raise InvalidUsage(f"statement_timeout_s must be > 0, got {statement_timeout_s}")
         where = redact_url(url)
         dsn, connect_timeout = split_connect_timeout(url)
+        dsn, named = split_isolation(dsn)
+        level = isolation or named
         try:
             pool: asyncpg.Pool[asyncpg.Record] = await asyncpg.create_pool(
                 dsn,
@@ -147,7 +176,10 @@ class PostgresConsensus(Consensus):
                 command_timeout=statement_timeout_s + 1.0,
                 # Startup settings, not SET: they survive the RESET ALL that the
                 # pool runs when a connection is released.
-                server_settings={"statement_timeout": str(int(statement_timeout_s * 1000))},
+                server_settings={
+                    "statement_timeout": str(int(statement_timeout_s * 1000)),
+                    "default_transaction_isolation": level.setting,
+                },
             )
         except (ValueError, asyncpg.ClientConfigurationError) as exc:
             raise InvalidUsage(f"bad Postgres URL {where}: {describe_failure(exc)}") from exc
@@ -166,7 +198,7 @@ class PostgresConsensus(Consensus):
             raise Determinate(
                 f"cannot create the consensus table at {where}: {describe_failure(exc)}"
             ) from exc
-        return cls(pool, where)
+        return cls(pool, where, level)
 
     async def close(self) -> None:
         if self._closed:
@@ -186,7 +218,7 @@ class PostgresConsensus(Consensus):
     async def head(self, key: str) -> VersionedData | None:
         check_consensus_key(key)
         row = await self._run(
-            f"head({key!r})", write=False, call=lambda c: c.fetchrow(_HEAD, key)
+            f"head({key!r})", write=False, call=lambda c: c.fetchrow(_HEAD, key), kind="consensus.head"
         )
         return None if row is None else VersionedData(SeqNo(row[0]), bytes(row[1]))
 
@@ -201,13 +233,17 @@ class PostgresConsensus(Consensus):
         what = f"compare_and_set({key!r}, {expected}, {new.seqno})"
         if expected is None:
             inserted = await self._run(
-                what, write=True, call=lambda c: c.fetchval(_CAS_FIRST, key, new.seqno.value, data)
+                what,
+                write=True,
+                call=lambda c: c.fetchval(_CAS_FIRST, key, new.seqno.value, data),
+                kind="consensus.cas",
             )
         else:
             inserted = await self._run(
                 what,
                 write=True,
                 call=lambda c: c.fetchval(_CAS, key, new.seqno.value, data, expected.value),
+                kind="consensus.cas",
             )
         return CaSResult.EXPECTATION_MISMATCH if inserted is None else CaSResult.COMMITTED
 
@@ -220,6 +256,7 @@ class PostgresConsensus(Consensus):
             f"scan({key!r}, {from_seqno}, {limit})",
             write=False,
             call=lambda c: c.fetch(_SCAN, key, from_seqno.value, min(limit, _BIGINT_MAX)),
+            kind="consensus.scan",
         )
         return [VersionedData(SeqNo(row[0]), bytes(row[1])) for row in rows]
 
@@ -227,7 +264,9 @@ class PostgresConsensus(Consensus):
         check_consensus_key(key)
         what = f"truncate({key!r}, {seqno})"
         bound = min(seqno.value, _BIGINT_MAX)  # a bigger one is above any head: refused below
-        row = await self._run(what, write=True, call=lambda c: c.fetchrow(_TRUNCATE, key, bound))
+        row = await self._run(
+            what, write=True, call=lambda c: c.fetchrow(_TRUNCATE, key, bound), kind="consensus.truncate"
+        )
         head = None if row is None else row[0]
         if head is None:
             raise InvalidUsage(f"{what}: the key was never written")
@@ -239,10 +278,11 @@ class PostgresConsensus(Consensus):
     # --- plumbing
 
     async def _run(
-        self, what: str, *, write: bool, call: Callable[[_ConnT], Awaitable[T]]
+        self, what: str, *, write: bool, call: Callable[[_ConnT], Awaitable[T]], kind: str
     ) -> T:
         """Runs one statement on a pooled connection, turning driver failures into
-        the error tiers: nothing sent yet ⇒ `Determinate`, else `classify_failure`."""
+        the error tiers: nothing sent yet ⇒ `Determinate`, else `classify_failure`.
+        `kind` names it in the run's `BackendStats`."""
         if self._closed:
             raise InvalidUsage(f"{what}: {self!r} is closed")
         try:
@@ -251,11 +291,21 @@ class PostgresConsensus(Consensus):
             raise Determinate(
                 f"{what} on {self._where}: no connection (nothing sent): {describe_failure(exc)}"
             ) from exc
+        stats = self._stats
         try:
-            return await call(conn)
+            if stats is None:
+                return await call(conn)
+            # The loop's clock (as `Runtime.now`): the pair costs two calls.
+            clock = get_running_loop().time
+            t0 = clock()
+            result = await call(conn)
+            stats.record(kind, clock() - t0)
+            return result
         except DRIVER_ERRORS as exc:
-            kind = classify_failure(exc, write=write)
-            raise kind(f"{what} on {self._where} failed: {describe_failure(exc)}") from exc
+            if stats is not None:
+                stats.retried(kind, getattr(exc, "sqlstate", None))
+            tier = classify_failure(exc, write=write)
+            raise tier(f"{what} on {self._where} failed: {describe_failure(exc)}") from exc
         finally:
             # The statement's outcome is already decided; a failed release (the
             # reset of a connection that just died) cannot change it, and asyncpg

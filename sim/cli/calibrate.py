@@ -2,27 +2,33 @@
 write the latency profile `--mode virtual` runs on (DESIGN.md §4).
 
 The profile is claimed before measuring and written atomically, so a failed or
-interrupted calibration leaves no profile, nor a half-written one, behind.
+interrupted calibration leaves no profile, nor a half-written one, behind. On a
+busy host (the report's rule: load above the cores, or other processes above a
+quarter of a core) it refuses with exit 2 unless `--force`, which marks the
+profile; either way the profile records the host check and where it ran.
 """
 
 from __future__ import annotations
 
+import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from sim.cli.options import wrote
+from sim.cli.options import PgIsolation, wrote
 from sim.cli.pg import postgres_for
 from sim.cli.tables import new_table, plain, print_tables
 from sim.load.config import Config
-from sim.runtime.errors import InvalidUsage
+from sim.runtime.errors import CoordsimError, InvalidUsage
 from sim.runtime.outputs import atomic_write, claim_file
 
 __all__ = ["register"]
 
 _out = Console()
+_err = Console(stderr=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -37,6 +43,8 @@ def calibrate(
     samples: Annotated[int, typer.Option("--samples", metavar="N", help="Round trips measured per operation.")] = 200,
     s3: Annotated[str | None, typer.Option("--s3", metavar="URL", show_default="files", help="Measure Blob on this s3:// URL.")] = None,
     fsync: Annotated[bool, typer.Option(help="Embedded Postgres with fsync on (durable, as the oracle is).")] = True,
+    force: Annotated[bool, typer.Option("--force", help="Calibrate even on a busy host (load above the cores, or other processes above 25 % of a core); the profile is marked forced_on_busy_host.")] = False,
+    pg_isolation: PgIsolation = None,
 ) -> None:
     """Measure oracle, stash and consensus round trips against the configured Postgres (embedded unless COORDSIM_POSTGRES_URL) and write a latency profile for `--mode virtual`; prints the file last.
 
@@ -45,15 +53,44 @@ def calibrate(
       coordsim calibrate --samples 500 -o my-profile.toml
       coordsim compare --latency-profile my-profile.toml
     """
-    from sim.model.calibrate import calibrate_profile, check_samples, render_profile
+    from sim.compare.host import HostSampler
+    from sim.compare.runner import postmaster_pids
+    from sim.model.calibrate import (
+        calibrate_profile,
+        check_host,
+        check_samples,
+        provenance_record,
+        render_profile,
+    )
+    from sim.runtime.pg import isolation_of
 
     check_samples(samples)
     if output.suffix not in (".toml", ".json"):
         raise InvalidUsage(f"{output}: a profile is a .toml or .json file")
     claim_file(output, "coordsim calibrate")  # before measuring: refuse early
-    with postgres_for(Config(mode="real"), fsync=fsync) as cfg:
+    started = datetime.now(UTC)
+    host = check_host()
+    if host.busy and not force:
+        raise CoordsimError(
+            f"the host is busy ({host.busy_reason}): round trips measured now would carry that load into the "
+            "profile; calibrate on a quiet machine, or pass --force to write a profile marked forced_on_busy_host"
+        )
+    if host.busy:
+        _err.print(f"calibrate: --force on a busy host ({host.busy_reason}): the profile is marked "
+                   "forced_on_busy_host", markup=False, highlight=False)  # fmt: skip
+    isolation = None if pg_isolation is None else pg_isolation.value
+    with postgres_for(Config(mode="real"), fsync=fsync, isolation=isolation) as cfg:
         assert cfg.postgres_url is not None
+        # Postgres's CPU is the calibration's own: what is left is other processes'.
+        sampler = HostSampler(also_own=postmaster_pids(cfg) or tuple)
+        sampler.start()
         measured = calibrate_profile(cfg.postgres_url, samples=samples, s3_url=s3)
+        during = sampler.stop()
+        level = isolation_of(cfg.postgres_url)
+    record = provenance_record(host, forced=force, pg_isolation=level.value, argv=sys.argv, started=started)
+    if during.other_cores is not None:
+        record["other_cpu_cores_during"] = round(during.other_cores, 3)
+    measured.provenance = record
     text = render_profile(measured, json_format=output.suffix == ".json")
     try:
         claim_file(output, "coordsim calibrate")
@@ -65,4 +102,5 @@ def calibrate(
     for name, (median_ms, sigma, n) in sorted(measured.items()):
         table.add_row(name, f"{median_ms:.3f}", f"{sigma:.2f}", f"{n:,}")
     print_tables([table], console=_out)
+    _out.print(f"Postgres isolation: {level.label()}", markup=False, highlight=False)
     wrote(output)

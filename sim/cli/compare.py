@@ -190,6 +190,7 @@ def compare(
     sensitivity: Annotated[bool, typer.Option("--sensitivity", help="Rerun the comparison with each family of unmeasured costs (coordinator CPU, replica, catalog feed) scaled x0.5 and x2, and say which conclusions survive (7 sweeps in all: use with --mode virtual or --quick).")] = False,
     jobs: options.Jobs = None,
     wide: options.Wide = False,
+    pg_isolation: options.PgIsolation = None,
 ) -> None:
     """Compare the configurations: run workloads under each with the same seeds, in steady state.
 
@@ -227,6 +228,7 @@ def compare(
             duration_s=duration or (None if ops else 0.3 if cfg.mode == "real" else 0.02),
             warmup_s=warmup or (None if ops else 0.2 if cfg.mode == "real" else 0.01),
         )
+    isolation = _pg_isolation(cfg, pg_isolation)
     n_jobs = _jobs(cfg, jobs)
     ref = _reference(cfg, reference)
     base_rows = read_results(baseline) if baseline is not None else None
@@ -234,7 +236,7 @@ def compare(
     target = options_run_dir(cfg, "compare")
     wall0 = time.perf_counter()
     prov_start = start_provenance(argv=sys.argv, started=datetime.now(UTC))
-    with staged_dir(target, "compare") as stage, postgres_for(cfg) as cfg, \
+    with staged_dir(target, "compare") as stage, postgres_for(cfg, isolation=isolation) as cfg, \
             workers(n_jobs, preload="sim.compare.runner") as pool:  # fmt: skip
         from sim.compare.runner import postmaster_pids  # heavy: not at start-up
 
@@ -351,6 +353,7 @@ def compare(
         out.print(f"{fragile} conclusion(s) fragile" if fragile else "every conclusion survives", markup=False)
     for line in concluded.lines():
         out.print(line, markup=False, highlight=False)
+    _print_isolation(out, rows)
     if busy is not None:
         out.print(busy.strip("*"), style="bold", markup=False, highlight=False)
     out.print(provenance_footer(prov, simulated=cfg.mode == "virtual"), markup=False, highlight=False)
@@ -370,6 +373,23 @@ def compare(
     options.wrote(target)
     if failed:
         raise typer.Exit(1)
+
+
+def _pg_isolation(cfg: Config, given: options.PgIsolationName | None) -> str | None:
+    """`--pg-isolation`'s level, which only real mode has a use for."""
+    if given is not None and cfg.mode != "real":
+        raise InvalidUsage("--pg-isolation sets real mode's Postgres isolation level: use it with --mode real")
+    return None if given is None else given.value
+
+
+def _print_isolation(out: Console, rows: list[LevelRow]) -> None:
+    """Real mode: the sessions' isolation level and the 40001 retries (read
+    committed in bold: its figures are not CockroachDB's)."""
+    from sim.compare.report import isolation_line
+
+    line = isolation_line(rows)
+    if line is not None:
+        out.print(line, style="bold" if "not CockroachDB-like" in line else None, markup=False, highlight=False)
 
 
 def _reference(cfg: Config, reference: str | None) -> str:
@@ -594,6 +614,7 @@ def run_scenario(
     latency_profile: ProfileOpt = None,
     progress: options.Progress = None,
     wide: options.Wide = False,
+    pg_isolation: options.PgIsolation = None,
 ) -> None:
     """Run one scenario under one configuration and check it; write its trace (and the checker's verdicts) and print the directory last.
 
@@ -615,7 +636,7 @@ def run_scenario(
     )
     if isinstance(sc, PythonScenario):
         target = options_run_dir(cfg, f"run {sc.name}")
-        with staged_dir(target, "run") as stage, postgres_for(cfg) as cfg:
+        with staged_dir(target, "run") as stage, postgres_for(cfg, isolation=_pg_isolation(cfg, pg_isolation)) as cfg:
             verdict = _run_python(cfg, config, sc, stage, target)
         _out.print(verdict, markup=False, highlight=False)
         options.wrote(target)
@@ -626,11 +647,13 @@ def run_scenario(
         return
     cfg = cfg.with_overrides(**sc.params).with_overrides(workloads=[sc.workload], configurations=[config])
     target = options_run_dir(cfg, f"run {sc.name}")
-    with staged_dir(target, "run") as stage, postgres_for(cfg) as cfg:
+    isolation = _pg_isolation(cfg, pg_isolation)
+    with staged_dir(target, "run") as stage, postgres_for(cfg, isolation=isolation) as cfg:
         rows, verdicts, anomalies = _sweep(cfg, stage, check=True, progress=progress, dest=target)
         write_csv(stage / "results.csv", rows)
         write_hgrms(stage, rows)
     print_tables(tables(rows, plain=not _out.is_terminal, wide=wide or not _out.is_terminal), console=_out)
+    _print_isolation(_out, rows)
     for line in verdicts:
         _out.print(line, markup=False, highlight=False)
     options.wrote(target)

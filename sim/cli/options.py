@@ -38,6 +38,8 @@ __all__ = [
     "OldOut",
     "OldSpark",
     "Output",
+    "PgIsolation",
+    "PgIsolationName",
     "Progress",
     "Scenario",
     "Schedule",
@@ -66,6 +68,13 @@ DEFAULT_MASTER: Final = "local[*]"
 class ModeName(enum.StrEnum):
     virtual = "virtual"
     real = "real"
+
+
+class PgIsolationName(enum.StrEnum):
+    """`--pg-isolation`'s values (`sim.runtime.pg.Isolation`'s)."""
+
+    serializable = "serializable"
+    read_committed = "read-committed"
 
 
 _OUTPUT_HELP = (
@@ -134,6 +143,17 @@ Schedule = Annotated[
                  help="Virtual loop's scheduling policy: fifo (asyncio's order), random (random walk) or pct "
                  "(priorities with change points; pct:d=DEPTH,k=STEPS), drawn from the seed."),
 ]  # fmt: skip
+#: Real mode's isolation level for every oracle, stash and Consensus session.
+PgIsolation = Annotated[
+    PgIsolationName | None,
+    typer.Option(
+        "--pg-isolation", metavar="serializable|read-committed", show_default="serializable", case_sensitive=False,
+        help="Real mode: the isolation level of every oracle, catalog and Consensus transaction. serializable "
+        "is CockroachDB's (contention shows as 40001, retried and counted); read-committed is not "
+        "CockroachDB-like and is labelled so in every output. Default: the Postgres URL's isolation= "
+        "parameter, else serializable.",
+    ),
+]  # fmt: skip
 Progress = Annotated[
     float | None,
     typer.Option(
@@ -156,6 +176,7 @@ SHARED: Final[dict[str, tuple[tuple[str, ...], str | None, Any]]] = {
     "--scenario": (("--scenario",), "NAME", None),
     "--jobs": (("--jobs", "-j"), "N", None),
     "--progress": (("--progress", "-P"), "SECONDS", None),
+    "--pg-isolation": (("--pg-isolation",), "serializable|read-committed", None),
     "--json": (("--json",), None, False),
     "--wide": (("--wide",), None, False),
 }

@@ -10,7 +10,8 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from sim.runtime.errors import CoordsimError
-from sim.runtime.urls import redact_text, redact_url
+from sim.runtime.pg import Isolation, isolation_of, with_isolation
+from sim.runtime.urls import driver_url, redact_text, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -21,12 +22,14 @@ __all__ = ["check_reachable", "postgres_for"]
 
 
 @contextlib.contextmanager
-def postgres_for(cfg: Config, *, fsync: bool = True) -> Iterator[Config]:
+def postgres_for(cfg: Config, *, fsync: bool = True, isolation: str | None = None) -> Iterator[Config]:
     """Real mode: checks the configured Postgres answers, or starts an embedded
     one for the duration — with fsync on by default, because the oracle and the
     stash being compared are durable stores (CockroachDB in the seeds), and a
     commit's fsync is exactly the round trip the update path pays serially;
-    virtual mode: nothing."""
+    virtual mode: nothing. The URL handed on names the sessions' isolation
+    level: `isolation` (`--pg-isolation`), else the URL's own, else
+    SERIALIZABLE (`sim.runtime.pg.Isolation`)."""
     if cfg.mode != "real":
         yield cfg
         return
@@ -34,12 +37,14 @@ def postgres_for(cfg: Config, *, fsync: bool = True) -> Iterator[Config]:
 
     url = cfg.effective_postgres_url()
     if url is not None:
-        check_reachable(url, timeout=5, verb="reach")
-        yield cfg.with_overrides(postgres_url=url)
+        level = Isolation.parse(isolation) if isolation is not None else isolation_of(url)
+        check_reachable(url, timeout=5, verb="reach", dsn=driver_url(url))
+        yield cfg.with_overrides(postgres_url=with_isolation(url, level))
         return
+    level = Isolation.parse(isolation) if isolation is not None else Isolation.SERIALIZABLE
     pg = EmbeddedPostgres(fsync=fsync).start()
     try:
-        yield cfg.with_overrides(postgres_url=pg.url)
+        yield cfg.with_overrides(postgres_url=with_isolation(pg.url, level))
     finally:
         pg.stop()
 

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from sim.compare.runner import LevelRow
     from sim.compare.stats import Verdict
+    from sim.runtime.backend_stats import KindStats
 
 __all__ = [
     "COLUMNS",
@@ -90,7 +91,29 @@ COLUMNS: Final = (
     "littles_law_samples",
     "first_half_samples",
     "second_half_samples",
+    # issue 35: real mode's isolation level, retries and backend round trips
+    "pg_isolation",
+    "retries_40001",
+    "backend_retries",
+    *(f"{name}_{measure}" for name in ("oracle_rtt", "oracle_read_ts", "oracle_write_ts", "oracle_apply_write",
+                                       "oracle_peek_write_ts", "confirm_leadership", "stash", "catalog", "consensus")
+      for measure in ("n", "p50_ms", "p99_ms")),
+    "backend_ms",
 )
+
+#: The backend columns of `COLUMNS` that name a `LevelRow.backend` entry:
+#: one kind, or a group (`<prefix>*`, `sim.compare.runner.BACKEND_GROUPS`).
+_BACKEND_COLUMNS: Final = {
+    "oracle_rtt": "oracle.pg.*",
+    "oracle_read_ts": "oracle.pg.read_ts",
+    "oracle_write_ts": "oracle.pg.write_ts",
+    "oracle_apply_write": "oracle.pg.apply_write",
+    "oracle_peek_write_ts": "oracle.pg.peek_write_ts",
+    "confirm_leadership": "stash.confirm_leadership",
+    "stash": "stash.*",
+    "catalog": "catalog.stash.*",
+    "consensus": "consensus.*",
+}
 
 #: What `read_results` needs of a baseline (an older results.csv has these
 #: and not the columns added since; `compare_baseline` reads no others).
@@ -116,12 +139,47 @@ def _cell(v: object) -> str:
     return str(v)
 
 
+def column(r: LevelRow, name: str) -> object:
+    """The value of `results.csv` column `name` for `r`: a field of the row,
+    or a backend figure (None when not recorded: virtual mode, or no such
+    round trip in the cell)."""
+    for suffix in ("_n", "_p50_ms", "_p99_ms"):
+        stem = name.removesuffix(suffix)
+        if stem != name and stem in _BACKEND_COLUMNS:
+            k = _backend(r, stem)
+            if k is None:
+                return None
+            return {"_n": k.count, "_p50_ms": k.p50_ms, "_p99_ms": k.p99_ms}[suffix]
+    if name == "backend_ms":
+        return backend_text(r)
+    return getattr(r, name)
+
+
+def _backend(r: LevelRow, column_stem: str) -> KindStats | None:
+    kind = _BACKEND_COLUMNS[column_stem]
+    return next((k for k in r.backend if k.kind == kind), None)
+
+
+def backend_text(r: LevelRow) -> str:
+    """Every backend kind of `r`, `kind=count/p50/p99 ms` (`/40001xN` when
+    retried so), `;`-separated; "" when nothing was recorded."""
+    parts = []
+    for k in r.backend:
+        if k.kind.endswith("*"):
+            continue
+        p50 = "" if k.p50_ms is None else f"{k.p50_ms:.4g}"
+        p99 = "" if k.p99_ms is None else f"{k.p99_ms:.4g}"
+        extra = f"/40001x{k.retries_40001}" if k.retries_40001 else ""
+        parts.append(f"{k.kind}={k.count}/{p50}/{p99}{extra}")
+    return ";".join(parts)
+
+
 def write_csv(path: Path, rows: Sequence[LevelRow]) -> None:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(COLUMNS)
     for r in rows:
-        w.writerow([_cell(getattr(r, c)) for c in COLUMNS])
+        w.writerow([_cell(column(r, c)) for c in COLUMNS])
     text = buf.getvalue()
     atomic_write(path, lambda p: p.write_text(text))
 
@@ -167,11 +225,34 @@ def tput_text(r: LevelRow) -> str:
 
 
 def errors_text(r: LevelRow) -> str:
-    """"0", or the count with its rate and SQLSTATEs."""
+    """"0", or the count with its rate and SQLSTATEs; in real mode followed by
+    the backend's serialization failures that were retried (`+ 40001 retried N`),
+    which clients never saw but which SERIALIZABLE cost."""
+    retried = f" + 40001 retried {r.retries_40001:,}" if r.retries_40001 else ""
     if not r.errors:
-        return "0"
+        return f"0{retried}"
     codes = ", ".join(f"{k} {n}" for k, n in r.errors_by_code)
-    return f"{r.errors:,} ({r.error_rate:.2%}: {codes})"
+    return f"{r.errors:,} ({r.error_rate:.2%}: {codes}){retried}"
+
+
+def errors_short(r: LevelRow) -> str:
+    """The errors count, and the 40001 retries beside it in real mode (`0 / 12 retried`)."""
+    return f"{r.errors:,}" + (f" / {r.retries_40001:,} retried" if r.retries_40001 else "")
+
+
+def isolation_line(rows: Sequence[LevelRow]) -> str | None:
+    """One line naming the isolation level of a real-mode run and its 40001
+    retries (read committed labelled as not CockroachDB-like); None in virtual mode."""
+    levels = sorted({r.pg_isolation for r in rows if r.pg_isolation})
+    if not levels:
+        return None
+    from sim.runtime.pg import Isolation
+
+    names = "; ".join(Isolation(v).label() for v in levels)
+    retried = sum(r.retries_40001 or 0 for r in rows)
+    total = sum(r.backend_retries or 0 for r in rows)
+    return (f"Postgres isolation: {names}; 40001 serialization failures retried: {retried:,} "
+            f"(all backend retries: {total:,})")  # fmt: skip
 
 
 _HEAD: Final = ("config", "clients", "ops/s (95% CI)", "ops", "errors", "p50 ms", "p99 ms", "p99.9 ms",
@@ -253,13 +334,19 @@ def summary_document(
     does. Sample lists stay lists and an empty estimate is null."""
 
     def cell(r: LevelRow) -> dict[str, Any]:
-        d = {c: getattr(r, c) for c in COLUMNS if c != "errors_by_code"}
+        d = {c: column(r, c) for c in COLUMNS if c != "errors_by_code"}
         d["errors_by_code"] = dict(r.errors_by_code)
+        # Every kind (and group) in full: count, p50, p99, retries, 40001 retries.
+        d["backend"] = {k.kind: k.as_dict() for k in r.backend}
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
+    line = isolation_line(rows)
     return {
         "generator": "coordsim compare",
         "output": output,
+        "pg_isolation": next((r.pg_isolation for r in rows if r.pg_isolation), None),
+        "pg_isolation_note": line,
+        "retries_40001": sum(r.retries_40001 or 0 for r in rows) if line else None,
         **header,
         "cells": [cell(r) for r in rows],
         "peaks": [
@@ -399,6 +486,12 @@ def write_markdown(
     if warning:
         lines.append(f"{warning}\n")
     lines.append(f"{header}\n")
+    iso = isolation_line(rows)
+    if iso is not None:
+        # Read committed in bold: its figures are not CockroachDB's.
+        bold = "**" if "not CockroachDB-like" in iso else ""
+        lines.append(f"{bold}{iso}.{bold} Backend round trips per cell (count, p50 / p99 ms): "
+                     "results.csv `*_n`, `*_p50_ms`, `*_p99_ms` and `backend_ms`; summary.json `cells[].backend`.\n")  # fmt: skip
     if conclusions:
         lines.extend(conclusions)
         lines.append("")

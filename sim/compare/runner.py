@@ -13,6 +13,11 @@ each, then pass 2 of each, …: ABCABC, not AAABBBCCC), so drift over the run
 configuration instead of as a difference between them. A row's interval is
 over its passes: windows of one deployment share its state (its database's
 size, its WAL and checkpoint timing) and so understate run-to-run noise.
+
+Real mode also records what the backends cost over each level (issue 35): every
+Postgres round trip by kind (`sim.runtime.backend_stats`) and every retry, by
+SQLSTATE (40001: a serialization failure, which SERIALIZABLE — the default, as
+CockroachDB — adds), and the isolation level the sessions ran at.
 """
 
 from __future__ import annotations
@@ -49,7 +54,9 @@ from sim.load.loadgen import (
     values_at_percentiles,
 )
 from sim.load.workloads import OpContext, workload
+from sim.runtime.backend_stats import BACKEND_STATS, BackendStats, BackendWindow, KindStats
 from sim.runtime.core import Runtime, run
+from sim.runtime.pg import isolation_of
 
 if TYPE_CHECKING:
     import concurrent.futures
@@ -61,6 +68,7 @@ if TYPE_CHECKING:
     from sim.load.config import Config
 
 __all__ = [
+    "BACKEND_GROUPS",
     "LevelRow",
     "PassLevel",
     "PassOutput",
@@ -74,6 +82,13 @@ __all__ = [
     "run_pass",
     "run_workload",
 ]
+
+
+#: Backend kinds reported together as well as one by one (`<prefix>*` in
+#: `LevelRow.backend`): the Postgres oracle's statements, the timestamp stash's
+#: transactions (today's oracle: `confirm_leadership`, `write_upper`), the catalog
+#: stash's and persist Consensus's operations.
+BACKEND_GROUPS: Final = ("oracle.pg.", "stash.", "catalog.stash.", "consensus.")
 
 
 @final
@@ -147,6 +162,19 @@ class LevelRow:
     second_half_samples: tuple[float, ...] = ()
     #: Every window's latencies together (µs), for `.hgrm` files; not a CSV column.
     histogram: HdrHistogram | None = field(default=None, compare=False, repr=False)
+    # --- issue 35: what the backends cost, at which isolation level -----------------
+    #: Real mode: the level the oracle, stash and Consensus sessions ran at
+    #: (`serializable`, as CockroachDB, or `read-committed`); "" in virtual mode.
+    pg_isolation: str = ""
+    #: Real mode, over the level's span in every pass: round trips per backend
+    #: kind (`oracle.pg.read_ts`, `stash.confirm_leadership`, `catalog.stash.append`,
+    #: `consensus.cas`, …) and per `BACKEND_GROUPS` prefix (`oracle.pg.*`, …), with
+    #: count, p50, p99 and retries; empty in virtual mode.
+    backend: tuple[KindStats, ...] = field(default=(), compare=False)
+    #: Real mode: failed backend attempts that were retried, and of them the
+    #: serialization failures (SQLSTATE 40001); None in virtual mode.
+    backend_retries: int | None = None
+    retries_40001: int | None = None
 
     @property
     def error_rate(self) -> float:
@@ -209,6 +237,8 @@ class PassLevel:
     before: CoordinatorStatistics | None
     after: CoordinatorStatistics | None
     span: float
+    #: Real mode: the backends' round trips and retries over the level's span.
+    backend: BackendWindow | None = None
 
 
 @final
@@ -239,21 +269,31 @@ async def measure(
     levels: list[PassLevel] = []
     counter = [0]
     window = replace(cfg.window(), repeat=1)
-    async with Deployment.for_config(cfg, config_name, rt, recorder) as dep:
-        coord = dep.newest
-        assert coord is not None
-        sessions = SessionFactory(coord, recorder)
-        await wl.setup(sessions("setup"), cfg.tables)
-        if cfg.warmup_ops:
-            warm = Window(ops=cfg.warmup_ops)
-            await _level(cfg, sessions, wl.name, rt, counter, 0, min(4, cfg.warmup_ops), warm)
-        for c in cfg.concurrency:
-            w = window if window.ops is None else replace(window, ops=level_ops(cfg, wl.name, c))
-            before, t0 = coord.statistics(), rt.now()
-            res = await _level(cfg, sessions, wl.name, rt, counter, c, c, w)
-            after, span = coord.statistics(), rt.now() - t0
-            levels.append(PassLevel(c, res, before, after, span))
-            on_level(level_row(cfg, config_name, workload_name, res, before, after, c, span))
+    # Installed before the deployment opens its backends: their clients pick it
+    # up when they connect (the coordinator's tasks inherit this context).
+    stats = BackendStats() if cfg.mode == "real" else None
+    token = BACKEND_STATS.set(stats)
+    try:
+        async with Deployment.for_config(cfg, config_name, rt, recorder) as dep:
+            coord = dep.newest
+            assert coord is not None
+            sessions = SessionFactory(coord, recorder)
+            await wl.setup(sessions("setup"), cfg.tables)
+            if cfg.warmup_ops:
+                warm = Window(ops=cfg.warmup_ops)
+                await _level(cfg, sessions, wl.name, rt, counter, 0, min(4, cfg.warmup_ops), warm)
+            for c in cfg.concurrency:
+                w = window if window.ops is None else replace(window, ops=level_ops(cfg, wl.name, c))
+                mark = stats.mark() if stats is not None else None
+                before, t0 = coord.statistics(), rt.now()
+                res = await _level(cfg, sessions, wl.name, rt, counter, c, c, w)
+                after, span = coord.statistics(), rt.now() - t0
+                backend = stats.since(mark) if stats is not None and mark is not None else None
+                levels.append(PassLevel(c, res, before, after, span, backend))
+                on_level(level_row(cfg, config_name, workload_name, res, before, after, c, span,
+                                   backend=[backend] if backend is not None else ()))  # fmt: skip
+    finally:
+        BACKEND_STATS.reset(token)
     return levels
 
 
@@ -326,12 +366,13 @@ def postmaster_pids(cfg: Config) -> Callable[[], list[int]] | None:
 
 def level_row(
     cfg: Config, config_name: str, workload_name: str, res: list[LevelResult], before: Any, after: Any, c: int,
-    span: float, *, script: bool = False,
+    span: float, *, script: bool = False, backend: Sequence[BackendWindow] = (),
 ) -> LevelRow:
     """`span`: the level's whole time (warm-up and drain included), over which
     the coordinator's counters moved from `before` to `after` (both None when
     they were not sampled). `script`: the row of a scenario script, which is
-    one run of operations, not a steady-state window."""
+    one run of operations, not a steady-state window. `backend`: real mode,
+    the backends' round trips over the level's span in each pass."""
     ops = sum(r.ops for r in res)
     merged = new_histogram()
     codes: dict[str, int] = {}
@@ -405,7 +446,25 @@ def level_row(
         littles_law_samples=tuple(r.littles_law_ratio or 0.0 for r in res) if little is not None else (),
         first_half_samples=tuple(steady.Slices(tuple(r.slices), r.elapsed_s).first_rate for r in res),
         second_half_samples=tuple(steady.Slices(tuple(r.slices), r.elapsed_s).second_rate for r in res),
+        **_backend_fields(cfg, backend),
     )
+
+
+def _backend_fields(cfg: Config, backend: Sequence[BackendWindow]) -> dict[str, Any]:
+    """`LevelRow`'s real-mode backend figures (its defaults in virtual mode)."""
+    if cfg.mode != "real":
+        return {}
+    isolation = isolation_of(cfg.effective_postgres_url()).value
+    if not backend:  # not recorded (a scenario script's row)
+        return {"pg_isolation": isolation}
+    window = BackendWindow.merged(backend)
+    kinds = window.kinds()
+    return {
+        "pg_isolation": isolation,
+        "backend": (*kinds, *(window.group(p) for p in BACKEND_GROUPS)),
+        "backend_retries": sum(k.retries for k in kinds),
+        "retries_40001": sum(k.retries_40001 for k in kinds),
+    }
 
 
 def _mean(xs: Sequence[float | None]) -> float | None:
@@ -513,6 +572,10 @@ def _traced(
             "open_loop_rate": cfg.open_loop_rate,
             "pass": index,
             "passes": cfg.window().repeat,
+            # Real mode: the level the backends' sessions ran at (serializable is
+            # CockroachDB's; read-committed is not CockroachDB-like).
+            "pg_isolation": isolation_of(cfg.effective_postgres_url()).value if cfg.mode == "real" else None,
+            "pg_isolation_note": isolation_of(cfg.effective_postgres_url()).label() if cfg.mode == "real" else None,
             # Each level's measured window(s) in the trace's clock (seconds),
             # after any growth: an operation of that level's clients whose
             # invocation lies in one is measured, to its completion.
@@ -520,7 +583,8 @@ def _traced(
                         for lv in levels for r in lv.results],
         },
     )
-    rows = [level_row(cfg, config_name, workload_name, lv.results, lv.before, lv.after, lv.concurrency, lv.span)
+    rows = [level_row(cfg, config_name, workload_name, lv.results, lv.before, lv.after, lv.concurrency, lv.span,
+                      backend=[lv.backend] if lv.backend is not None else ())
             for lv in levels]  # fmt: skip
     return PassOutput(index, seed, RunOutput(rows, where, history, events), levels)
 
@@ -578,7 +642,9 @@ def run_workload(
             res = [r for lv in levels for r in lv.results]
             before, after = _summed([lv.before for lv in levels]), _summed([lv.after for lv in levels])
             span = sum(lv.span for lv in levels)
-            rows.append(level_row(cfg, name, workload_name, res, before, after, levels[0].concurrency, span))
+            backend = [lv.backend for lv in levels if lv.backend is not None]
+            rows.append(level_row(cfg, name, workload_name, res, before, after, levels[0].concurrency, span,
+                                  backend=backend))  # fmt: skip
         first = mine[0].output
         out[name] = RunOutput(rows, first.trace_dir, first.history, first.events)
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from sim.compare.report import errors_text, fixed_text, tput_text
+from sim.compare.report import errors_short, errors_text, fixed_text, tput_text
 from sim.runtime.tablestyle import new_table
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def tables(rows: Sequence[LevelRow], *, plain: bool, wide: bool) -> list[Table]:
 
 
 def _default(r: LevelRow, clients: str) -> list[str]:
-    return [r.config, clients, tput_text(r), _ms(r.p50_ms), _ms(r.p99_ms), _mean_sd(r), f"{r.errors:,}"]
+    return [r.config, clients, tput_text(r), _ms(r.p50_ms), _ms(r.p99_ms), _mean_sd(r), errors_short(r)]
 
 
 def _wide(r: LevelRow, clients: str) -> list[str]:

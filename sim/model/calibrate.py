@@ -12,6 +12,11 @@ rounds, in a fresh database that is dropped afterwards. A log-normal is fitted
 by its median and the spread of the log of the samples between the 16th and
 84th percentiles. What no backend can measure (coordinator CPU, the simulated
 replica, the catalog feed) is listed, with sources, in `sim.model.unmeasured`.
+
+A busy host moves these round trips many times over (issue 35 saw 20-50x), so
+`check_host` watches the machine first with the report's own busy-host rule
+(`sim.compare.provenance.busy_reason`), and the profile records what it saw
+(`[meta.provenance]`), including whether calibrate was forced on a busy host.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from sim.model.unmeasured import PROFILE_LATENCIES, unmeasured
 from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Mapping
+    from collections.abc import Awaitable, Callable, Mapping, Sequence
 
     from persist.location import Blob
     from sim.runtime.core import Runtime
@@ -46,9 +51,12 @@ __all__ = [
     "WARMUP",
     "Calibration",
     "Environment",
+    "HostCheck",
     "calibrate_profile",
+    "check_host",
     "check_samples",
     "fit",
+    "provenance_record",
     "render_profile",
 ]
 
@@ -139,11 +147,91 @@ class Calibration(dict[str, tuple[float, float, int]]):
     plus the measured p99 of each and the `Environment` they were measured in."""
 
     def __init__(
-        self, fits: Mapping[str, tuple[float, float, int]], *, p99_ms: Mapping[str, float], environment: Environment
+        self,
+        fits: Mapping[str, tuple[float, float, int]],
+        *,
+        p99_ms: Mapping[str, float],
+        environment: Environment,
+        provenance: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(fits)
         self.p99_ms = dict(p99_ms)
         self.environment = environment
+        #: `[meta.provenance]`: the host check and who ran it where (None: a
+        #: profile written before calibrate recorded it, like the shipped one).
+        self.provenance = dict(provenance) if provenance is not None else None
+
+
+# --- the host -------------------------------------------------------------------------
+
+
+@final
+@dataclass(frozen=True)
+class HostCheck:
+    """How busy the machine was while `check_host` watched it: the 1-minute
+    load before and after, the cores other processes used, and the busy
+    verdict of the report's provenance (None: quiet)."""
+
+    seconds: float
+    load_avg_1m_start: float | None
+    load_avg_1m_end: float | None
+    other_cpu_cores: float | None
+    usable_cores: int
+    busy_reason: str | None
+
+    @property
+    def busy(self) -> bool:
+        return self.busy_reason is not None
+
+
+def check_host(*, seconds: float | None = None) -> HostCheck:
+    """Watches the host for `seconds` (default: the shortest span whose CPU
+    figures count, `sim.compare.provenance.MIN_SAMPLED_S`) while this process
+    idles, and judges it as a compare run's provenance does: busy when other
+    processes use more than a quarter of a core or the load exceeds the cores.
+    Call it before anything of the calibration starts (it blocks)."""
+    from sim.compare.host import HostSampler
+    from sim.compare.provenance import MIN_SAMPLED_S, busy_reason
+
+    span = MIN_SAMPLED_S if seconds is None else seconds
+    load0 = _load_or_none()
+    sampler = HostSampler()
+    sampler.start()
+    time.sleep(span)  # idle on purpose: whatever runs meanwhile is someone else's
+    usage = sampler.stop()
+    load1 = _load_or_none()
+    return HostCheck(
+        seconds=round(usage.wall_s, 3),
+        load_avg_1m_start=load0,
+        load_avg_1m_end=load1,
+        other_cpu_cores=None if usage.other_cores is None else round(usage.other_cores, 3),
+        usable_cores=usage.usable_cores,
+        busy_reason=busy_reason(usage, load0, load1, usage.usable_cores),
+    )
+
+
+def provenance_record(
+    check: HostCheck, *, forced: bool, pg_isolation: str, argv: Sequence[str], started: datetime
+) -> dict[str, Any]:
+    """The profile's `[meta.provenance]`: the run's command, code and machine
+    (`sim.compare.provenance.start_provenance`), the host check, whether
+    `--force` overrode a busy verdict, and the isolation level measured at.
+    Unknown values are left out (TOML has no null)."""
+    from sim.compare.provenance import start_provenance
+
+    start = asdict(start_provenance(argv=argv, started=started))
+    record: dict[str, Any] = {
+        **{k: v for k, v in start.items() if k != "load_avg_1m_start"},
+        "host_check_s": check.seconds,
+        "load_avg_1m_before": check.load_avg_1m_start,
+        "load_avg_1m_after_check": check.load_avg_1m_end,
+        "other_cpu_cores_before": check.other_cpu_cores,
+        "host_busy": check.busy,
+        "busy_reason": check.busy_reason,
+        "forced_on_busy_host": forced and check.busy,
+        "pg_isolation": pg_isolation,
+    }
+    return {k: v for k, v in record.items() if v is not None}
 
 
 # --- measuring ------------------------------------------------------------------------
@@ -325,6 +413,11 @@ def _os_name() -> str:
     return f"{pretty} ({kernel})" if pretty else kernel
 
 
+def _load_or_none() -> float | None:
+    load = _load()
+    return None if load < 0 else load
+
+
 def _load() -> float:
     """The 1-minute load average (-1 where the OS has none)."""
     try:
@@ -403,6 +496,17 @@ def _fsync_note(env: Environment) -> str:
     )
 
 
+def _provenance_comment(prov: Mapping[str, Any] | None) -> list[str]:
+    """The header's line on the host check ([meta.provenance] has the figures)."""
+    if prov is None:
+        return []
+    if prov.get("forced_on_busy_host"):
+        return [f"# FORCED ON A BUSY HOST (--force): {prov.get('busy_reason')}; these round trips include its load."]
+    if prov.get("host_busy"):
+        return [f"# The host was busy: {prov.get('busy_reason')}."]
+    return ["# The host was quiet when calibration started (see [meta.provenance])."]
+
+
 def _meta(measured: Calibration) -> dict[str, Any]:
     env = asdict(measured.environment)
     env["load_average"] = list(measured.environment.load_average)
@@ -415,6 +519,7 @@ def _meta(measured: Calibration) -> dict[str, Any]:
         "operation": {name: MEASURED[name] for name in measured},
         "samples_per_operation": {name: n for name, (_, _, n) in measured.items()},
         "p99_ms": dict(measured.p99_ms),
+        **({"provenance": dict(measured.provenance)} if measured.provenance is not None else {}),
     }
 
 
@@ -448,6 +553,7 @@ def render_profile(measured: Calibration, *, json_format: bool = False) -> str:
         "at the end.",
         "# Fit: log-normal, median = the samples' median, sigma = half the log spread between the 16th and",
         "# 84th percentiles; p99 is the measured one.",
+        *_provenance_comment(measured.provenance),
         "#",
         f"#   {'name':<24}{'median':>8}{'sigma':>7}{'p99':>8}  measured as",
     ]

@@ -144,7 +144,9 @@ async def _kill_backends(
     application names, sorted and deduplicated)."""
     import asyncpg
 
-    conn = await asyncpg.connect(database_url, timeout=10)
+    from sim.runtime.urls import driver_url
+
+    conn = await asyncpg.connect(driver_url(database_url), timeout=10)  # without coordsim's parameters
     rounds = killed = 0
     apps: set[str] = set()
     try:

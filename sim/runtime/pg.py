@@ -1,9 +1,11 @@
 """Postgres plumbing every opener shares: which driver failures are definite,
-one-line descriptions of them, and libpq's connect_timeout."""
+one-line descriptions of them, libpq's connect_timeout, and the isolation level
+the sessions run at (SERIALIZABLE unless the URL says otherwise, as CockroachDB)."""
 
 from __future__ import annotations
 
-from typing import Final
+import enum
+from typing import Final, Literal, TypeAlias
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
@@ -14,10 +16,79 @@ from sim.runtime.urls import redact_text, redact_url
 __all__ = [
     "DETERMINATE_SQLSTATES",
     "DRIVER_ERRORS",
+    "ISOLATION_PARAM",
+    "SERIALIZATION_FAILURE",
+    "Isolation",
     "classify_failure",
     "describe_failure",
+    "isolation_of",
     "split_connect_timeout",
+    "split_isolation",
+    "with_isolation",
 ]
+
+#: asyncpg's names of the levels (`Connection.transaction(isolation=…)`).
+AsyncpgLevel: TypeAlias = Literal["serializable", "repeatable_read", "read_committed"]
+
+#: SQLSTATE of a serialization failure: the transaction was rolled back and
+#: may be retried (CockroachDB's everyday contention error).
+SERIALIZATION_FAILURE: Final = "40001"
+
+#: The coordsim URL parameter choosing the sessions' isolation level
+#: (`?isolation=read-committed`); the openers take it out of the URL and set
+#: `default_transaction_isolation` as a startup setting instead.
+ISOLATION_PARAM: Final = "isolation"
+
+
+class Isolation(enum.StrEnum):
+    """The isolation level of every coordsim session on Postgres.
+
+    SERIALIZABLE is the default because CockroachDB runs every transaction at
+    it: contention then surfaces as 40001, which the clients retry, as the
+    real system's code does. READ COMMITTED (Postgres's own default) never
+    raises 40001 on single-row statements, so it is not CockroachDB-like.
+    """
+
+    SERIALIZABLE = "serializable"
+    READ_COMMITTED = "read-committed"
+
+    @classmethod
+    def parse(cls, text: str) -> Isolation:
+        """`serializable` or `read-committed` (`read committed`, `read_committed` too)."""
+        key = text.strip().lower().replace("_", "-").replace(" ", "-")
+        try:
+            return cls(key)
+        except ValueError:
+            raise InvalidUsage(
+                f"unknown isolation level {text!r}: expected serializable or read-committed"
+            ) from None
+
+    @property
+    def setting(self) -> str:
+        """The value of `default_transaction_isolation` (Postgres and CockroachDB spell it so)."""
+        return "serializable" if self is Isolation.SERIALIZABLE else "read committed"
+
+    @property
+    def asyncpg(self) -> AsyncpgLevel:
+        """`isolation=` of asyncpg's `Connection.transaction` (`BEGIN ISOLATION LEVEL …`)."""
+        return "serializable" if self is Isolation.SERIALIZABLE else "read_committed"
+
+    @property
+    def snapshot(self) -> AsyncpgLevel:
+        """asyncpg's level for a multi-statement read that needs one snapshot:
+        SERIALIZABLE gives one; under READ COMMITTED each statement would see
+        its own, so such reads keep REPEATABLE READ (what they always used)."""
+        return "serializable" if self is Isolation.SERIALIZABLE else "repeatable_read"
+
+    @property
+    def cockroach_like(self) -> bool:
+        return self is Isolation.SERIALIZABLE
+
+    def label(self) -> str:
+        """How every output names the level: read committed says it is not CockroachDB-like."""
+        if self.cockroach_like:
+            return "SERIALIZABLE (as CockroachDB)"
+        return "READ COMMITTED (not CockroachDB-like: CockroachDB runs SERIALIZABLE and raises 40001)"
 
 # SQLSTATEs after which a write definitely did not apply (DESIGN.md §9).
 DETERMINATE_SQLSTATES: Final = frozenset(
@@ -90,3 +161,35 @@ def split_connect_timeout(url: str) -> tuple[str, float | None]:
     if timeout is None:
         return url, None
     return urlunsplit(parts._replace(query=urlencode(kept))), timeout
+
+
+def split_isolation(url: str) -> tuple[str, Isolation]:
+    """Removes the `isolation` parameter from `url` (asyncpg would send it to
+    the server as a setting, which rejects it) and returns the level it names,
+    SERIALIZABLE when absent."""
+    parts = urlsplit(url)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    found = [v for k, v in pairs if k == ISOLATION_PARAM]
+    if not found:
+        return url, Isolation.SERIALIZABLE
+    if len(found) > 1:
+        raise InvalidUsage(f"parameter {ISOLATION_PARAM!r} given twice in {redact_url(url)}")
+    kept = [(k, v) for k, v in pairs if k != ISOLATION_PARAM]
+    return urlunsplit(parts._replace(query=urlencode(kept))), Isolation.parse(found[0])
+
+
+def isolation_of(url: str | None) -> Isolation:
+    """The isolation level sessions opened on `url` run at."""
+    return Isolation.SERIALIZABLE if url is None else split_isolation(url)[1]
+
+
+def with_isolation(url: str, isolation: Isolation) -> str:
+    """`url` naming `isolation` (replacing any level it named). SERIALIZABLE,
+    the default, is left implicit, so a default run's URLs are what they were
+    (every opener and the tools that connect directly accept them)."""
+    bare, _ = split_isolation(url)
+    if isolation is Isolation.SERIALIZABLE:
+        return bare
+    parts = urlsplit(bare)
+    pairs = [*parse_qsl(parts.query, keep_blank_values=True), (ISOLATION_PARAM, isolation.value)]
+    return urlunsplit(parts._replace(query=urlencode(pairs)))

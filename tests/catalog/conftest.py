@@ -2,7 +2,9 @@
 
 `persist-mem`, `stash-mem` and `shadow-mem` run on the virtual-time loop; the
 `-postgres` ones use the session's Postgres (persist: Postgres Consensus + a
-file Blob; stash: the Postgres stash tables), each location under fresh names.
+file Blob; stash: the Postgres stash tables), each location under fresh names,
+at SERIALIZABLE (the clients' default, as CockroachDB) and, as
+`-postgres-read-committed`, at READ COMMITTED (`?isolation=read-committed`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from catalog.stash_catalog import MemStashStore, StashCatalog
 from persist.client import PersistClient
 from persist.file import FileBlob
 from persist.mem import MemBlob, MemConsensus
+from sim.runtime.pg import Isolation, with_isolation
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -132,6 +135,7 @@ class CatalogImpl:
         return new
 
 
+_RC = Isolation.READ_COMMITTED
 _PARAMS = [
     pytest.param(("persist", False), id="persist-mem", marks=pytest.mark.virtual),
     pytest.param(("stash", False), id="stash-mem", marks=pytest.mark.virtual),
@@ -140,15 +144,27 @@ _PARAMS = [
     pytest.param(("stash", True), id="stash-postgres", marks=pytest.mark.postgres),
     pytest.param(("shadow", True), id="shadow-postgres", marks=pytest.mark.postgres),
     pytest.param(("persist-s3", True), id="persist-postgres-s3", marks=[pytest.mark.postgres, pytest.mark.s3, pytest.mark.slow]),
+    pytest.param(("persist", _RC), id="persist-postgres-read-committed", marks=pytest.mark.postgres),
+    pytest.param(("stash", _RC), id="stash-postgres-read-committed", marks=pytest.mark.postgres),
+    pytest.param(("shadow", _RC), id="shadow-postgres-read-committed", marks=pytest.mark.postgres),
 ]
+#: The Postgres ones, at both levels (not S3).
+_PG_PARAMS = [*_PARAMS[3:6], *_PARAMS[7:]]
+
+
+def _pg_url(request: pytest.FixtureRequest, level: bool | Isolation) -> str:
+    """The session's Postgres, at `level` (True: the clients' default, SERIALIZABLE)."""
+    url: str = request.getfixturevalue("pg_url")
+    return with_isolation(url, level) if isinstance(level, Isolation) else url
 
 
 @pytest.fixture(params=_PARAMS)
 def catalog_impl(request: pytest.FixtureRequest, tmp_path: Path) -> CatalogImpl:
-    """Every implementation: in memory (virtual time) and on Postgres."""
-    kind, postgres = request.param
-    pg_url = request.getfixturevalue("pg_url") if postgres else None
-    name = f"{kind}-{'postgres' if postgres else 'mem'}"
+    """Every implementation: in memory (virtual time) and on Postgres at both levels."""
+    kind, level = request.param
+    postgres = bool(level)
+    pg_url = _pg_url(request, level) if postgres else None
+    name = f"{kind}-{'postgres' if postgres else 'mem'}" + ("-read-committed" if level is _RC else "")
     s3_blob = None
     if kind == "persist-s3":
         kind, name = "persist", "persist-postgres-s3"
@@ -165,9 +181,9 @@ def mem_catalog_impl(request: pytest.FixtureRequest, tmp_path: Path) -> CatalogI
     return CatalogImpl(f"{kind}-mem", kind, False, Services(None, tmp_path))
 
 
-@pytest.fixture(params=_PARAMS[3:6])
+@pytest.fixture(params=_PG_PARAMS)
 def pg_catalog_impl(request: pytest.FixtureRequest, tmp_path: Path) -> CatalogImpl:
-    """The Postgres implementations."""
-    kind, _ = request.param
-    pg_url: str = request.getfixturevalue("pg_url")
-    return CatalogImpl(f"{kind}-postgres", kind, True, Services(pg_url, tmp_path))
+    """The Postgres implementations, at both levels."""
+    kind, level = request.param
+    suffix = "-read-committed" if level is _RC else ""
+    return CatalogImpl(f"{kind}-postgres{suffix}", kind, True, Services(_pg_url(request, level), tmp_path))

@@ -30,12 +30,12 @@ from sim.runtime.conformance import ConformanceFailure, expect, fresh_name
 from sim.runtime.core import Runtime
 from sim.runtime.errors import ExternalError
 from sim.runtime.latency import LatencyModel, Uniform
+from sim.runtime.pg import Isolation, with_isolation
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
     from catalog.api import AppendResult
-    from sim.services.postgres import EmbeddedPostgres
 
 #: Opens a handle on the stash environment named by the argument (`async with`).
 MakeStore: TypeAlias = "Callable[[str], Awaitable[StashStore]]"
@@ -412,19 +412,19 @@ def _postgres(url: str) -> StoreImpl:
         pytest.param("memory", marks=pytest.mark.virtual),
         pytest.param("unreliable-memory", marks=pytest.mark.virtual),
         pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("postgres-serializable", marks=pytest.mark.postgres),
+        pytest.param("postgres-read-committed", marks=pytest.mark.postgres),
     ]
 )
 def store_impl(request: pytest.FixtureRequest) -> StoreImpl:
-    """Every `StashStore` implementation. The serializable server answers write
-    conflicts with 40001, which the Postgres store must retry."""
+    """Every `StashStore` implementation, the Postgres one at both levels. At
+    SERIALIZABLE (the client's default) write conflicts are answered with
+    40001, which the Postgres store must retry."""
     if request.param in ("memory", "unreliable-memory"):
         return _memory(unreliable=request.param == "unreliable-memory")
+    url: str = request.getfixturevalue("pg_url")
     if request.param == "postgres":
-        url: str = request.getfixturevalue("pg_url")
         return _postgres(url)
-    pg: EmbeddedPostgres = request.getfixturevalue("pg_serializable")
-    return _postgres(pg.url)
+    return _postgres(with_isolation(url, Isolation.READ_COMMITTED))
 
 
 @pytest.mark.asyncio

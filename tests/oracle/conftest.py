@@ -4,7 +4,9 @@ Each is named by how it is opened: a URL for `oracle.factory.open_oracle` plus
 whether `BatchingOracle` sits in front and whether `ObservedOracle` wraps it all
 (as coordinators that record traces use it). In-memory ones run on the
 virtual-time loop (that is what they are for); Postgres ones on the stock loop
-against the session's embedded server (or `$COORDSIM_POSTGRES_URL`).
+against the session's embedded server (or `$COORDSIM_POSTGRES_URL`), at
+SERIALIZABLE (the client's default, as CockroachDB) and, as
+`postgres-read-committed`, at READ COMMITTED.
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ import pytest
 
 from oracle.factory import open_oracle
 from oracle.observed import ObservedOracle, OracleCall
+from sim.runtime.pg import Isolation, with_isolation
 
 if TYPE_CHECKING:
     from oracle.api import TimestampOracle
     from oracle.testing import MakeOracle
     from sim.runtime.core import Runtime
-    from sim.services.postgres import EmbeddedPostgres
 
 
 @final
@@ -68,7 +70,7 @@ IMPLS = [
     pytest.param("observed-batching-memory", marks=pytest.mark.virtual),
     pytest.param("memory-pgstash", marks=pytest.mark.postgres),
     pytest.param("postgres", marks=pytest.mark.postgres),
-    pytest.param("postgres-serializable", marks=pytest.mark.postgres),
+    pytest.param("postgres-read-committed", marks=pytest.mark.postgres),
     pytest.param("batching-postgres", marks=pytest.mark.postgres),
 ]
 
@@ -84,10 +86,9 @@ def oracle_impl(request: pytest.FixtureRequest) -> OracleImpl:
         return OracleImpl(name, "modeled://", batching=False)
     if name == "observed-batching-memory":
         return OracleImpl(name, "mem://", batching=True, observed=True)
-    if name == "postgres-serializable":
-        pg: EmbeddedPostgres = request.getfixturevalue("pg_serializable")
-        return OracleImpl(name, pg.url, batching=False)
     url: str = request.getfixturevalue("pg_url")
+    if name == "postgres-read-committed":
+        return OracleImpl(name, with_isolation(url, Isolation.READ_COMMITTED), batching=False)
     if name == "memory-pgstash":
         stash = f"test-{uuid.uuid4().hex[:12]}"
         scheme, rest = url.split("://", 1)

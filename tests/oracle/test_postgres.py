@@ -21,11 +21,14 @@ from oracle.metrics import _Histogram
 from oracle.pgclient import DEFAULT_RETRY, PostgresClient
 from oracle.postgres import PostgresOracle
 from oracle.testing import ManualWallClock, fresh_timeline
+from sim.runtime.backend_stats import BACKEND_STATS, BackendStats
 from sim.runtime.core import Runtime
 from sim.runtime.errors import Determinate, InvalidUsage
+from sim.runtime.pg import Isolation, with_isolation
 from sim.runtime.retry import RetryPolicy
 
 if TYPE_CHECKING:
+    from oracle.api import TimestampOracle
     from oracle.pgclient import Conn
     from sim.services.postgres import EmbeddedPostgres
 
@@ -276,3 +279,84 @@ def test_latency_percentiles_are_within_a_bucket() -> None:
         assert abs(hist.percentile(p) - exact) <= exact / 16, p
     assert hist.max == values[-1]
     assert _Histogram().percentile(99) == 0
+
+
+# --- issue 35: the isolation level, and what a run records of its backends -----------------
+
+
+@pytest.mark.postgres
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("level", "shown"),
+    [(None, "serializable"), (Isolation.SERIALIZABLE, "serializable"), (Isolation.READ_COMMITTED, "read committed")],
+)
+async def test_sessions_and_transactions_run_at_the_chosen_level(
+    pg_url: str, level: Isolation | None, shown: str
+) -> None:
+    """SERIALIZABLE by default (CockroachDB's level), whatever the server's
+    default; `?isolation=read-committed` chooses the other, for the single
+    statements (the session's default) and the explicit transactions alike."""
+    rt = Runtime(seed=51)
+    url = pg_url if level is None else with_isolation(pg_url, level)
+    client = await PostgresClient.connect(url, rt, pool_size=1)
+    try:
+        expected = Isolation.SERIALIZABLE if level is None else level
+        assert client.isolation is expected
+
+        async def session(conn: Conn) -> str:
+            return str(await conn.fetchval("SHOW transaction_isolation"))
+
+        async def explicit(conn: Conn) -> str:
+            async with conn.transaction(isolation=client.isolation.asyncpg):
+                return str(await conn.fetchval("SHOW transaction_isolation"))
+
+        assert await client.run("show", session, write=False) == shown
+        assert await client.run("show", explicit, write=False) == shown
+    finally:
+        await client.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.asyncio
+async def test_backend_stats_record_round_trips_and_40001_retries(pg_url: str) -> None:
+    """With a run's `BackendStats` installed, each statement is one sample of
+    its kind; under SERIALIZABLE contention on the row, 40001s are retried and
+    counted by kind and SQLSTATE (and none at READ COMMITTED)."""
+    counts: dict[Isolation, int] = {}
+    for level in (Isolation.SERIALIZABLE, Isolation.READ_COMMITTED):
+        stats = BackendStats()
+        token = BACKEND_STATS.set(stats)
+        try:
+            rt = Runtime(seed=52)
+            async with await PostgresOracle.open(
+                with_isolation(pg_url, level), fresh_timeline("stats"), rt, pool_size=16
+            ) as o:
+                mark = stats.mark()
+
+                async def writer(o: TimestampOracle = o) -> None:
+                    for _ in range(10):
+                        await o.apply_write((await o.write_ts()).ts)
+                        await o.read_ts()
+
+                with anyio.fail_after(60):
+                    async with anyio.create_task_group() as tg:
+                        for _ in range(16):
+                            tg.start_soon(writer)
+                window = stats.since(mark)
+        finally:
+            BACKEND_STATS.reset(token)
+        kinds = {k.kind: k for k in window.kinds()}
+        assert {"oracle.pg.write_ts", "oracle.pg.apply_write", "oracle.pg.read_ts"} <= set(kinds)
+        for name in ("oracle.pg.write_ts", "oracle.pg.apply_write", "oracle.pg.read_ts"):
+            k = kinds[name]
+            assert k.count == 160, k
+            assert k.p50_ms is not None
+            assert k.p99_ms is not None
+            assert 0 < k.p50_ms <= k.p99_ms
+        group = window.group("oracle.pg.")
+        assert group.kind == "oracle.pg.*"
+        assert group.count == 480
+        counts[level] = group.retries_40001
+        assert group.retries_40001 == sum(k.retries_40001 for k in kinds.values())
+    assert counts[Isolation.SERIALIZABLE] > 0, "no 40001 under SERIALIZABLE contention"
+    assert counts[Isolation.READ_COMMITTED] == 0

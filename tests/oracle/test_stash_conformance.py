@@ -21,11 +21,11 @@ from sim.runtime.conformance import ConformanceFailure, expect, expect_raises, f
 from sim.runtime.core import Runtime
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.latency import LatencyModel, Uniform
+from sim.runtime.pg import Isolation, with_isolation
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from sim.services.postgres import EmbeddedPostgres
 
 #: Opens a handle on the stash named by the argument (used as `async with`).
 MakeStash: TypeAlias = "Callable[[str], Awaitable[TimestampStash]]"
@@ -263,19 +263,19 @@ def _postgres(url: str) -> MakeStash:
     params=[
         pytest.param("memory", marks=pytest.mark.virtual),
         pytest.param("postgres", marks=pytest.mark.postgres),
-        pytest.param("postgres-serializable", marks=pytest.mark.postgres),
+        pytest.param("postgres-read-committed", marks=pytest.mark.postgres),
     ]
 )
 def make_stash(request: pytest.FixtureRequest) -> MakeStash:
-    """Opens handles on every `TimestampStash` implementation. The serializable
-    server answers conflicts with 40001, which the Postgres stash must retry."""
+    """Opens handles on every `TimestampStash` implementation, the Postgres one
+    at both levels. At SERIALIZABLE (the client's default) conflicts are
+    answered with 40001, which the Postgres stash must retry."""
     if request.param == "memory":
         return _memory()
+    url: str = request.getfixturevalue("pg_url")
     if request.param == "postgres":
-        url: str = request.getfixturevalue("pg_url")
         return _postgres(url)
-    pg: EmbeddedPostgres = request.getfixturevalue("pg_serializable")
-    return _postgres(pg.url)
+    return _postgres(with_isolation(url, Isolation.READ_COMMITTED))
 
 
 @pytest.mark.asyncio

@@ -19,6 +19,7 @@ from persist.testing import check_blob, check_consensus
 from sim.load.latent import LatentBlob, LatentConsensus
 from sim.runtime.core import Runtime
 from sim.runtime.latency import Constant, LatencyModel, LogNormal, Uniform
+from sim.runtime.pg import Isolation, with_isolation
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -101,11 +102,13 @@ def blob_impl(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[MakeBlob,
         "unreliable-mem",
         pytest.param("latent-mem", marks=pytest.mark.virtual),
         pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("postgres-read-committed", marks=pytest.mark.postgres),
         pytest.param("unreliable-postgres", marks=pytest.mark.postgres),
     ]
 )
 def consensus_impl(request: pytest.FixtureRequest) -> tuple[MakeConsensus, bool]:
-    """(make, reliable) for each Consensus implementation."""
+    """(make, reliable) for each Consensus implementation; Postgres at
+    SERIALIZABLE (the default, as CockroachDB) and at READ COMMITTED."""
     name = request.param
     if name == "mem":
         return _mem_consensus, True
@@ -114,6 +117,8 @@ def consensus_impl(request: pytest.FixtureRequest) -> tuple[MakeConsensus, bool]
     if name == "latent-mem":
         return _latent_mem_consensus, True
     url: str = request.getfixturevalue("pg_url")
+    if name == "postgres-read-committed":
+        url, name = with_isolation(url, Isolation.READ_COMMITTED), "postgres"
     if name == "postgres":
 
         async def make_pg() -> Consensus:

@@ -15,7 +15,7 @@ import pytest
 from persist.location import CaSResult, SeqNo, VersionedData
 from persist.postgres import PostgresConsensus
 from sim.runtime.errors import Determinate, ExternalError, Indeterminate, InvalidUsage
-from sim.runtime.pg import classify_failure
+from sim.runtime.pg import Isolation, classify_failure, with_isolation
 from sim.runtime.urls import with_query_param
 from sim.services.postgres import postgres_url_from_env
 
@@ -231,7 +231,7 @@ async def _race(url: str, racers: int, target: int) -> tuple[dict[int, bytes], l
 @pytest.mark.postgres
 @pytest.mark.asyncio
 async def test_race_read_committed_has_one_winner_per_seqno(pg_url: str) -> None:
-    _, failures = await _race(pg_url, racers=16, target=24)
+    _, failures = await _race(with_isolation(pg_url, Isolation.READ_COMMITTED), racers=16, target=24)
     # Under READ COMMITTED losers see "0 rows", never an error (an env URL may be
     # CockroachDB, whose losers may get 40001 instead).
     if postgres_url_from_env() is None:

@@ -10,15 +10,21 @@ or listed with its source as unmeasured (`sim.model.unmeasured`).
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
+import os
+import subprocess
+import sys
 import tomllib
 from dataclasses import fields
 from pathlib import Path
+from typing import TYPE_CHECKING, Final
 
 import pytest
 
 from controllers.replica import REPLICA_LATENCIES
 from coordinator.config import Costs
+from sim.compare.host import usable_cores
 from sim.load.config import DEFAULT_PROFILE, load_profile
 from sim.model.calibrate import (
     MEASURED,
@@ -34,6 +40,9 @@ from sim.model.unmeasured import (
     render,
     unmeasured,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("catalog", "controllers", "coordinator", "oracle", "persist", "sim")
@@ -143,7 +152,7 @@ def _rebuilt(text: str) -> Calibration:
         name: (latency[name]["median_ms"], latency[name]["sigma"], n)
         for name, n in meta["samples_per_operation"].items()
     }
-    return Calibration(fits, p99_ms=meta["p99_ms"], environment=Environment(**env))
+    return Calibration(fits, p99_ms=meta["p99_ms"], environment=Environment(**env), provenance=meta.get("provenance"))
 
 
 def test_a_rendered_profile_loads_and_says_where_it_was_measured(tmp_path: Path) -> None:
@@ -227,3 +236,92 @@ def test_calibrate_on_s3_times_blob_there_and_leaves_nothing(pg_url: str, s3_end
             await blob.close()
 
     assert asyncio.run(left()) == []
+
+
+# --- a busy host (issue 35): refused unless --force, and the profile says so -------------
+
+_ENTRY: Final = Path(sys.executable).parent / "coordsim"
+_COORDSIM: Final = [str(_ENTRY)] if _ENTRY.exists() else [sys.executable, "-c", "from sim.cli.main import main; main()"]
+
+
+@contextlib.contextmanager
+def _busy_host() -> Iterator[int]:
+    """CPU-burning processes, one more than the cores (so both the load and the
+    other processes' CPU are above the busy rule); children of the test, so
+    siblings, not descendants, of the coordsim process under test: its host
+    check counts them as other processes'. Yields how many."""
+    n = usable_cores() + 1
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield n
+    finally:
+        for b in burners:
+            b.kill()
+        for b in burners:
+            b.wait()
+
+
+def _calibrate(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*_COORDSIM, "calibrate", *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})}, check=False)  # fmt: skip
+
+
+def test_check_host_sees_a_busy_host() -> None:
+    """The check runs in a child of its own: the burners are then its
+    siblings, as they would be another user's, not its descendants (whose
+    CPU a process counts as its own)."""
+    probe = ("import json; from dataclasses import asdict; from sim.model.calibrate import check_host; "
+             "print(json.dumps(asdict(check_host())))")  # fmt: skip
+    with _busy_host() as n:
+        out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    check = json.loads(out.stdout)
+    assert check["busy_reason"], check
+    assert check["other_cpu_cores"] is not None
+    assert check["other_cpu_cores"] > 0.25, (n, check)
+    assert "other processes used" in check["busy_reason"]
+
+
+def test_calibrate_refuses_on_a_busy_host(tmp_path: Path) -> None:
+    out = tmp_path / "p.toml"
+    with _busy_host():
+        r = _calibrate("--samples", "5", "-o", str(out))
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("coordsim: error: the host is busy (other processes used"), lines[0]
+    assert "--force" in lines[0]
+    assert not out.exists()
+
+
+@pytest.mark.postgres
+def test_calibrate_forced_on_a_busy_host_marks_the_profile(tmp_path: Path, pg_url: str) -> None:
+    out = tmp_path / "p.toml"
+    with _busy_host():
+        r = _calibrate("--samples", "5", "-o", str(out), "--force", env={"COORDSIM_POSTGRES_URL": pg_url})
+    assert r.returncode == 0, r.stderr
+    assert "--force on a busy host" in r.stderr
+    text = out.read_text()
+    assert "# FORCED ON A BUSY HOST (--force)" in text
+    prov = tomllib.loads(text)["meta"]["provenance"]
+    assert prov["forced_on_busy_host"] is True
+    assert prov["host_busy"] is True
+    assert prov["other_cpu_cores_before"] > 0.25
+    assert "other processes used" in prov["busy_reason"]
+    for key in ("started_utc", "cpu_model", "usable_cores", "load_avg_1m_before", "command", "pg_isolation"):
+        assert key in prov, key
+    assert prov["pg_isolation"] == "serializable"
+    assert render_profile(_rebuilt(text)) == text
+    model = load_profile(out)
+    assert model.distribution("oracle.pg.read_ts").mean() > 0
+
+
+def test_a_profile_records_its_provenance_and_round_trips() -> None:
+    prov = {"started_utc": "2026-01-01T00:00:00Z", "host_busy": False, "forced_on_busy_host": False,
+            "other_cpu_cores_before": 0.01, "load_avg_1m_before": 0.2, "pg_isolation": "read-committed"}  # fmt: skip
+    measured = Calibration({name: (0.5, 0.2, 5) for name in MEASURED}, p99_ms=dict.fromkeys(MEASURED, 1.0),
+                           environment=_environment(), provenance=prov)  # fmt: skip
+    text = render_profile(measured)
+    assert "# The host was quiet when calibration started" in text
+    assert _rebuilt(text).provenance == prov
+    assert render_profile(_rebuilt(text)) == text
+    assert json.loads(render_profile(measured, json_format=True))["meta"]["provenance"] == prov

@@ -69,12 +69,38 @@ def _check_output(out: Path, mode: str) -> None:
         assert float(row["oracle_queries_per_op"]) > 0
         for t in traces:
             assert pq.read_table(t / "events.parquet").num_rows > 0
+        _check_backend(row, metas, mode)
     report = (out / "report.md").read_text()
     assert "select-one-throughput.png" in report
     assert "[configuration.\"event-loop\"]" in report  # every knob, in the report
     assert 'group_commit = "immediate"' in (out / "config.toml").read_text()
     assert (out / "select-one-throughput.png").read_bytes()[:4] == b"\x89PNG"
     assert not list(out.parent.glob(f".{out.name}.tmp-*"))
+
+
+def _check_backend(row: dict[str, str], metas: list[dict[str, object]], mode: str) -> None:
+    """Issue 35: real mode reports its isolation level, the 40001 retries and
+    the backends' round trips per kind; virtual mode leaves them empty."""
+    if mode == "virtual":
+        assert row["pg_isolation"] == row["retries_40001"] == row["backend_ms"] == row["oracle_rtt_n"] == ""
+        assert all(m["pg_isolation"] is None for m in metas)
+        return
+    assert row["pg_isolation"] == "serializable"
+    assert all(m["pg_isolation"] == "serializable" for m in metas)
+    assert int(row["retries_40001"]) <= int(row["backend_retries"])
+    assert int(row["consensus_n"]) > 0  # every statement touches persist
+    kinds = dict(part.split("=", 1) for part in row["backend_ms"].split(";"))
+    assert sum(int(v.split("/")[0]) for k, v in kinds.items() if k.startswith("consensus.")) == int(row["consensus_n"])
+    if row["config"] == "event-loop+pg-oracle":  # the Postgres oracle: its statements by kind
+        assert int(row["oracle_rtt_n"]) > 0
+        assert float(row["oracle_rtt_p50_ms"]) <= float(row["oracle_rtt_p99_ms"])
+        by_kind = sum(int(row[f"oracle_{k}_n"] or 0) for k in ("read_ts", "write_ts", "apply_write", "peek_write_ts"))
+        assert by_kind == int(row["oracle_rtt_n"])
+        if row["workload"] == "insert":
+            assert int(row["oracle_write_ts_n"]) > 0
+            assert int(row["oracle_apply_write_n"]) > 0
+    else:  # today's oracle: in memory, its stash's transactions in Postgres
+        assert row["oracle_rtt_n"] == "0"
 
 
 def test_compare_cli_virtual(tmp_path: Path) -> None:
@@ -92,6 +118,47 @@ def test_compare_cli_real(tmp_path: Path, pg_url: str, monkeypatch: pytest.Monke
     r = CliRunner().invoke(app, ["compare", "--mode", "real", *TINY, "-o", str(out)])
     assert r.exit_code == 0, r.output
     _check_output(out, "real")
+    assert "Postgres isolation: SERIALIZABLE (as CockroachDB); 40001 serialization failures retried:" in r.output
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["pg_isolation"] == "serializable"
+    assert isinstance(doc["retries_40001"], int)
+    for cell in doc["cells"]:
+        assert cell["backend"]["consensus.*"]["count"] > 0
+        for stats in cell["backend"].values():
+            assert set(stats) == {"count", "p50_ms", "p99_ms", "retries", "retries_40001"}
+    assert "Postgres isolation: SERIALIZABLE" in (out / "report.md").read_text()
+
+
+@pytest.mark.postgres
+def test_compare_real_read_committed_is_labelled_everywhere(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COORDSIM_POSTGRES_URL", pg_url)
+    out = tmp_path / "out"
+    args = ["--workloads", "insert", "--configs", "event-loop+pg-oracle", "--concurrency", "2", "--ops", "3",
+            "--repeat", "1", "--no-check"]  # fmt: skip
+    r = CliRunner().invoke(app, ["compare", "--mode", "real", *args, "--pg-isolation", "read-committed",
+                                 "-o", str(out)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    label = "READ COMMITTED (not CockroachDB-like"
+    assert label in " ".join(r.output.split())
+    assert label in (out / "report.md").read_text()
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["pg_isolation"] == "read-committed"
+    assert label in doc["pg_isolation_note"]
+    assert [c["pg_isolation"] for c in doc["cells"]] == ["read-committed"]
+    assert doc["cells"][0]["oracle_write_ts_n"] > 0
+    meta = json.loads((out / "traces" / "insert" / "event-loop+pg-oracle" / "meta.json").read_text())
+    assert meta["pg_isolation"] == "read-committed"
+    assert label in meta["pg_isolation_note"]
+    assert 'isolation=read-committed' in (out / "config.toml").read_text()
+
+
+def test_pg_isolation_needs_real_mode(tmp_path: Path) -> None:
+    r = CliRunner().invoke(app, ["compare", "--mode", "virtual", *TINY, "--pg-isolation", "read-committed",
+                                 "-o", str(tmp_path / "out")])  # fmt: skip
+    assert r.exit_code != 0
+    assert "--pg-isolation sets real mode's Postgres isolation level" in str(r.exception)
 
 
 def test_same_seed_same_trace(tmp_path: Path) -> None:
@@ -291,7 +358,9 @@ def test_calibrate_writes_a_profile_virtual_mode_reads(
 
     monkeypatch.setenv("COORDSIM_POSTGRES_URL", pg_url)
     out = tmp_path / "p.toml"
-    r = CliRunner().invoke(app, ["calibrate", "--samples", "5", "-o", str(out)])
+    # --force: the test machine may be busy with other tests (the refusal has its
+    # own tests in tests/sim/test_calibrate.py).
+    r = CliRunner().invoke(app, ["calibrate", "--samples", "5", "-o", str(out), "--force"])
     assert r.exit_code == 0, r.output
     model = load_profile(out)
     for name in ("oracle.pg.read_ts", "stash.txn", "consensus.cas", "blob.get"):
