@@ -19,17 +19,21 @@ from sim.runtime.errors import InvalidUsage
 __all__ = [
     "APPLIES_TO",
     "CONFIGURATIONS",
+    "LOOP_S_PER_SELECT",
     "Architecture",
     "CatalogKind",
     "CoordinatorConfig",
     "Costs",
+    "Frontend",
     "GroupCommitPolicy",
     "KnownBad",
     "OracleCalls",
     "OracleKind",
+    "PeekStages",
     "check_applies",
     "knobs",
     "named",
+    "staged_select_loop_s",
 ]
 
 
@@ -57,12 +61,103 @@ class GroupCommitPolicy(StrEnum):
 
 
 class OracleCalls(StrEnum):
-    """Where an event loop runs the oracle's calls (read_ts for peeks,
-    write_ts/apply_write for group commit). Seed 000's rollout first awaited
-    them inside loop handlers, then moved them to tasks that post a message back."""
+    """Where an event loop runs the oracle's calls: the two eras of Materialize's
+    group commit (PR #37363, "adapter: apply group commits off the coordinator
+    loop", and `src/adapter/src/coord/appends.rs`), and the peeks' read_ts.
+
+    - `on-loop` (before #37363): the loop awaits `peek_write_ts` (the wall-clock
+      throttle) and `write_ts` to allocate the commit's timestamp, the append
+      and `apply_write` run in a task, and the completion handler awaits
+      `read_ts` on the loop to downgrade read holds: 4 oracle calls, 3 of them
+      on the loop. A peek's `read_ts` is awaited in its handler.
+    - `off-loop` (#37363): one committer task does `peek_write_ts`, `write_ts`,
+      the append and `apply_write`; the completion message needs no oracle
+      call (read holds go down to the applied write timestamp): 3 calls, none
+      on the loop. A peek's `read_ts` is awaited in a task (seed 000).
+    """
 
     ON_LOOP = "on-loop"
     OFF_LOOP = "off-loop"
+
+
+class PeekStages(StrEnum):
+    """Which messages the event loop handles per statement.
+
+    - `staged`: as Materialize's loop in "A Small Coordinator"
+      (doc/developer/design/20250717_a_small_coordinator_more_scalable_isolated_materialize.md,
+      'Benchmarks'): a SELECT is `command-catalog_snapshot`, `command-execute`,
+      two `peek_stage_ready` (the optimizer stage and the timestamp stage, each
+      work off the loop that posts back), `controller_ready` (the peek's
+      response) and `command-commit`: six. A constant `SELECT 1` takes
+      catalog_snapshot, execute, the optimizer stage and commit (4); an INSERT
+      catalog_snapshot, execute, commit plus its share of a group commit's
+      trigger and completion; a DDL catalog_snapshot, execute and commit.
+    - `combined`: the loop of seed 000's description (a statement is one client
+      message; a peek adds its timestamp message when read_ts runs off the
+      loop, and its response): 3 per SELECT. Kept to reproduce earlier runs.
+    """
+
+    STAGED = "staged"
+    COMBINED = "combined"
+
+
+class Frontend(StrEnum):
+    """What a statement crosses before and after the coordinator.
+
+    - `in-process`: nothing; the client calls `Session.execute` in the
+      coordinator's process (coordsim's own clients, in both modes).
+    - `pgwire`: a pgwire client over a network: the client's round trip and
+      the adapter frontend's per-connection task (parse, describe, bind,
+      encode rows) off the loop, one draw of the profile's `frontend.pgwire`
+      per statement, half before and half after. Its value comes from a
+      published unloaded `SELECT 1` (see `sim/model/unmeasured.py`).
+    """
+
+    IN_PROCESS = "in-process"
+    PGWIRE = "pgwire"
+
+
+#: Loop time per SELECT, calibrated on fact `select-throughput-loop-bound`:
+#: "A Small Coordinator" ('Benchmarks') runs SELECTs from 128 connections at
+#: about 5000 qps with the loop's message-processing time "very near" 1 s per
+#: second, so one SELECT holds the loop about 1/5000 s.
+LOOP_S_PER_SELECT: Final = 1 / 5000
+
+#: Assumed relative weights of the handlers (microseconds before scaling):
+#: order-of-magnitude guesses, not measurements (`sim/model/unmeasured.py`).
+#: Only their proportions matter: `_SCALE` fixes the level.
+_WEIGHT_US: Final = {
+    "parse_plan": 100.0,
+    "peek_sequence": 50.0,
+    "peek_finish": 20.0,
+    "per_row": 0.5,
+    "write_sequence": 40.0,
+    "group_commit": 60.0,
+    "ddl_sequence": 500.0,
+    "controller_response": 10.0,
+    "loop_dispatch": 5.0,
+    "catalog_snapshot": 10.0,
+    "peek_stage": 10.0,
+    "commit": 10.0,
+}
+
+
+def staged_select_loop_s(w: dict[str, float]) -> float:
+    """Loop time of one staged one-row SELECT with read_ts off the loop, from
+    per-handler costs `w`: six dispatches plus each handler (see `PeekStages`)."""
+    return (
+        6 * w["loop_dispatch"] + w["catalog_snapshot"] + w["parse_plan"] + w["peek_sequence"]
+        + 2 * w["peek_stage"] + w["controller_response"] + w["peek_finish"] + w["per_row"] + w["commit"]
+    )  # fmt: skip
+
+
+#: Every weight times this: the staged SELECT then holds the loop for
+#: exactly `LOOP_S_PER_SELECT`.
+_SCALE: Final = LOOP_S_PER_SELECT / staged_select_loop_s({k: v * 1e-6 for k, v in _WEIGHT_US.items()})
+
+
+def _cost(name: str) -> float:
+    return _WEIGHT_US[name] * 1e-6 * _SCALE
 
 
 @final
@@ -70,22 +165,24 @@ class OracleCalls(StrEnum):
 class Costs:
     """Modeled coordinator CPU per handler, in seconds.
 
-    Defaults are of the order Materialize's coordinator spends per message in its
-    own scalability benchmarks (tens to hundreds of microseconds for planning
-    and sequencing a simple statement, more for DDL, which builds catalog
-    state); they are inputs to the model, meant to be overridden by a calibrated
-    profile, not measurements of this simulator.
+    The level is calibrated (`LOOP_S_PER_SELECT`, a published loop-bound
+    SELECT rate); the split between handlers is assumed (`_WEIGHT_US`). Each
+    field's source is in `sim/model/unmeasured.py`; a config file's [costs]
+    table overrides them.
     """
 
-    parse_plan: float = 100e-6  # per statement: parse, name resolution, planning
-    peek_sequence: float = 50e-6  # choose timestamps, build and send the peek
-    peek_finish: float = 20e-6  # per peek response: buffer and route the rows
-    per_row: float = 0.5e-6  # per result or written row
-    write_sequence: float = 40e-6  # queue a write for group commit
-    group_commit: float = 60e-6  # per group commit, plus per_row for its rows
-    ddl_sequence: float = 500e-6  # plan a catalog change and derive its commands
-    controller_response: float = 10e-6  # per controller message the loop handles
-    loop_dispatch: float = 5e-6  # per message the event loop takes off a queue (channel receive, match)
+    parse_plan: float = _cost("parse_plan")  # per statement: name resolution, planning
+    peek_sequence: float = _cost("peek_sequence")  # choose timestamps, build and send the peek
+    peek_finish: float = _cost("peek_finish")  # per peek response: buffer and route the rows
+    per_row: float = _cost("per_row")  # per result or written row
+    write_sequence: float = _cost("write_sequence")  # queue a write for group commit
+    group_commit: float = _cost("group_commit")  # per group commit, plus per_row for its rows
+    ddl_sequence: float = _cost("ddl_sequence")  # plan a catalog change and derive its commands
+    controller_response: float = _cost("controller_response")  # per controller message the loop handles
+    loop_dispatch: float = _cost("loop_dispatch")  # per message the event loop takes off a queue
+    catalog_snapshot: float = _cost("catalog_snapshot")  # staged: hand the session a catalog snapshot
+    peek_stage: float = _cost("peek_stage")  # staged: resume a peek at its next stage
+    commit: float = _cost("commit")  # staged: end the statement's implicit transaction
 
 
 @final
@@ -130,7 +227,16 @@ class CoordinatorConfig:
     #: than 1 only with `oracle_calls = on-loop`: the loop then allocates
     #: write timestamps in the order storage receives the appends.
     commits_in_flight: int = 1
-    cores: int = 4  # decoupled: the adapter's CPU pool; the event loop always has 1
+    #: Decoupled: the adapter's CPU pool. 1 here, as the event loop's one
+    #: core, so no configuration gets more by default; a run takes the
+    #: latency profile's cores (`sim.load.config.profile_cores`: the machine
+    #: it was measured on, or its `[cpu] cores`),
+    #: and `--ablate` shows it as a step of its own.
+    cores: int = 1
+    #: Event loop: the messages per statement (`PeekStages`).
+    peek_stages: PeekStages = PeekStages.STAGED
+    #: What a statement crosses outside the coordinator (`Frontend`).
+    frontend: Frontend = Frontend.IN_PROCESS
     max_batch: int = 64  # event loop: client messages per wake, unless a handler posts an internal one
     costs: Costs = field(default_factory=Costs)
     known_bad: KnownBad = field(default_factory=KnownBad)
@@ -176,6 +282,7 @@ APPLIES_TO: Final[dict[str, frozenset[Architecture]]] = {
     "oracle_calls": frozenset({Architecture.EVENT_LOOP}),  # the decoupled design has no loop
     "commits_in_flight": frozenset({Architecture.EVENT_LOOP}),  # decoupled: one commit task
     "cores": frozenset({Architecture.DECOUPLED}),  # the event loop has exactly one
+    "peek_stages": frozenset({Architecture.EVENT_LOOP}),  # the decoupled design has no loop
 }
 
 

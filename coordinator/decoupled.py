@@ -185,7 +185,10 @@ class DecoupledCoordinator(RunningCoordinator):
         with anyio.CancelScope() as scope:
             self._statements[scope] = None
             try:
-                return await self._execute(statement)
+                if self._handler_cpu is None:
+                    return await self._execute(statement)
+                kind = "ddl" if isinstance(statement, DDL) else type(statement).__name__
+                return await self._timed(f"statement.{kind}", self._execute(statement))
             finally:
                 del self._statements[scope]
         # Cancelled by shutdown: a read certainly did nothing; a write or DDL
@@ -389,7 +392,7 @@ class DecoupledCoordinator(RunningCoordinator):
                 assert self._tg is not None
                 self._tg.start_soon(self._commit_batch, batch)
             else:
-                await self._commit_batch(batch)
+                await self._timed("group_commit", self._commit_batch(batch))
 
     async def _commit_batch(self, batch: list[PendingWrite]) -> None:
         await group_commit(

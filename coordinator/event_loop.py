@@ -34,13 +34,23 @@ Paths (seed 000, seed 001, DESIGN.md §6):
   needed); 2. the trigger, run before any further client message, starts a
   commit of *every* pending write unless `commits_in_flight` are in flight
   (1 by default; no bound in today's loop, which so starts one commit per
-  write), so how many writes a commit takes is an outcome of the loop; 3. `write_ts`, the
-  append to every table, `apply_write` — the two oracle calls awaited in loop
-  handlers (`oracle_calls = on-loop`, seed 000's first rollout) or in a task
-  (`off-loop`); the append always in a task; 4. an internal message replies
-  to its writers and triggers again for writes that arrived meanwhile. A
-  periodic group commit (every `group_commit_interval_s`) advances idle tables.
-- **Constant query** (`SELECT 1`): answered in its handler (the fast path).
+  write), so how many writes a commit takes is an outcome of the loop; 3. the
+  oracle's calls in the era's places (`OracleCalls`, after PR #37363): on the
+  loop, `peek_write_ts` and `write_ts` awaited in the trigger's handler, the
+  append and `apply_write` in a task, `read_ts` awaited in the completion's
+  handler (3 of 4 calls on the loop); off the loop, all but the completion in
+  one task; 4. an internal message replies to its writers and triggers again
+  for writes that arrived meanwhile. A periodic group commit (every
+  `group_commit_interval_s`, whatever the load) advances idle tables.
+- **Constant query** (`SELECT 1`): answered on the loop (the fast path), once
+  the optimizer stage is back when staged.
+
+**Messages per statement** (`PeekStages`, from "A Small Coordinator"): staged,
+every statement is also a `catalog_snapshot` message before its execute and a
+`commit` message after it, and a peek's two off-loop stages (optimizer,
+timestamp) each post a `peek_stage_ready`: six messages per SELECT, four per
+`SELECT 1`. Combined (the loop as seed 000 describes it): execute, the
+timestamp message when read_ts runs off the loop, and the response.
 - **Update/Delete**: a task takes the global write lock, reads the matching rows
   through the peek path at a linearized timestamp, writes their replacements
   through group commit and replies: nothing amortizes, so each pays every
@@ -73,7 +83,7 @@ import anyio
 from catalog.api import Conflict, Fenced
 from controllers.commands import Peek, PeekResponse
 from controllers.derive import derive
-from coordinator.config import GroupCommitPolicy, OracleCalls
+from coordinator.config import GroupCommitPolicy, OracleCalls, PeekStages
 from coordinator.environment import advance_catalog_frontier
 from coordinator.group_commit import GroupCommit, PendingWrite
 from coordinator.peeks import (
@@ -116,6 +126,12 @@ if TYPE_CHECKING:
 
 __all__ = ["EventLoopCoordinator"]
 
+
+def _internal_kind(qualname: str) -> str:
+    """`internal.stage.ready` for `EventLoopCoordinator._stage.<locals>.ready`."""
+    parts = [p.lstrip("_") for p in qualname.split(".") if p not in ("<locals>", "EventLoopCoordinator")]
+    return "internal." + ".".join(parts)
+
 _Queue = Literal["internal", "response", "external"]
 _PRIORITY: Final[tuple[_Queue, ...]] = ("internal", "response", "external")
 
@@ -136,6 +152,16 @@ class _Request:
         if self.result is None:
             self.result = result
             self.done.set()
+
+
+@final
+@dataclass(eq=False)
+class _Command:
+    """A staged statement's own loop message besides its execute
+    (`command-catalog_snapshot` before it, `command-commit` after it)."""
+
+    kind: Literal["catalog_snapshot", "commit"]
+    done: asyncio.Event = field(default_factory=asyncio.Event)  # as `_Request.done`
 
 
 @final
@@ -182,6 +208,7 @@ class EventLoopCoordinator(RunningCoordinator):
         self._write_lock = anyio.Lock()
         self._read_ts = shared_read_ts(config.known_bad.coordinator_joins_read_ts)
         self._open_requests: list[_Request] = []
+        self._open_commands: list[_Command] = []
         self._handler_s = 0.0  # time in handlers: CPU and every await that blocks the loop
 
     # --- lifecycle -------------------------------------------------------------------
@@ -196,6 +223,9 @@ class EventLoopCoordinator(RunningCoordinator):
         for req in self._open_requests:
             req.reply(Result.failed(shutdown))
         self._open_requests.clear()
+        for cmd in self._open_commands:
+            cmd.done.set()
+        self._open_commands.clear()
 
     def _busy_s(self) -> float:
         return self._handler_s
@@ -203,16 +233,35 @@ class EventLoopCoordinator(RunningCoordinator):
     # --- the client API --------------------------------------------------------------
 
     async def _serve(self, session: Session, statement: Statement) -> Result:
+        """Staged: catalog_snapshot, execute, commit — three trips through the
+        client queue (see `PeekStages`); combined: execute alone."""
+        staged = self.config.peek_stages is PeekStages.STAGED
         req = _Request(session, statement)
         self._open_requests.append(req)
-        self._post("external", req)
         try:
+            if staged:
+                await self._command("catalog_snapshot")
+                if req.result is not None:  # the loop stopped meanwhile
+                    return req.result
+            self._post("external", req)
             await req.done.wait()
         finally:
             if req in self._open_requests:
                 self._open_requests.remove(req)
         assert req.result is not None
+        if staged and self._tg is not None:
+            await self._command("commit")
         return req.result
+
+    async def _command(self, kind: Literal["catalog_snapshot", "commit"]) -> None:
+        cmd = _Command(kind)
+        self._open_commands.append(cmd)
+        self._post("external", cmd)
+        try:
+            await cmd.done.wait()
+        finally:
+            if cmd in self._open_commands:
+                self._open_commands.remove(cmd)
 
     # --- the loop --------------------------------------------------------------------
 
@@ -255,18 +304,38 @@ class EventLoopCoordinator(RunningCoordinator):
                         break
                     self._counts["loop_messages"] += 1
                     await self._cpu(costs.loop_dispatch)
-                    if queue == "internal":
+                    if self._handler_cpu is not None:
+                        await self._timed_handler(queue, msg)
+                    elif queue == "internal":
                         await msg()
                     elif queue == "response":
                         await self._handle_response(msg)
+                    elif isinstance(msg, _Command):
+                        await self._handle_command(msg)
                     else:
                         await self._handle_client(msg)
-                if queue != "internal" and not self._queues["response"]:
-                    await self._flush_confirmed_peeks()
+                if queue != "internal" and not self._queues["response"] and self._confirm_buffer:
+                    await self._timed("confirm_flush", self._flush_confirmed_peeks())
                 if queue == "external":
                     self._drained()
             finally:
                 self._handler_s += self._rt.now() - start
+
+    async def _timed_handler(self, queue: _Queue, msg: Any) -> None:
+        """One message's handler with its Python CPU recorded by kind (real
+        mode): `command.<kind>`, `client.<statement>`, `response`, or
+        `internal.<the posted coroutine>`."""
+        if queue == "internal":
+            coro = msg()
+            await self._timed(_internal_kind(coro.__qualname__), coro)
+        elif queue == "response":
+            await self._timed("response", self._handle_response(msg))
+        elif isinstance(msg, _Command):
+            await self._timed(f"command.{msg.kind}", self._handle_command(msg))
+        else:
+            stmt = msg.statement
+            kind = "ddl" if isinstance(stmt, DDL) else type(stmt).__name__
+            await self._timed(f"client.{kind}", self._handle_client(msg))
 
     def _preempted(self) -> bool:
         return bool(self._queues["internal"] or self._queues["response"])
@@ -289,6 +358,11 @@ class EventLoopCoordinator(RunningCoordinator):
 
     # --- client messages -----------------------------------------------------------
 
+    async def _handle_command(self, cmd: _Command) -> None:
+        costs = self.config.costs
+        await self._cpu(costs.catalog_snapshot if cmd.kind == "catalog_snapshot" else costs.commit)
+        cmd.done.set()
+
     async def _handle_client(self, req: _Request) -> None:
         self._counts["statements"] += 1
         costs = self.config.costs
@@ -301,14 +375,19 @@ class EventLoopCoordinator(RunningCoordinator):
             if isinstance(stmt, DDL):
                 await self._ddl(req)
             elif isinstance(stmt, SelectConstant):
-                # The fast path: answered from the plan, on the loop.
-                await self._cpu(costs.per_row)
-                req.reply(constant_result(stmt))
+                # The fast path: answered from the plan (staged: once the
+                # optimizer stage is back), on the loop.
+                async def answer() -> None:
+                    await self._cpu(costs.per_row)
+                    req.reply(constant_result(stmt))
+
+                await self._stage(answer)
             elif isinstance(stmt, Select):
                 self._counts["peeks"] += 1
                 plan = self._catalog_view().plan_select(stmt)
                 await self._cpu(costs.peek_sequence)
-                await self._start_peek(_PeekJob(plan, req.reply, self.config.confirm_leadership))
+                job = _PeekJob(plan, req.reply, self.config.confirm_leadership)
+                await self._stage(lambda: self._start_peek(job))
             elif isinstance(stmt, Insert):
                 self._counts["writes"] += 1
                 write = self._catalog_view().plan_insert(stmt)
@@ -372,6 +451,24 @@ class EventLoopCoordinator(RunningCoordinator):
 
     # --- peeks ----------------------------------------------------------------------
 
+    async def _stage(self, then: Callable[[], Awaitable[None]]) -> None:
+        """Staged: the optimizer stage runs off the loop (Materialize spawns it)
+        and posts `peek_stage_ready`, whose handler runs `then`; combined:
+        `then` at once. The optimizer's own CPU is on other cores: not modeled."""
+        if self.config.peek_stages is not PeekStages.STAGED:
+            await then()
+            return
+
+        async def ready() -> None:
+            await self._cpu(self.config.costs.peek_stage)
+            await then()
+
+        async def optimize() -> None:
+            self._internal(ready)
+
+        assert self._tg is not None
+        self._tg.start_soon(optimize)
+
     async def _start_peek(self, job: _PeekJob) -> None:
         inc = self.incarnation
         if self.config.oracle_calls is OracleCalls.OFF_LOOP:
@@ -386,7 +483,7 @@ class EventLoopCoordinator(RunningCoordinator):
                         Result.failed(SqlError(SqlState.SERIALIZATION_FAILURE, f"read_ts: {exc}"))
                     )
                     return
-                self._internal(lambda: self._send_peek(job, ts))
+                self._internal(lambda: self._timestamp_ready(job, ts))
 
             assert self._tg is not None
             self._tg.start_soon(timestamp)
@@ -397,6 +494,12 @@ class EventLoopCoordinator(RunningCoordinator):
             job.deliver(Result.failed(self._fence(exc)))
             return
         await self._send_peek(job, ts)
+
+    async def _timestamp_ready(self, job: _PeekJob, oracle_ts: int) -> None:
+        """The timestamp stage's `peek_stage_ready` (read_ts came back)."""
+        if self.config.peek_stages is PeekStages.STAGED:
+            await self._cpu(self.config.costs.peek_stage)
+        await self._send_peek(job, oracle_ts)
 
     async def _send_peek(self, job: _PeekJob, oracle_ts: int) -> None:
         inc = self.incarnation
@@ -522,11 +625,13 @@ class EventLoopCoordinator(RunningCoordinator):
 
     async def _maybe_group_commit(self, *, periodic: bool = False) -> None:
         """Starts a group commit of every pending write unless `commits_in_flight`
-        are in flight already. `oracle_calls = on-loop`: write_ts is awaited
-        here, on the loop, and apply_write in the handler of the append's
-        completion message (storage takes appends one at a time, in the order
-        the loop allocated their timestamps); off-loop, a task runs all three
-        steps and posts the completion."""
+        are in flight already, with the oracle's calls where the era put them
+        (`OracleCalls`). On the loop: `peek_write_ts` and `write_ts` here; the
+        append and `apply_write` in a task (storage takes appends one at a
+        time, in the order the loop allocated their timestamps, so no
+        `apply_write` overtakes an earlier append); then `read_ts` in the
+        completion's handler. Off the loop: a task runs `peek_write_ts`,
+        `write_ts`, the append and `apply_write`, and posts the completion."""
         # Known-bad `unbounded_group_commits`: no bound, as before seed 000's
         # rollout, but with the oracle's calls wherever the config runs them.
         limit = 0 if self.config.known_bad.unbounded_group_commits else self.config.commits_in_flight
@@ -540,6 +645,7 @@ class EventLoopCoordinator(RunningCoordinator):
             [w for w, _ in batch],
             apply_write_before_append=self.config.known_bad.apply_write_before_append,
             stats=self._gc_stats,
+            throttle=True,
         )
         assert self._tg is not None
         if self.config.oracle_calls is OracleCalls.ON_LOOP:
@@ -548,11 +654,11 @@ class EventLoopCoordinator(RunningCoordinator):
                 return
 
             async def append() -> None:
-                ok = False
                 try:
-                    ok = await gc.append()
+                    if await gc.append():
+                        await gc.apply()
                 finally:
-                    self._internal(lambda: self._apply_on_loop(batch, gc, ok=ok))
+                    self._internal(lambda: self._downgrade_on_loop(batch, gc))
 
             self._tg.start_soon(append)
             return
@@ -566,11 +672,14 @@ class EventLoopCoordinator(RunningCoordinator):
 
         self._tg.start_soon(commit)
 
-    async def _apply_on_loop(
-        self, batch: list[tuple[PendingWrite, _Request | None]], gc: GroupCommit, *, ok: bool
+    async def _downgrade_on_loop(
+        self, batch: list[tuple[PendingWrite, _Request | None]], gc: GroupCommit
     ) -> None:
-        if ok:
-            await gc.apply()
+        """Before PR #37363 the completion's handler asked the oracle for
+        `read_ts`, on the loop, to downgrade read holds."""
+        # On failure the holds stay put; the writes' outcomes are decided already.
+        with contextlib.suppress(OracleFenced, ExternalError):
+            await self.incarnation.oracle.read_ts()
         await self._group_commit_done(batch, gc)
 
     async def _group_commit_done(

@@ -103,7 +103,8 @@ async def group_commit(
 
 @final
 class GroupCommit:
-    """One group commit as three steps — `timestamp` (write_ts), `append`,
+    """One group commit as three steps — `timestamp` (write_ts, after a
+    `peek_write_ts` when `throttle`), `append`,
     `apply` (apply_write, then every write resolved) — so an event loop can
     run the oracle calls on itself and the append off it (`oracle_calls =
     on-loop`), and `finish` reports it. A step that fails resolves every write
@@ -116,8 +117,10 @@ class GroupCommit:
         *,
         apply_write_before_append: bool = False,
         stats: GroupCommitStats | None = None,
+        throttle: bool = False,
     ) -> None:
         self.inc = inc
+        self._throttle = throttle
         self.writes = writes
         self.ts: int | None = None
         self._before = apply_write_before_append
@@ -129,7 +132,13 @@ class GroupCommit:
             stats.empty_commits += not writes
 
     async def timestamp(self) -> bool:
+        """`write_ts`, after a `peek_write_ts` if `throttle` (Materialize's group
+        commit peeks first to keep the table timeline from running ahead of the
+        wall clock, `src/adapter/src/coord/appends.rs`; coordsim's oracle never
+        runs ahead, so only the round trip is modeled, not the wait)."""
         try:
+            if self._throttle:
+                await self.inc.oracle.peek_write_ts()
             self.ts = (await self.inc.oracle.write_ts()).ts
         except Fenced as exc:
             self._fail(_fenced(exc))

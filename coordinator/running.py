@@ -8,20 +8,22 @@ from __future__ import annotations
 
 import collections
 from abc import abstractmethod
-from typing import TYPE_CHECKING, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 import anyio
 
+from coordinator.config import Frontend
 from coordinator.environment import open_incarnation
 from coordinator.group_commit import GroupCommitStats
 from coordinator.planner import CatalogView
 from coordinator.session import Coordinator, CoordinatorStatistics, Result
 from coordinator.statements import SqlError, SqlState
 from oracle.api import CATALOG_TIMELINE
+from sim.runtime.backend_stats import current_backend_stats
 from sim.runtime.tasks import DONE, AsyncExitStack, Ready
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable
+    from collections.abc import Awaitable, Coroutine
     from types import TracebackType
 
     from anyio.abc import TaskGroup
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
     from sim.runtime.core import Runtime
 
 __all__ = ["RunningCoordinator"]
+
+T = TypeVar("T")
 
 
 class RunningCoordinator(Coordinator):
@@ -71,6 +75,8 @@ class RunningCoordinator(Coordinator):
         self._gc_stats = GroupCommitStats()
         #: statements, peeks, writes, ddl, confirms, conflicts, loop_messages
         self._counts = collections.Counter[str]()
+        #: A real-mode compare's recorder of per-handler Python CPU (None, as in virtual mode: not timed).
+        self._handler_cpu = current_backend_stats()
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -123,7 +129,19 @@ class RunningCoordinator(Coordinator):
             return Ready(Result.failed(self._fenced))
         if self._tg is None:
             return Ready(Result.failed(SqlError(SqlState.ADMIN_SHUTDOWN, "the coordinator is not running")))
+        if self.config.frontend is Frontend.PGWIRE:
+            return self._via_pgwire(session, statement)
         return self._serve(session, statement)
+
+    async def _via_pgwire(self, session: Session, statement: Statement) -> Result:
+        """`Frontend.PGWIRE`: the client's network and the adapter frontend's
+        per-connection task, off the loop and off the coordinator's cores —
+        one draw of `frontend.pgwire`, half on the way in, half on the way out."""
+        seconds = self._rt.sample("frontend.pgwire")
+        await self._rt.sleep(seconds / 2)
+        result = await self._serve(session, statement)
+        await self._rt.sleep(seconds / 2)
+        return result
 
     @abstractmethod
     async def _serve(self, session: Session, statement: Statement) -> Result:
@@ -163,6 +181,12 @@ class RunningCoordinator(Coordinator):
         """Modeled CPU on the coordinator's cores (nothing for 0); await it. The
         hold itself, not a coroutine around it (see `Runtime.cpu`)."""
         return self._rt.cpu(seconds, self._pool) if seconds > 0 else DONE
+
+    def _timed(self, kind: str, handler: Coroutine[Any, Any, T]) -> Awaitable[T]:
+        """`handler` itself, or with its Python CPU recorded as one call of
+        `kind` when a real-mode run records it (`BackendStats.timed`)."""
+        stats = self._handler_cpu
+        return handler if stats is None else stats.timed(kind, handler)
 
     def _fence(self, exc: BaseException) -> SqlError:
         """Marks this coordinator fenced (it stops serving, as Materialize halts)."""

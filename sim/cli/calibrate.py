@@ -6,6 +6,10 @@ interrupted calibration leaves no profile, nor a half-written one, behind. On a
 busy host (the report's rule: load above the cores, or other processes above a
 quarter of a core) it refuses with exit 2 unless `--force`, which marks the
 profile; either way the profile records the host check and where it ran.
+
+`--from RUN_DIR` measures nothing: it builds the profile from a real-mode
+compare run's recorded round trips and per-handler CPU (`sim.model.from_run`),
+a profile of this host's Python coordinator that carries the run's provenance.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ def calibrate(
     fsync: Annotated[bool, typer.Option(help="Embedded Postgres with fsync on (durable, as the oracle is).")] = True,
     force: Annotated[bool, typer.Option("--force", help="Calibrate even on a busy host (load above the cores, or other processes above 25 % of a core); the profile is marked forced_on_busy_host.")] = False,
     pg_isolation: PgIsolation = None,
+    from_run: Annotated[Path | None, typer.Option("--from", metavar="RUN_DIR", help="Build the profile from a real-mode `coordsim compare` run's recorded round trips and per-handler Python CPU instead of measuring: a profile of this host's Python coordinator, for predicting that run in virtual mode.")] = None,
+    levels: Annotated[str | None, typer.Option("--levels", metavar="N,...", show_default="the run's lowest", help="With --from: the concurrency levels whose cells the round trips are fitted from.")] = None,
 ) -> None:
     """Measure oracle, stash and consensus round trips against the configured Postgres (embedded unless COORDSIM_POSTGRES_URL) and write a latency profile for `--mode virtual`; prints the file last.
 
@@ -52,7 +58,13 @@ def calibrate(
       coordsim calibrate
       coordsim calibrate --samples 500 -o my-profile.toml
       coordsim compare --latency-profile my-profile.toml
+      coordsim calibrate --from coordsim-out/compare-… -o this-host.toml
     """
+    if from_run is not None:
+        _from_run(from_run, output, levels, s3=s3)
+        return
+    if levels is not None:
+        raise InvalidUsage("--levels applies only with --from RUN_DIR")
     from sim.compare.host import HostSampler
     from sim.compare.runner import postmaster_pids
     from sim.model.calibrate import (
@@ -103,4 +115,42 @@ def calibrate(
         table.add_row(name, f"{median_ms:.3f}", f"{sigma:.2f}", f"{n:,}")
     print_tables([table], console=_out)
     _out.print(f"Postgres isolation: {level.label()}", markup=False, highlight=False)
+    wrote(output)
+
+
+def _from_run(run_dir: Path, output: Path, levels: str | None, *, s3: str | None) -> None:
+    """`calibrate --from`: nothing is measured, so there is no host to check;
+    the profile carries the run's own provenance (and its busy verdict)."""
+    from sim.load.config import DEFAULT_PROFILE
+    from sim.model.from_run import profile_from_run, render_run_profile
+
+    if s3 is not None:
+        raise InvalidUsage("--s3 measures Blob; --from RUN_DIR measures nothing (Blob comes from the base profile)")
+    if output.suffix not in (".toml", ".json"):
+        raise InvalidUsage(f"{output}: a profile is a .toml or .json file")
+    try:
+        chosen = [int(x) for x in levels.split(",") if x.strip()] if levels else None
+    except ValueError as exc:
+        raise InvalidUsage(f"--levels must be integers, got {levels!r}") from exc
+    profile = profile_from_run(run_dir, base_profile=DEFAULT_PROFILE, levels=chosen)
+    text = render_run_profile(profile, json_format=output.suffix == ".json")
+    try:
+        claim_file(output, "coordsim calibrate")
+        atomic_write(output, lambda p: p.write_text(text))
+    except OSError as exc:
+        raise InvalidUsage(f"cannot write {output}: {exc.strerror or exc}") from exc
+    table = new_table("latency", "median ms", "sigma", "source", plain=plain(_out), numeric=("median ms", "sigma"))
+    for name, source in profile.latency_sources.items():
+        if source.startswith("carried"):
+            continue
+        spec = profile.latency[name]
+        table.add_row(name, f"{spec['median_ms']:.3f}", f"{spec['sigma']:.2f}", source.split(": ", 1)[-1])
+    costs = new_table("configuration", "cost", "seconds", plain=plain(_out), numeric=("seconds",))
+    for config, values in profile.costs.items():
+        for name, seconds in values.items():
+            costs.add_row(config, name, f"{seconds:.3g}")
+    print_tables([table, costs], console=_out)
+    if profile.meta["host_busy"]:
+        _err.print(f"calibrate --from: the run's host was busy ({profile.meta['busy_reason']}); the profile "
+                   "says so", markup=False, highlight=False)  # fmt: skip
     wrote(output)

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     import concurrent.futures
     from collections.abc import Callable
 
+    from sim.compare.breakeven import BreakEvens
     from sim.compare.runner import LevelRow, RunOutput
 
 __all__ = ["register"]
@@ -187,7 +188,7 @@ def compare(
     no_check: Annotated[bool, typer.Option("--no-check", help="Skip the checkers (faster; no verdicts).")] = False,
     as_json: options.Json = False,
     ablate: Annotated[str | None, typer.Option("--ablate", metavar="FROM..TO", help="Run the chain of configurations from FROM to TO that changes one mechanism at a time, and attribute the difference to each (e.g. event-loop..event-loop+pg-oracle).")] = None,
-    sensitivity: Annotated[bool, typer.Option("--sensitivity", help="Rerun the comparison with each family of unmeasured costs (coordinator CPU, replica, catalog feed) scaled x0.5 and x2, and say which conclusions survive (7 sweeps in all: use with --mode virtual or --quick).")] = False,
+    sensitivity: Annotated[bool, typer.Option("--sensitivity", help="For each conclusion, the break-even factor of every cost (coordinator CPU, and each latency family of the profile: oracle, stash, catalog, consensus, replica, …): how far it must be scaled, alone, before the conclusion reverses (searched within 1/64x-64x by short virtual reruns; a conclusion reversed within x/÷2 is fragile). Virtual mode only; tens of reruns.")] = False,
     jobs: options.Jobs = None,
     wide: options.Wide = False,
     pg_isolation: options.PgIsolation = None,
@@ -231,6 +232,9 @@ def compare(
     isolation = _pg_isolation(cfg, pg_isolation)
     n_jobs = _jobs(cfg, jobs)
     ref = _reference(cfg, reference)
+    if sensitivity and cfg.mode != "virtual":  # refused before the sweep, not after it
+        raise InvalidUsage("--sensitivity reruns the comparison tens of times with one cost scaled: "
+                           "it needs --mode virtual (deterministic, short reruns)")  # fmt: skip
     base_rows = read_results(baseline) if baseline is not None else None
     _check_progress(progress)
     target = options_run_dir(cfg, "compare")
@@ -255,17 +259,17 @@ def compare(
             plots += plot_waterfall(stage, rows, steps)
         write_csv(stage / "results.csv", rows)
         fragile_lines: list[str] = []
-        fragile = 0
+        found: BreakEvens | None = None
         if sensitivity:
-            from sim.compare.sensitivity import run_sensitivity, survival_lines
+            from sim.compare.breakeven import break_even, markdown_lines
 
             def rerun(scaled: Config, label: str) -> list[LevelRow]:
                 _err.print(f"compare --sensitivity: {label}", markup=False, highlight=False)
                 sub = stage / "sensitivity" / label.replace(" ", "-")
                 return _sweep(scaled, sub, check=False, progress=progress, pool=pool)[0]
 
-            reruns = run_sensitivity(cfg, stage / "sensitivity", rerun)
-            fragile_lines, fragile = survival_lines(rows, reruns)
+            found = break_even(cfg, rows, rerun, stage / "sensitivity", reference=ref)
+            fragile_lines = markdown_lines(found)
         knobs = knobs_toml(cfg.redacted())
         atomic_write(stage / "config.toml", lambda p: p.write_text(knobs))
         w = cfg.window()
@@ -324,6 +328,8 @@ def compare(
             },
             conclusions=concluded.as_dict(), provenance=prov,
         )  # fmt: skip
+        if found is not None:
+            doc["break_even"] = found.as_dict()
         summary_text = json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
         atomic_write(stage / "summary.json", lambda p: p.write_text(summary_text))
     if as_json:
@@ -345,12 +351,11 @@ def compare(
         out.print("ablation (one mechanism at a time; a step's share depends on the order):", markup=False)
         for line in waterfall:
             out.print(line, markup=False, highlight=False)
-    if fragile_lines:
-        out.print("sensitivity (peak-throughput conclusions, decided outside the 95 % intervals; each unmeasured "
-                  "cost family x0.5 and x2):", markup=False)  # fmt: skip
-        for line in fragile_lines:
+    if found is not None:
+        from sim.compare.breakeven import render_lines
+
+        for line in render_lines(found):
             out.print(line, markup=False, highlight=False)
-        out.print(f"{fragile} conclusion(s) fragile" if fragile else "every conclusion survives", markup=False)
     for line in concluded.lines():
         out.print(line, markup=False, highlight=False)
     _print_isolation(out, rows)

@@ -1,14 +1,17 @@
 """`coordsim validate`: run the published facts (`sim/model/facts.toml`) against the
-model and print `fact | published | simulated | holds`.
+model and print `fact | published | band | simulated | holds`, calibration
+facts and validation facts in separate tables.
 
 Exit codes: 0 every fact held, 1 one did not (a finding about the model),
-2 bad input. The table, each fact's source and the measurements behind each
-value go to `validate.md` and `validate.csv` in the output directory.
+2 bad input. The tables, each fact's source, band reason and the measurements
+behind each value go to `validate.md`, `validate.csv` and `validate.json` in
+the output directory; `--json` prints the JSON document instead of the tables.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import sys
 import time
 from pathlib import Path  # noqa: TC003 - typer reads the annotations at run time
@@ -18,9 +21,9 @@ import typer
 from rich.console import Console
 
 from sim.cli import options  # noqa: TC001 - typer reads the annotations at run time
-from sim.cli.options import wrote
+from sim.cli.options import print_json, wrote
 from sim.cli.tables import new_table, plain, print_tables
-from sim.model.validate import FACTS, Outcome, load_facts, run_fact, table_lines
+from sim.model.validate import FACTS, ROLES, Outcome, band_text, load_facts, run_fact, table_lines
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.outputs import atomic_write, run_dir, staged_dir
 
@@ -36,10 +39,11 @@ def validate(
         str | None, typer.Option("--only", metavar="IDS", help="Comma-separated fact ids to run (see the facts file).")
     ] = None,
     facts: Annotated[Path, typer.Option("--facts", metavar="FILE", help="The facts file.")] = FACTS,
+    as_json: options.Json = False,
 ) -> None:
     """Hold the model to published facts about the seeds' system (virtual mode, fixed seeds, the shipped calibrated profile); exit 1 if one does not hold.
 
-    Prints `fact | published | simulated | holds`; writes validate.md and validate.csv and prints the directory last.
+    Prints `fact | published | band | simulated | holds`, the calibration facts (constants were set from them) apart from the validation facts (nothing was); writes validate.md, validate.csv and validate.json and prints the directory last.
 
     Examples:
       coordsim validate --quick
@@ -65,37 +69,81 @@ def validate(
             print(f"[{i}/{len(chosen)}] {fact.id}: {o.value:,.3g} ({'holds' if o.holds else 'DOES NOT HOLD'}, "  # noqa: T201
                   f"{time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)  # fmt: skip
         lines = table_lines(outcomes)
-        details = ["", "## Each fact: source, mechanism, measurements", ""]
+        details = ["", "## Each fact: source, band, mechanism, measurements", ""]
         for o in outcomes:
-            details += [f"- **{o.fact.id}** ({'holds' if o.holds else 'does not hold'}): {o.fact.claim}.",
-                        f"  Source: {o.fact.source}.", f"  Mechanism (model): {o.fact.mechanism}.",
-                        f"  Measured: {o.detail}."]  # fmt: skip
+            details += [f"- **{o.fact.id}** ({o.fact.role}; {'holds' if o.holds else 'does not hold'}): "
+                        f"{o.fact.claim}.", f"  Source: {o.fact.source}.",
+                        f"  Band: {band_text(o.fact)} ({o.fact.band_reason}).",
+                        f"  Mechanism (model): {o.fact.mechanism}.", f"  Measured: {o.detail}."]  # fmt: skip
         head = ["# coordsim validate", "",
                 f"{len(outcomes)} facts, virtual mode, fixed seeds, the shipped profile; "
-                f"{time.perf_counter() - wall0:.0f} s of wall time.", ""]  # fmt: skip
+                f"{time.perf_counter() - wall0:.0f} s of wall time. Calibration facts set a model constant and "
+                "only show the calibration took; validation facts set nothing and test the model.", ""]  # fmt: skip
         atomic_write(stage / "validate.md", lambda p: p.write_text("\n".join(head + lines + details) + "\n"))
 
         def write_csv(p: Path) -> None:
             with p.open("w", newline="") as fh:
                 w = csv.writer(fh)
-                w.writerow(["id", "claim", "published", "metric", "simulated", "holds", "source", "measured"])
+                w.writerow(["id", "role", "claim", "published", "metric", "lo", "hi", "simulated", "holds", "source",
+                            "band_reason", "measured"])  # fmt: skip
                 for o in outcomes:
-                    w.writerow([o.fact.id, o.fact.claim, o.fact.published, o.fact.metric, f"{o.value:.6g}",
-                                o.holds, o.fact.source, o.detail])  # fmt: skip
+                    w.writerow([o.fact.id, o.fact.role, o.fact.claim, o.fact.published, o.fact.metric,
+                                f"{o.fact.between[0]:g}", f"{o.fact.between[1]:g}", f"{o.value:.6g}", o.holds,
+                                o.fact.source, o.fact.band_reason, o.detail])  # fmt: skip
 
         atomic_write(stage / "validate.csv", write_csv)
-    table = new_table("fact", "published", "simulated", "holds", plain=plain(_out), numeric=("simulated",))
-    for o in outcomes:
-        table.add_row(f"{o.fact.id}: {o.fact.claim}", o.fact.published, f"{o.value:,.3g}", "yes" if o.holds else "NO")
-    print_tables([table], console=_out)
+        doc = _document(outcomes, out)
+        atomic_write(stage / "validate.json",
+                     lambda p: p.write_text(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"))  # fmt: skip
     failed = [o.fact.id for o in outcomes if not o.holds]
+    if as_json:
+        print_json(doc)
+    else:
+        tables = []
+        for role in ROLES:
+            group = [o for o in outcomes if o.fact.role == role]
+            if not group:
+                continue
+            table = new_table(f"{role} fact", "published", "band", "simulated", "holds", plain=plain(_out),
+                              numeric=("simulated",))  # fmt: skip
+            for o in group:
+                table.add_row(f"{o.fact.id}: {o.fact.claim}", o.fact.published, band_text(o.fact), f"{o.value:,.3g}",
+                              "yes" if o.holds else "NO")  # fmt: skip
+            tables.append(table)
+        print_tables(tables, console=_out)
+        for role in ROLES:
+            group = [o for o in outcomes if o.fact.role == role]
+            bad = [o.fact.id for o in group if not o.holds]
+            if group:
+                _out.print(f"{role}: {len(group) - len(bad)} of {len(group)} facts hold"
+                           + (f"; not: {', '.join(bad)}" if bad else ""), markup=False)  # fmt: skip
     if failed:
-        _out.print(f"{len(failed)} of {len(outcomes)} facts do not hold: {', '.join(failed)} "
-                   f"(details in {out}/validate.md)", markup=False)  # fmt: skip
-        wrote(out)
+        if not as_json:
+            _out.print(f"{len(failed)} of {len(outcomes)} facts do not hold: {', '.join(failed)} "
+                       f"(details in {out}/validate.md)", markup=False)  # fmt: skip
+            wrote(out)
         raise typer.Exit(1)
-    _out.print(f"all {len(outcomes)} facts hold (details in {out}/validate.md)", markup=False)
-    wrote(out)
+    if not as_json:
+        _out.print(f"all {len(outcomes)} facts hold (details in {out}/validate.md)", markup=False)
+        wrote(out)
+
+
+def _document(outcomes: list[Outcome], out: Path) -> dict[str, object]:
+    """validate.json: the outcomes grouped by role, each with its band and source."""
+
+    def one(o: Outcome) -> dict[str, object]:
+        value = o.value if o.value == o.value else None  # NaN is not JSON
+        return {"id": o.fact.id, "claim": o.fact.claim, "published": o.fact.published, "metric": o.fact.metric,
+                "between": list(o.fact.between), "band_reason": o.fact.band_reason, "simulated": value,
+                "holds": o.holds, "source": o.fact.source, "mechanism": o.fact.mechanism, "measured": o.detail}  # fmt: skip
+
+    groups = {role: [one(o) for o in outcomes if o.fact.role == role] for role in ROLES}
+    return {
+        "path": str(out),
+        "ok": all(o.holds for o in outcomes),
+        **groups,
+        "summary": {role: {"facts": len(g), "hold": sum(1 for x in g if x["holds"])} for role, g in groups.items()},
+    }
 
 
 def register(app: typer.Typer) -> None:

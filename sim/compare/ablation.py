@@ -7,6 +7,11 @@ that changes one of them at a time, in a fixed order, and attributes to each
 step its part of the total difference (a waterfall). Interactions are real:
 a step's share depends on the steps before it, so the order is stated in
 every output rather than hidden.
+
+More cores are a step of their own, never part of "decoupling": the
+architecture step runs the decoupled adapter on the event loop's one core,
+and the `cores` step after it gives it the latency profile's cores (`sim.load.config.profile_cores`)
+(its variant leaves `cores` unset, so the run's profile decides).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, final
 
-from coordinator.config import APPLIES_TO, knobs, named
+from coordinator.config import APPLIES_TO, Architecture, knobs, named
 from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
@@ -28,7 +33,7 @@ __all__ = ["ORDER", "Step", "chain", "parse_ablate", "waterfall_lines"]
 #: guarded first, then how many commits may overlap (before the oracle's
 #: calls leave the loop: off it, only one may), where the oracle's calls run,
 #: then how writes are batched, then the catalog, then the
-#: architecture itself with what only it has (cores).
+#: architecture itself (on one core), then more cores.
 ORDER: Final = (
     "oracle",
     "confirm_leadership",
@@ -38,6 +43,8 @@ ORDER: Final = (
     "group_commit",
     "group_commit_interval_s",
     "max_batch",
+    "peek_stages",
+    "frontend",
     "catalog",
     "architecture",
     "cores",
@@ -75,6 +82,9 @@ def chain(src_name: str, dst_name: str) -> list[Step]:
     mechanism of its own, so it gets its own step before the architecture."""
     src, dst = named(src_name), named(dst_name)
     a, b = knobs(src), knobs(dst)
+    for k, cfg in ((a, src), (b, dst)):
+        if cfg.architecture is Architecture.DECOUPLED:
+            k["cores"] = _PROFILE  # what a run gives it (`sim.load.config.with_profile_cores`)
     arch = src.architecture
     steps = [Step(src_name, "start", None)]
     changed: dict[str, object] = {}
@@ -95,11 +105,25 @@ def chain(src_name: str, dst_name: str) -> list[Step]:
         if key == "architecture":
             arch = dst.architecture
             changed.update({k: b[k] for k, on in APPLIES_TO.items() if arch in on and k in b and k != "architecture"})
-        steps.append(Step(f"{src_name} +{key}={_short(changed[key])}", key, {"base": src_name, **changed}))
+            if "cores" in changed:
+                changed["cores"] = 1  # the event loop's one core: more cores are the next step
+        if key == "cores" and arch is Architecture.DECOUPLED:
+            # Unset: the run's latency profile gives the cores (`Config.coordinator`).
+            changed.pop("cores", None)
+            variant = {"base": src_name, **changed}
+            steps.append(Step(f"{src_name} +{key}=profile", key, variant))
+            changed["cores"] = _PROFILE
+            continue
+        steps.append(Step(f"{src_name} +{key}={_short(changed[key])}", key,
+                          {"base": src_name, **{k: v for k, v in changed.items() if v is not _PROFILE}}))  # fmt: skip
     if len(steps) == 1:
         raise InvalidUsage(f"{src_name} and {dst_name} differ in no mechanism")
     steps[-1] = Step(dst_name, steps[-1].mechanism, None)
     return steps
+
+
+#: Marks `cores` as the profile's in the chain's running state.
+_PROFILE: Final = "profile"
 
 
 def _short(v: object) -> str:

@@ -99,6 +99,7 @@ COLUMNS: Final = (
                                        "oracle_peek_write_ts", "confirm_leadership", "stash", "catalog", "consensus")
       for measure in ("n", "p50_ms", "p99_ms")),
     "backend_ms",
+    "handler_cpu_us",
 )
 
 #: The backend columns of `COLUMNS` that name a `LevelRow.backend` entry:
@@ -152,6 +153,9 @@ def column(r: LevelRow, name: str) -> object:
             return {"_n": k.count, "_p50_ms": k.p50_ms, "_p99_ms": k.p99_ms}[suffix]
     if name == "backend_ms":
         return backend_text(r)
+    if name == "handler_cpu_us":
+        # Real mode: the coordinator's Python CPU per handler, `kind=calls/mean µs`.
+        return ";".join(f"{h.kind}={h.count}/{h.mean_us:.4g}" for h in r.handler_cpu)
     return getattr(r, name)
 
 
@@ -338,6 +342,8 @@ def summary_document(
         d["errors_by_code"] = dict(r.errors_by_code)
         # Every kind (and group) in full: count, p50, p99, retries, 40001 retries.
         d["backend"] = {k.kind: k.as_dict() for k in r.backend}
+        # Real mode: the coordinator's Python CPU per handler kind (calls, total ms, mean µs).
+        d["handler_cpu"] = {h.kind: h.as_dict() for h in r.handler_cpu}
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
     line = isolation_line(rows)
@@ -513,11 +519,8 @@ def write_markdown(
                      "difference between the first configuration and the last (steps interact, so shares "
                      "depend on the order).")  # fmt: skip
         lines.extend(ablation)
-    if sensitivity:
-        lines.append("\n## Sensitivity to the unmeasured costs\n")
-        lines.append("Each family of costs no measurement backs (sim/model/unmeasured.py) scaled x0.5 and x2, all else "
-                     "equal. A conclusion is one configuration's peak throughput above another's outside both "
-                     "95 % intervals; it survives if every rerun decides the same.\n")  # fmt: skip
+    if sensitivity:  # `sim.compare.breakeven.markdown_lines`: its own heading and rule
+        lines.append("")
         lines.extend(sensitivity)
     if regressions:
         lines.append("\n## Regressions against the baseline\n")

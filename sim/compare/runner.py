@@ -17,7 +17,8 @@ size, its WAL and checkpoint timing) and so understate run-to-run noise.
 Real mode also records what the backends cost over each level (issue 35): every
 Postgres round trip by kind (`sim.runtime.backend_stats`) and every retry, by
 SQLSTATE (40001: a serialization failure, which SERIALIZABLE — the default, as
-CockroachDB — adds), and the isolation level the sessions ran at.
+CockroachDB — adds), the isolation level the sessions ran at, and the Python
+CPU the coordinator spent per handler kind.
 """
 
 from __future__ import annotations
@@ -54,7 +55,13 @@ from sim.load.loadgen import (
     values_at_percentiles,
 )
 from sim.load.workloads import OpContext, workload
-from sim.runtime.backend_stats import BACKEND_STATS, BackendStats, BackendWindow, KindStats
+from sim.runtime.backend_stats import (
+    BACKEND_STATS,
+    BackendStats,
+    BackendWindow,
+    HandlerStats,
+    KindStats,
+)
 from sim.runtime.core import Runtime, run
 from sim.runtime.pg import isolation_of
 
@@ -175,6 +182,10 @@ class LevelRow:
     #: serialization failures (SQLSTATE 40001); None in virtual mode.
     backend_retries: int | None = None
     retries_40001: int | None = None
+    #: Real mode, over the level's span in every pass: the Python CPU the
+    #: coordinator spent per handler kind (`client.Select`, `internal.stage.ready`,
+    #: `statement.Insert`, …); empty in virtual mode, whose CPU is `Costs`.
+    handler_cpu: tuple[HandlerStats, ...] = field(default=(), compare=False)
 
     @property
     def error_rate(self) -> float:
@@ -464,6 +475,7 @@ def _backend_fields(cfg: Config, backend: Sequence[BackendWindow]) -> dict[str, 
         "backend": (*kinds, *(window.group(p) for p in BACKEND_GROUPS)),
         "backend_retries": sum(k.retries for k in kinds),
         "retries_40001": sum(k.retries_40001 for k in kinds),
+        "handler_cpu": window.handlers(),
     }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -27,10 +28,12 @@ from coordinator.config import (
     CatalogKind,
     CoordinatorConfig,
     Costs,
+    Frontend,
     GroupCommitPolicy,
     KnownBad,
     OracleCalls,
     OracleKind,
+    PeekStages,
     check_applies,
     knobs,
     named,
@@ -41,7 +44,10 @@ from sim.runtime.errors import InvalidUsage
 from sim.runtime.latency import LatencyModel, LatencySpecError
 from sim.runtime.urls import redact_mapping
 
-__all__ = ["DEFAULT_PROFILE", "Config", "Mode", "coerce_override", "is_scenario_file", "knobs_toml", "load_profile"]
+__all__ = [
+    "DEFAULT_PROFILE", "Config", "Mode", "coerce_override", "is_scenario_file", "knobs_toml", "load_profile",
+    "profile_cores", "profile_costs", "with_profile_cores",
+]  # fmt: skip
 
 Mode = str  # "real" | "virtual"
 MODES: Final = ("real", "virtual")
@@ -321,6 +327,14 @@ class Config:
             base = named(name)
         for k in self.overrides:
             check_applies(base, k)
+        if "cores" not in self.overrides and (variant is None or "cores" not in variant):
+            base = with_profile_cores(base, self.latency_profile or DEFAULT_PROFILE)
+        if self.mode == "virtual" and self.latency_profile:
+            # A profile's [costs] describe a coordinator's CPU (`coordsim calibrate
+            # --from`); real mode runs one, whose modeled part stays `Costs`.
+            own = profile_costs(self.latency_profile, name)
+            if own:
+                base = base.with_overrides(costs=replace(base.costs, **own))
         changes: dict[str, Any] = {k: _coerce(k, v) for k, v in self.overrides.items()}
         if self.costs:
             try:
@@ -437,6 +451,8 @@ _ENUMS: Final = {
     "catalog": CatalogKind,
     "group_commit": GroupCommitPolicy,
     "oracle_calls": OracleCalls,
+    "peek_stages": PeekStages,
+    "frontend": Frontend,
 }
 
 
@@ -520,6 +536,73 @@ def load_profile(path: str | Path) -> LatencyModel:
     for name, dist in model.to_dict().items():
         _check_distribution(p, name, dist)
     return model
+
+
+def profile_cores(path: str | Path) -> int:
+    """The cores of the coordinator process a latency profile describes: its
+    `[cpu] cores` if it has one; else the cores of the machine it was measured
+    on (`[meta] machine`, "…, N cores", as `coordsim calibrate` writes it: real
+    mode runs the coordinator there); else 1 — the event loop's one core — so
+    that no configuration gets more cores than another without a source."""
+    p = Path(path)
+    text = read_text_file(p, "latency profile")
+    try:
+        data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise InvalidUsage(f"bad latency profile {p}: {' '.join(str(exc).split())}") from exc
+    data = data if isinstance(data, dict) else {}
+    cpu, meta = data.get("cpu"), data.get("meta")
+    if isinstance(cpu, dict) and "cores" in cpu:
+        cores = cpu["cores"]
+        if isinstance(cores, bool) or not isinstance(cores, int):
+            raise InvalidUsage(f"latency profile {p}: [cpu] cores must be an integer, got {cores!r}")
+    elif isinstance(meta, dict) and isinstance(meta.get("machine"), str):
+        found = re.search(r"(\d+) cores?$", meta["machine"].strip())
+        if found is None:
+            return 1
+        cores = int(found.group(1))
+    else:
+        return 1
+    check_int(f"latency profile {p}: cores", cores, low=1, high=MAX_CORES)
+    return cores
+
+
+def profile_costs(path: str | Path, config_name: str) -> dict[str, float]:
+    """The coordinator CPU costs (seconds, `Costs` fields) a latency profile sets
+    for configuration `config_name`: its `[costs]` numbers, then its
+    `[costs."<config_name>"]` table's over them; {} for a profile without
+    (every profile before `coordsim calibrate --from`). A run's own [costs]
+    still override these."""
+    p = Path(path)
+    text = read_text_file(p, "latency profile")
+    try:
+        data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise InvalidUsage(f"bad latency profile {p}: {' '.join(str(exc).split())}") from exc
+    table = data.get("costs") if isinstance(data, dict) else None
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise InvalidUsage(f"latency profile {p}: [costs] must be a table")
+    own = table.get(config_name)
+    chosen = {k: v for k, v in table.items() if not isinstance(v, dict)}
+    chosen.update(own if isinstance(own, dict) else {})
+    known = {f.name for f in fields(Costs)}
+    for name, cost in chosen.items():
+        if name not in known:
+            raise InvalidUsage(f"latency profile {p}: unknown cost {name!r}; known: {', '.join(sorted(known))}")
+        if isinstance(cost, bool) or not isinstance(cost, int | float):
+            raise InvalidUsage(f"latency profile {p}: cost {name} must be a number of seconds, got {cost!r}")
+        check_float(f"latency profile {p}: cost {name}", cost, low=0, high=MAX_DURATION_S, unit="seconds")
+    return {k: float(v) for k, v in chosen.items()}
+
+
+def with_profile_cores(config: CoordinatorConfig, path: str | Path) -> CoordinatorConfig:
+    """`config` with the profile's cores if it is decoupled (the event loop
+    has one core whatever the machine has)."""
+    if config.architecture is not Architecture.DECOUPLED:
+        return config
+    return config.with_overrides(cores=profile_cores(path))
 
 
 def _check_distribution(path: Path, name: str, dist: Mapping[str, Any]) -> None:

@@ -17,6 +17,9 @@ A busy host moves these round trips many times over (issue 35 saw 20-50x), so
 `check_host` watches the machine first with the report's own busy-host rule
 (`sim.compare.provenance.busy_reason`), and the profile records what it saw
 (`[meta.provenance]`), including whether calibrate was forced on a busy host.
+
+`coordsim calibrate --from RUN_DIR` builds a profile from a real run's own
+recordings instead (`sim.model.from_run`).
 """
 
 from __future__ import annotations

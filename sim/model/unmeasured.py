@@ -25,8 +25,10 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 __all__ = [
+    "CALIBRATED_BY",
     "CATALOG_FEED",
     "COST_SOURCES",
+    "FRONTEND_PGWIRE",
     "LATENCY_SOURCES",
     "PROFILE_LATENCIES",
     "Unmeasured",
@@ -40,14 +42,29 @@ __all__ = [
 #: default): `coordsim calibrate` copies it from here into every profile it writes.
 CATALOG_FEED: Final[Distribution] = LogNormal(0.002, 0.5)
 
+#: A pgwire client's round trip and the adapter frontend's work for one
+#: statement, off the loop (`coordinator.config.Frontend.PGWIRE`). Calibrated
+#: on fact `select-one-unloaded-latency`: Materialize issue #29526 reports
+#: `SELECT 1` at 100 qps (an open loop that does not load the loop) with p50
+#: 4.21 ms and p95 36.24 ms; the median is the p50, sigma = ln(p95/p50)/1.645.
+FRONTEND_PGWIRE: Final[Distribution] = LogNormal(0.00421, 1.309)
+
 #: Unmeasured latencies whose only value is the one a profile gives them.
-PROFILE_LATENCIES: Final[Mapping[str, Distribution]] = {"controller.catalog_feed": CATALOG_FEED}
+PROFILE_LATENCIES: Final[Mapping[str, Distribution]] = {
+    "controller.catalog_feed": CATALOG_FEED,
+    "frontend.pgwire": FRONTEND_PGWIRE,
+}
 
 #: Where each unmeasured latency's value comes from.
 LATENCY_SOURCES: Final[Mapping[str, str]] = {
     "controller.catalog_feed": (
         "assumed: order of magnitude between a persist PubSub push to the controller (sub-millisecond) "
         "and a listen that polls Consensus (a few ms); real mode models it too, so no backend can time it"
+    ),
+    "frontend.pgwire": (
+        "calibrated on fact select-one-unloaded-latency (Materialize issue #29526: SELECT 1 at 100 qps, "
+        "p50 4.21 ms, p95 36.24 ms): median 4.21 ms, sigma ln(36.24/4.21)/1.645; the model's own few "
+        "hundred microseconds of loop time for SELECT 1 are counted twice, a 2-5 % overestimate"
     ),
     # The replica's own comment block (controllers/replica.py) gives the reasoning.
     "replica.command": "assumed: one environmentd->clusterd hop in one availability zone, ~0.5 ms round trip",
@@ -61,26 +78,39 @@ LATENCY_SOURCES: Final[Mapping[str, str]] = {
     "replica.maintain_row": "assumed: ~200k updates/s/worker for small batches (per-batch and frontier overhead)",
 }
 
+_SCALED = (
+    "; scaled, with every other cost, so that a staged SELECT holds the loop 1/5000 s "
+    "(calibrated on fact select-throughput-loop-bound)"
+)
+
 #: Where each `Costs` field's default comes from. None is measured: the
-#: simulator has no planner or sequencer whose CPU could be timed. The common
-#: basis is the `Costs` docstring: per-message coordinator CPU of tens to
-#: hundreds of microseconds for simple statements, more for DDL.
+#: simulator has no planner or sequencer whose CPU could be timed. The split
+#: between handlers is assumed (`coordinator.config._WEIGHT_US`); the level is
+#: calibrated on one published loop-bound SELECT rate
+#: (`coordinator.config.LOOP_S_PER_SELECT`).
 COST_SOURCES: Final[Mapping[str, str]] = {
-    "parse_plan": "assumed: parse, name resolution and planning of a one-table statement, order 100 us",
-    "peek_sequence": "assumed: choosing timestamps, read holds and building the peek: about half of planning",
-    "peek_finish": "assumed: buffering and routing one peek response, order 10 us",
-    "per_row": "assumed: copying and encoding one small row, ~2M rows/s/core",
-    "write_sequence": "assumed: validating a write and queueing it for group commit, like peek sequencing",
-    "group_commit": "assumed: building one group commit's appends (its rows add per_row each)",
+    "parse_plan": "assumed weight 100 us: name resolution and planning of a one-table statement" + _SCALED,
+    "peek_sequence": "assumed weight 50 us: choosing timestamps, read holds and building the peek" + _SCALED,
+    "peek_finish": "assumed weight 20 us: buffering and routing one peek response" + _SCALED,
+    "per_row": "assumed weight 0.5 us: copying and encoding one small row" + _SCALED,
+    "write_sequence": "assumed weight 40 us: validating a write and queueing it for group commit" + _SCALED,
+    "group_commit": "assumed weight 60 us: building one group commit's appends" + _SCALED,
     "ddl_sequence": (
-        "assumed: a catalog transaction builds catalog state and derives controller commands, "
-        "several times planning"
+        "assumed weight 500 us: a catalog transaction builds catalog state and derives controller commands"
+        + _SCALED
     ),
-    "controller_response": "assumed: handling one controller message (frontier or peek response) on the loop",
-    "loop_dispatch": (
-        "assumed: one receive from the loop's channels plus the dispatch match "
-        "(a tokio channel receive and select!, order 1-10 us)"
-    ),
+    "controller_response": "assumed weight 10 us: one controller message (frontier or peek response)" + _SCALED,
+    "loop_dispatch": "assumed weight 5 us: one receive from the loop's channels plus the dispatch" + _SCALED,
+    "catalog_snapshot": "assumed weight 10 us: hand a session the current catalog (a shared pointer)" + _SCALED,
+    "peek_stage": "assumed weight 10 us: resume a staged peek when its off-loop work is back" + _SCALED,
+    "commit": "assumed weight 10 us: end a statement's implicit transaction" + _SCALED,
+}
+
+#: The published facts (`sim/model/facts.toml`) each calibrated value was set
+#: from. Only facts of role "calibration" may appear here; a test holds it.
+CALIBRATED_BY: Final[Mapping[str, tuple[str, ...]]] = {
+    **{f"costs.{name}": ("select-throughput-loop-bound", "loop-messages-per-select") for name in COST_SOURCES},
+    "frontend.pgwire": ("select-one-unloaded-latency",),
 }
 
 

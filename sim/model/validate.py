@@ -2,9 +2,13 @@
 
 Each fact of `sim/model/facts.toml` names an experiment of `sim/model/experiments.py`
 (virtual mode, fixed seeds, the shipped calibrated profile), the metric it
-reads, and the published value or direction with the range that counts as
-holding. A fact that does not hold is a finding about the model, never a
-reason to move a constant: the table says so and the command exits 1.
+reads, the published value, and the two-sided band, derived from the source,
+that counts as holding. Each fact is either a calibration fact (a constant
+was set from it: it shows the calibration took) or a validation fact
+(nothing was set from it: it tests the model), never both, and the two are
+reported apart. A validation fact that does not hold is a finding about the
+model, never a reason to move a constant: the table says so and the command
+exits 1.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
 from coordinator.config import named
-from sim.load.config import coerce_override
+from sim.load.config import DEFAULT_PROFILE, coerce_override, with_profile_cores
 from sim.model import experiments as ex
 from sim.runtime.errors import InvalidUsage
 
@@ -25,10 +29,13 @@ if TYPE_CHECKING:
 
     from coordinator.config import CoordinatorConfig
 
-__all__ = ["EXPERIMENTS", "FACTS", "Fact", "Outcome", "load_facts", "run_fact", "table_lines"]
+__all__ = ["EXPERIMENTS", "FACTS", "ROLES", "Fact", "Outcome", "band_text", "load_facts", "run_fact", "table_lines"]
 
 #: The facts shipped with coordsim.
 FACTS: Final = Path(__file__).with_name("facts.toml")
+
+#: A fact's role, in the order reports list them.
+ROLES: Final = ("calibration", "validation")
 
 
 @final
@@ -37,27 +44,22 @@ class Fact:
     """One published fact and how the model is checked against it."""
 
     id: str
+    role: str  # one of ROLES
     claim: str
     source: str
     mechanism: str
     experiment: str
     metric: str
     published: str
-    expect: Mapping[str, Any]
+    between: tuple[float, float]
+    band_reason: str
     params: Mapping[str, Any] = field(default_factory=dict)
     quick: bool = False
 
     def holds(self, value: float) -> bool:
-        if math.isnan(value):
-            return False
-        if "above" in self.expect and not value > self.expect["above"]:
-            return False
-        if "below" in self.expect and not value < self.expect["below"]:
-            return False
-        if "between" in self.expect:
-            lo, hi = self.expect["between"]
-            return bool(lo <= value <= hi)
-        return True
+        """Whether `value` is inside the band, both ends inclusive (NaN never is)."""
+        lo, hi = self.between
+        return not math.isnan(value) and lo <= value <= hi
 
 
 @final
@@ -72,7 +74,9 @@ class Outcome:
 
 
 def _config(name: str, overrides: Mapping[str, Any] | None = None) -> CoordinatorConfig:
-    cfg = named(name)
+    """The named configuration as a run on the shipped profile gets it (the
+    profile's cores for the decoupled adapter), with `overrides` on top."""
+    cfg = with_profile_cores(named(name), DEFAULT_PROFILE)
     if overrides:
         cfg = cfg.with_overrides(**{k: coerce_override(k, v) for k, v in overrides.items()})
     return cfg
@@ -121,15 +125,28 @@ def _batched_read_ts(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
 
 
 def _victim(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
-    slow = {"oracle.pg": p["oracle_ms"]}
-    on = ex.victim_select_one(_config(p["config"], {"oracle_calls": "on-loop"}), inserters=p["inserters"],
-                              overrides_ms=slow)  # fmt: skip
-    off = ex.victim_select_one(_config(p["config"], {"oracle_calls": "off-loop"}), inserters=p["inserters"],
-                               overrides_ms=slow)  # fmt: skip
-    detail = (f"SELECT 1 beside {p['inserters']} inserters, {p['oracle_ms']:g} ms oracle: on-loop p50 "
-              f"{on.victim.p50_ms:,.2f} / p95 {on.victim.p95_ms:,.2f} ms (n={on.victim.n}), off-loop p50 "
-              f"{off.victim.p50_ms:,.3f} / p95 {off.victim.p95_ms:,.3f} ms (n={off.victim.n})")  # fmt: skip
-    return {"p50_ratio": on.victim.p50_ms / off.victim.p50_ms, "p95_ratio": on.victim.p95_ms / off.victim.p95_ms}, detail
+    """Seed 000 / PR #37363's victim: `SELECT 1` beside `inserters`, with the
+    oracle's calls where `oracle_calls` says and every oracle statement taking
+    `oracle_ms` (unset: the profile's)."""
+    slow = {"oracle.pg": p["oracle_ms"]} if "oracle_ms" in p else None
+    overrides = {**p.get("overrides", {}), "oracle_calls": p["oracle_calls"]}
+    r = ex.victim_select_one(_config(p["config"], overrides), inserters=p["inserters"], overrides_ms=slow)
+    knobs = ", ".join(f"{k}={v}" for k, v in overrides.items())
+    oracle = f"{p['oracle_ms']:g} ms oracle" if slow else "the profile's oracle"
+    detail = (f"{p['config']} ({knobs}), SELECT 1 beside {p['inserters']} inserters, {oracle}: p50 "
+              f"{r.victim.p50_ms:,.3f} / p95 {r.victim.p95_ms:,.3f} ms (n={r.victim.n}); "
+              f"{r.inserts:,} inserts, {r.writes_per_commit:.2f} writes/commit")  # fmt: skip
+    return {"p50_ms": r.victim.p50_ms, "p95_ms": r.victim.p95_ms}, detail
+
+
+def _throughput(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
+    overrides = p.get("overrides", {})
+    r = ex.throughput(_config(p["config"], overrides), p["workload"], clients=p["clients"])
+    knobs = "".join(f", {k}={v}" for k, v in overrides.items())
+    detail = (f"{p['config']}{knobs}, {p['workload']} at {p['clients']} clients: {r.ops_per_s:,.0f} ops/s "
+              f"(p50 {r.latency.p50_ms:.2f} ms, n={r.latency.n}), {r.loop_messages_per_op:.2f} loop messages/op, "
+              f"{r.errors} errors")  # fmt: skip
+    return {"ops_per_s": r.ops_per_s, "loop_messages_per_op": r.loop_messages_per_op}, detail
 
 
 def _loop_cap(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
@@ -151,9 +168,11 @@ EXPERIMENTS: Final[dict[str, Callable[[Mapping[str, Any]], tuple[dict[str, float
     "batched-read-ts": _batched_read_ts,
     "victim": _victim,
     "loop-cap": _loop_cap,
+    "throughput": _throughput,
 }
 
-_FIELDS: Final = ("id", "claim", "source", "mechanism", "experiment", "metric", "published", "expect")
+_FIELDS: Final = ("id", "role", "claim", "source", "mechanism", "experiment", "metric", "published", "between",
+                  "band_reason")  # fmt: skip
 
 
 def load_facts(path: Path = FACTS) -> list[Fact]:
@@ -170,9 +189,18 @@ def load_facts(path: Path = FACTS) -> list[Fact]:
         if entry["experiment"] not in EXPERIMENTS:
             raise InvalidUsage(f"{path}: fact {entry['id']}: unknown experiment {entry['experiment']!r}; "
                                f"known: {', '.join(EXPERIMENTS)}")  # fmt: skip
-        if not set(entry["expect"]) <= {"above", "below", "between"} or not entry["expect"]:
-            raise InvalidUsage(f"{path}: fact {entry['id']}: expect takes above, below or between")
-        out.append(Fact(**{k: entry[k] for k in _FIELDS}, params=entry.get("params", {}),
+        if entry["role"] not in ROLES:
+            raise InvalidUsage(f"{path}: fact {entry['id']}: role must be one of {', '.join(ROLES)}, "
+                               f"got {entry['role']!r}")  # fmt: skip
+        band = entry["between"]
+        if (not isinstance(band, list) or len(band) != 2
+                or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in band)
+                or not band[0] <= band[1]):  # fmt: skip
+            raise InvalidUsage(f"{path}: fact {entry['id']}: between must be [lo, hi] with lo <= hi, got {band!r}")
+        if not str(entry["band_reason"]).strip():
+            raise InvalidUsage(f"{path}: fact {entry['id']}: band_reason is empty")
+        fields_ = {k: entry[k] for k in _FIELDS if k != "between"}
+        out.append(Fact(**fields_, between=(float(band[0]), float(band[1])), params=entry.get("params", {}),
                         quick=bool(entry.get("quick", False))))  # fmt: skip
     ids = [f.id for f in out]
     dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -192,9 +220,23 @@ def run_fact(fact: Fact) -> Outcome:
 
 
 def table_lines(outcomes: Sequence[Outcome]) -> list[str]:
-    """validate.md's Markdown table (the command prints the same in the house table style): fact | published | simulated | holds."""
-    lines = ["| fact | published | simulated | holds |", "|---|---|---:|:---:|"]
-    for o in outcomes:
-        lines.append(f"| {o.fact.id}: {o.fact.claim} | {o.fact.published} | {o.value:,.3g} | "
-                     f"{'yes' if o.holds else '**no**'} |")  # fmt: skip
+    """validate.md's Markdown tables, one per role (the command prints the same
+    in the house table style): fact | published | band | simulated | holds."""
+    lines: list[str] = []
+    for role in ROLES:
+        group = [o for o in outcomes if o.fact.role == role]
+        if not group:
+            continue
+        lines += [f"## {role.capitalize()} facts", "", "| fact | published | band | simulated | holds |",
+                  "|---|---|---|---:|:---:|"]  # fmt: skip
+        for o in group:
+            lines.append(f"| {o.fact.id}: {o.fact.claim} | {o.fact.published} | {band_text(o.fact)} | "
+                         f"{o.value:,.3g} | {'yes' if o.holds else '**no**'} |")  # fmt: skip
+        lines.append("")
     return lines
+
+
+def band_text(fact: Fact) -> str:
+    """The band as printed: `[lo, hi]`."""
+    lo, hi = fact.between
+    return f"[{lo:,.4g}, {hi:,.4g}]"

@@ -93,9 +93,12 @@ def test_peeks_under_a_500ms_oracle_read_at_the_since_and_are_linearized(name: s
 
 
 def test_oracle_calls_on_the_loop_stall_a_victim_query() -> None:
-    """Seed 000: with the oracle's calls awaited in loop handlers, every group
-    commit blocks the loop for two oracle round trips, and a `SELECT 1` beside
-    8 inserters waits for it; off the loop it waits for nothing."""
+    """Seed 000 / PR #37363: with the group commit's oracle calls awaited in
+    loop handlers (peek_write_ts, write_ts, read_ts), every commit blocks the
+    loop for three oracle round trips, and a `SELECT 1` beside 8 inserters
+    that arrives during one waits it out; off the loop it waits for nothing.
+    Most of the victim's queries fall between the blocks (its p50 barely
+    moves: see fact victim-on-loop), so the stall shows in its mean."""
     on, off = (
         victim_select_one(
             config("event-loop+pg-oracle", oracle_calls=calls), overrides_ms={"oracle.pg": 500.0}
@@ -105,8 +108,8 @@ def test_oracle_calls_on_the_loop_stall_a_victim_query() -> None:
     print(f"victim SELECT 1, 500 ms oracle: on-loop {on}, off-loop {off}")
     assert on.victim.n >= 20
     assert off.victim.n >= 1000
-    assert on.victim.p50_ms > 10 * off.victim.p50_ms
-    assert on.victim.p95_ms > 10 * off.victim.p95_ms
+    assert on.victim.mean_ms > 10 * off.victim.mean_ms
+    assert off.victim.p95_ms < 1.0
 
 
 def test_overlapping_commits_need_the_oracle_on_the_loop() -> None:

@@ -1,0 +1,231 @@
+"""Issue 35, "one profile, two predictions": a real compare records each
+coordinator handler's Python CPU per cell, `coordsim calibrate --from RUN_DIR`
+turns the run into a profile of this host's Python coordinator (latencies with
+their sources, per-configuration `[costs]`, provenance), virtual mode runs on
+it, and a run directory that cannot give one is refused in one line, exit 2."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import sys
+import time
+import tomllib
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from typer.testing import CliRunner
+
+from coordinator.config import Costs
+from sim.cli.main import app, main
+from sim.load.config import Config, load_profile, profile_costs
+from sim.model.from_run import DESCRIBES, costs_from_handlers
+from sim.runtime.backend_stats import BackendStats
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+REAL = ["--workloads", "select-one,insert", "--configs", "event-loop,decoupled", "--concurrency", "1,2",
+        "--ops", "4", "--repeat", "2", "--seed", "1"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def real_run(tmp_path_factory: pytest.TempPathFactory, pg_url: str) -> Path:
+    """One small real compare, shared by the tests that read it."""
+    out = tmp_path_factory.mktemp("real") / "out"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COORDSIM_POSTGRES_URL", pg_url)
+        r = CliRunner().invoke(app, ["compare", "--mode", "real", *REAL, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    return out
+
+
+@pytest.mark.postgres
+def test_real_run_records_handler_cpu(real_run: Path) -> None:
+    doc = json.loads((real_run / "summary.json").read_text())
+    expect = {("select-one", "event-loop"): "client.Select", ("insert", "event-loop"): "client.Insert",
+              ("select-one", "decoupled"): "statement.Select", ("insert", "decoupled"): "statement.Insert"}  # fmt: skip
+    for cell in doc["cells"]:
+        cpu = cell["handler_cpu"]
+        kind = expect[(cell["workload"], cell["config"])]
+        assert cpu[kind]["count"] >= cell["ops"], cell  # every measured statement, at least
+        for h in cpu.values():
+            assert set(h) == {"count", "total_ms", "mean_us"}
+            assert h["count"] > 0
+            assert h["total_ms"] >= 0
+        if cell["config"] == "event-loop":  # the staged loop's own messages
+            assert cpu["command.catalog_snapshot"]["count"] >= cell["ops"]
+    with (real_run / "results.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert all("=" in row["handler_cpu_us"] for row in rows)
+
+
+def test_virtual_run_records_no_handler_cpu(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    r = CliRunner().invoke(app, ["compare", "--mode", "virtual", *REAL, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    doc = json.loads((out / "summary.json").read_text())
+    assert all(cell["handler_cpu"] == {} and cell["handler_cpu_us"] == "" for cell in doc["cells"])
+
+
+@pytest.mark.postgres
+def test_calibrate_from_a_real_run(real_run: Path, tmp_path: Path) -> None:
+    profile = tmp_path / "this-host.toml"
+    r = CliRunner().invoke(app, ["calibrate", "--from", str(real_run), "-o", str(profile)])
+    assert r.exit_code == 0, r.output
+    data = tomllib.loads(profile.read_text())
+    meta = data["meta"]
+    assert meta["describes"] == DESCRIBES
+    assert "NOT the published system" in profile.read_text().splitlines()[1]
+    assert meta["run_dir"] == str(real_run.resolve())
+    assert meta["fitted_levels"] == [1]
+    assert meta["run"]["mode"] == "real"
+    assert "load_avg_1m_start" in meta["provenance"]
+    assert isinstance(meta["host_busy"], bool)
+    # Recorded round trips are fitted, each naming its run and cells; the rest is carried.
+    sources = meta["latency_sources"]
+    for name in ("oracle.pg.read_ts", "consensus.head", "stash.txn"):
+        assert sources[name].startswith(f"run {real_run.resolve()}: "), name
+        assert "@1" in sources[name]
+        assert data["latency"][name]["kind"] == "lognormal"
+    assert sources["blob.get"].startswith("carried from ")
+    # Costs: the run's modeled ones plus the Python CPU measured per handler.
+    for config in ("event-loop", "decoupled"):
+        costs = data["costs"][config]
+        assert costs["parse_plan"] > Costs().parse_plan
+        assert costs["loop_dispatch"] == pytest.approx(Costs().loop_dispatch)
+        assert meta["cost_sources"][config].startswith(f"run {real_run.resolve()}: ")
+    assert data["cpu"]["cores"] >= 1
+    # Virtual mode reads it: latencies, cores, and each configuration's costs.
+    load_profile(profile)
+    cfg = Config(mode="virtual", configurations=("event-loop", "decoupled"), latency_profile=str(profile))
+    assert cfg.coordinator("event-loop").costs.parse_plan == pytest.approx(data["costs"]["event-loop"]["parse_plan"])
+    assert cfg.coordinator("decoupled").cores == data["cpu"]["cores"]
+    out = tmp_path / "virtual"
+    r = CliRunner().invoke(app, ["compare", "--mode", "virtual", *REAL, "--latency-profile", str(profile),
+                                 "-o", str(out)])  # fmt: skip
+    assert r.exit_code == 0, r.output
+
+
+def _coordsim(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str]:
+    """The real entry point in process (errors map to one line and exit 2)."""
+    monkeypatch.setattr(sys, "argv", ["coordsim", *args])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    code = exc.value.code
+    return (code if isinstance(code, int) else 1), capsys.readouterr().err
+
+
+def _summary(**changes: Any) -> str:
+    doc: dict[str, Any] = {"generator": "coordsim compare", "mode": "real", "configurations": ["event-loop"],
+                           "cells": [{"workload": "insert", "config": "event-loop", "concurrency": 1, "backend": {}}]}  # fmt: skip
+    doc.update(changes)
+    return json.dumps(doc)
+
+
+@pytest.mark.parametrize(
+    ("summary", "needle"),
+    [
+        (None, "no summary.json"),
+        ("{not json", "summary.json is unreadable"),
+        (json.dumps({"generator": "coordsim run"}), "not written by `coordsim compare`"),
+        (_summary(mode="virtual"), "a 'virtual'-mode run"),
+        (_summary(), "no cell recorded backend round trips"),
+    ],
+)
+def test_bad_run_dirs_exit_2(
+    tmp_path: Path, summary: str | None, needle: str, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    if summary is not None:
+        (run / "summary.json").write_text(summary)
+    out = tmp_path / "p.toml"
+    code, err = _coordsim(capsys, monkeypatch, "calibrate", "--from", str(run), "-o", str(out))
+    assert code == 2
+    assert needle in err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_levels_needs_from(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    code, err = _coordsim(capsys, monkeypatch, "calibrate", "--levels", "1", "-o", str(tmp_path / "p.toml"))
+    assert code == 2
+    assert "--levels applies only with --from" in err
+
+
+def test_costs_from_handlers_maps_each_handler_to_its_cost() -> None:
+    us = 1e-6
+    loop = costs_from_handlers("event-loop", {
+        "client.Select": (10, 100 * 10 * us), "client.Insert": (10, 60 * 10 * us),
+        "command.catalog_snapshot": (20, 20 * 10 * us), "command.commit": (20, 20 * 12 * us),
+        "internal.stage.ready": (10, 10 * 30 * us), "response": (10, 10 * 15 * us), "confirm_flush": (4, 50 * us),
+        "internal.trigger_group_commit.initiate": (5, 5 * 40 * us), "internal.downgrade_on_loop": (5, 5 * 20 * us),
+    })  # fmt: skip
+    assert loop == pytest.approx({
+        "parse_plan": 60 * us, "peek_sequence": 40 * us, "catalog_snapshot": 10 * us, "commit": 12 * us,
+        "peek_stage": 30 * us, "controller_response": 20 * us, "group_commit": 60 * us,
+    })  # fmt: skip
+    decoupled = costs_from_handlers("decoupled", {"statement.Select": (4, 4 * 80 * us),
+                                                  "statement.Insert": (2, 2 * 90 * us), "group_commit": (2, 0.001)})  # fmt: skip
+    assert decoupled == pytest.approx({"parse_plan": 80 * us, "write_sequence": 10 * us, "group_commit": 500 * us})
+
+
+def test_profile_costs_layer_under_the_runs_own(tmp_path: Path) -> None:
+    profile = tmp_path / "p.toml"
+    profile.write_text('[costs]\nparse_plan = 0.001\n\n[costs."decoupled"]\nparse_plan = 0.002\ncommit = 0.003\n'
+                       '\n[latency."default"]\nkind = "constant"\nms = 0.0\n')  # fmt: skip
+    assert profile_costs(profile, "event-loop") == {"parse_plan": 0.001}
+    assert profile_costs(profile, "decoupled") == {"parse_plan": 0.002, "commit": 0.003}
+    cfg = Config(mode="virtual", latency_profile=str(profile))
+    assert cfg.coordinator("decoupled").costs.parse_plan == 0.002
+    assert cfg.with_overrides(costs={"parse_plan": 0.5}).coordinator("decoupled").costs.parse_plan == 0.5
+    # Real mode runs a coordinator: its modeled CPU stays `Costs`.
+    assert Config(mode="real", latency_profile=str(profile)).coordinator("decoupled").costs == Costs()
+    profile.write_text('[costs]\nbogus = 1.0\n[latency."default"]\nkind = "constant"\nms = 0.0\n')
+    with pytest.raises(ValueError, match="unknown cost 'bogus'"):
+        profile_costs(profile, "event-loop")
+
+
+def test_timed_handler_counts_only_its_own_steps() -> None:
+    """A handler's CPU excludes what other tasks burn while it awaits; values,
+    exceptions and cancellation pass through."""
+    stats = BackendStats()
+
+    def burn(seconds: float) -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    async def handler() -> int:
+        burn(0.01)
+        await asyncio.sleep(0.05)  # meanwhile `other` burns 0.05 s
+        return 7
+
+    async def other() -> None:
+        await asyncio.sleep(0)
+        burn(0.05)
+
+    async def failing() -> None:
+        await asyncio.sleep(0)
+        raise KeyError("x")
+
+    async def main() -> None:
+        results = await asyncio.gather(stats.timed("h", handler()), other())
+        assert results[0] == 7
+        with pytest.raises(KeyError):
+            await stats.timed("f", failing())
+        task = asyncio.ensure_future(stats.timed("c", asyncio.sleep(10)))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    window = stats.since(BackendStats().mark())
+    by = {h.kind: h for h in window.handlers()}
+    assert by["h"].count == 1
+    assert 0.009 <= by["h"].total_ms / 1000 < 0.04  # its 10 ms, not `other`'s 50
+    assert by["f"].count == by["c"].count == 1
