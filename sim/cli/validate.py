@@ -47,7 +47,7 @@ def validate(
 
     Examples:
       coordsim validate --quick
-      coordsim validate --only oracle-batching -o validate-out
+      coordsim validate --only loop-messages-per-select -o validate-out
     """
     chosen = load_facts(facts)
     if only is not None:
