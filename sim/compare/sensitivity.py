@@ -8,17 +8,18 @@ from its files (DESIGN.md §10).
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controllers.replica import REPLICA_LATENCIES
 from coordinator.config import Costs
+from sim.load.config import DEFAULT_PROFILE, profile_cores, profile_costs_tables
 from sim.model.unmeasured import PROFILE_LATENCIES
 from sim.runtime.latency import Constant, Distribution, Empirical, LogNormal, Uniform
 from sim.runtime.outputs import atomic_write
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-    from pathlib import Path
 
     from sim.load.config import Config
 
@@ -78,6 +79,22 @@ def scaled_latencies(cfg: Config, names: Sequence[str], factor: float, path: Pat
         else:
             dist = PROFILE_LATENCIES[name]
         spec[name] = _scale(dist, factor).to_dict()
-    text = _toml_profile(spec, why)
+    text = _toml_profile(spec, why) + _carried(Path(cfg.latency_profile or DEFAULT_PROFILE))
     atomic_write(path, lambda p: p.write_text(text))
     return replace(cfg, latency_profile=str(path))
+
+
+def _carried(profile: Path) -> str:
+    """What a profile holds besides its latencies and the rerun must keep: the
+    cores it gives `decoupled` (`profile_cores`: without them a rerun would
+    run on 1 core and differ from its base in more than the scaled cost), and
+    its `[costs]` tables (`calibrate --from`'s Python coordinator)."""
+    out = [f"[cpu]\ncores = {profile_cores(profile)}\n"]
+    costs = profile_costs_tables(profile)
+    flat = {k: v for k, v in costs.items() if not isinstance(v, dict)}
+    if flat:
+        out.append("[costs]\n" + "".join(f"{k} = {float(v)!r}\n" for k, v in flat.items()))
+    for name, table in costs.items():
+        if isinstance(table, dict):
+            out.append(f'[costs."{name}"]\n' + "".join(f"{k} = {float(v)!r}\n" for k, v in table.items()))
+    return "\n".join(out)

@@ -46,7 +46,7 @@ from sim.runtime.urls import redact_mapping
 
 __all__ = [
     "DEFAULT_PROFILE", "Config", "Mode", "coerce_override", "is_scenario_file", "knobs_toml", "load_profile",
-    "profile_cores", "profile_costs", "with_profile_cores",
+    "profile_cores", "profile_costs", "profile_costs_tables", "with_profile_cores",
 ]  # fmt: skip
 
 Mode = str  # "real" | "virtual"
@@ -565,6 +565,19 @@ def profile_cores(path: str | Path) -> int:
         return 1
     check_int(f"latency profile {p}: cores", cores, low=1, high=MAX_CORES)
     return cores
+
+
+def profile_costs_tables(path: str | Path) -> dict[str, Any]:
+    """A profile's raw `[costs]` table (numbers, and a table per
+    configuration), {} if it has none: what a rewritten profile must carry."""
+    p = Path(path)
+    text = read_text_file(p, "latency profile")
+    try:
+        data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise InvalidUsage(f"bad latency profile {p}: {' '.join(str(exc).split())}") from exc
+    table = data.get("costs") if isinstance(data, dict) else None
+    return dict(table) if isinstance(table, dict) else {}
 
 
 def profile_costs(path: str | Path, config_name: str) -> dict[str, float]:

@@ -74,3 +74,24 @@ def test_sensitivity_in_real_mode_is_refused_before_the_sweep(tmp_path: Path) ->
     assert proc.returncode == 2, proc.stderr
     assert "--sensitivity" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_scaled_profile_keeps_the_cores_and_costs_of_the_profile_it_scales(tmp_path: Path) -> None:
+    """A rerun must differ from its base in the scaled cost alone: the
+    rewritten profile carries the cores `decoupled` takes from the original
+    (the shipped profile's machine: 2) and any `[costs]` tables it has."""
+    from sim.load.config import DEFAULT_PROFILE, profile_cores, profile_costs
+
+    cfg = Config(mode="virtual", configurations=["decoupled"])
+    scaled = scaled_latencies(cfg, sorted(REPLICA_LATENCIES), 2.0, tmp_path / "a.toml", why="test")
+    assert scaled.latency_profile is not None
+    assert profile_cores(scaled.latency_profile) == profile_cores(DEFAULT_PROFILE)
+    assert scaled.coordinator("decoupled").cores == cfg.coordinator("decoupled").cores
+    own = tmp_path / "own.toml"
+    own.write_text((tmp_path / "a.toml").read_text().replace("[cpu]\ncores = ", "[cpu]\ncores = 3\n# was ")
+                   + '\n[costs]\nparse_plan = 0.001\n\n[costs."decoupled"]\npeek_sequence = 0.002\n')  # fmt: skip
+    again = scaled_latencies(Config(mode="virtual", latency_profile=str(own)), ["replica.peek"], 0.5,
+                             tmp_path / "b.toml", why="test")  # fmt: skip
+    assert again.latency_profile is not None
+    assert profile_cores(again.latency_profile) == 3
+    assert profile_costs(again.latency_profile, "decoupled") == {"parse_plan": 0.001, "peek_sequence": 0.002}
