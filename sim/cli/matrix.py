@@ -50,7 +50,7 @@ def matrix_command(
     old_out: options.OldOut = None,
     as_json: options.Json = False,
 ) -> None:  # fmt: skip
-    """Run the known-bad matrix: for each (variant, scenario, config), the seeds to its first detection or "not caught in N", and the anomalies by checker.
+    """Run the known-bad matrix: for each (variant, scenario, config), the seeds to its first detection, "not caught in N", or "not reached" when N is below the seed it is first caught at (not a failure), and the anomalies by checker.
 
     Writes matrix.md and matrix.json and prints the directory last. Exit 0 if every entry came out as expected, 1 if one did not.
 

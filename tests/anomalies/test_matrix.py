@@ -84,6 +84,17 @@ def test_an_unknown_seed_voids_a_not_caught_claim() -> None:
     assert to_json([partly], seeds=3)["entries"][0]["unknown_seeds"] == [1]
 
 
+def test_fewer_seeds_than_a_rows_bound_is_not_a_failure() -> None:
+    """`--seeds 10` cannot reach a row first caught at seed 44: that row says
+    so, and the matrix stays as expected (a clean tree never prints NOT as
+    expected for want of seeds); at or past the bound, not caught fails."""
+    far = next(e for e in MATRIX if e.expect == "caught" and e.bound > 10)
+    short = EntryResult(far, 10, None, 100)
+    assert short.as_expected
+    assert short.detection() == f"not reached: 10 seeds run, caught at seed {far.bound - 1}"
+    assert not EntryResult(far, far.bound, None, 100).as_expected
+
+
 def test_every_toggle_is_off_by_default() -> None:
     assert KnownBad().enabled() == []
 
