@@ -81,7 +81,9 @@ from typing import Final
 # Run as a file, this directory comes first on sys.path, and bench/oracle.py
 # would shadow the `oracle` package the checkers import.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `bench` as a package, for its helpers
 
+from bench.checker import _reset_peak_rss  # noqa: E402
 from sim.history.checker.run import check_history  # noqa: E402
 from sim.history.checker.verdict import Outcome  # noqa: E402
 from sim.history.interchange import history_to_edn, history_to_porcupine  # noqa: E402
@@ -334,15 +336,6 @@ def _resolve_tail(plan: _Plan, k: int) -> None:
 
 
 # --- measurement -----------------------------------------------------------------------------
-
-
-def _reset_peak_rss() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        return False
-    return True
 
 
 def _status_kb(key: str) -> int | None:

@@ -516,17 +516,24 @@ def _ints(key: str, v: Any) -> list[int]:
     return list(v)
 
 
-def load_profile(path: str | Path) -> LatencyModel:
-    """Reads a latency profile (TOML or JSON): a `[latency]` table of
-    distributions as `LatencyModel.from_dict` reads them, plus an optional
-    `[meta]` saying where the numbers came from."""
-    p = Path(path)
+def _profile_document(p: Path) -> dict[str, Any]:
+    """A latency profile file (TOML, or JSON by its suffix) as a dict ({} for
+    a document that is not a table); one clear line on a file it cannot read."""
     text = read_text_file(p, "latency profile")
     try:
         data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise InvalidUsage(f"bad latency profile {p}: {' '.join(str(exc).split())}") from exc
-    spec = data.get("latency") if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else {}
+
+
+def load_profile(path: str | Path) -> LatencyModel:
+    """Reads a latency profile (TOML or JSON): a `[latency]` table of
+    distributions as `LatencyModel.from_dict` reads them, plus an optional
+    `[meta]` saying where the numbers came from."""
+    p = Path(path)
+    data = _profile_document(p)
+    spec = data.get("latency")
     if not isinstance(spec, dict):
         raise InvalidUsage(f"latency profile {p} has no [latency] table")
     try:
@@ -545,12 +552,7 @@ def profile_cores(path: str | Path) -> int:
     mode runs the coordinator there); else 1 — the event loop's one core — so
     that no configuration gets more cores than another without a source."""
     p = Path(path)
-    text = read_text_file(p, "latency profile")
-    try:
-        data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise InvalidUsage(f"bad latency profile {p}: {' '.join(str(exc).split())}") from exc
-    data = data if isinstance(data, dict) else {}
+    data = _profile_document(p)
     cpu, meta = data.get("cpu"), data.get("meta")
     if isinstance(cpu, dict) and "cores" in cpu:
         cores = cpu["cores"]
@@ -571,13 +573,12 @@ def profile_costs_tables(path: str | Path) -> dict[str, Any]:
     """A profile's raw `[costs]` table (numbers, and a table per
     configuration), {} if it has none: what a rewritten profile must carry."""
     p = Path(path)
-    text = read_text_file(p, "latency profile")
-    try:
-        data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise InvalidUsage(f"bad latency profile {p}: {' '.join(str(exc).split())}") from exc
-    table = data.get("costs") if isinstance(data, dict) else None
-    return dict(table) if isinstance(table, dict) else {}
+    table = _profile_document(p).get("costs")
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise InvalidUsage(f"latency profile {p}: [costs] must be a table")
+    return dict(table)
 
 
 def profile_costs(path: str | Path, config_name: str) -> dict[str, float]:
@@ -587,16 +588,7 @@ def profile_costs(path: str | Path, config_name: str) -> dict[str, float]:
     (every profile before `coordsim calibrate --from`). A run's own [costs]
     still override these."""
     p = Path(path)
-    text = read_text_file(p, "latency profile")
-    try:
-        data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise InvalidUsage(f"bad latency profile {p}: {' '.join(str(exc).split())}") from exc
-    table = data.get("costs") if isinstance(data, dict) else None
-    if table is None:
-        return {}
-    if not isinstance(table, dict):
-        raise InvalidUsage(f"latency profile {p}: [costs] must be a table")
+    table = profile_costs_tables(p)
     own = table.get(config_name)
     chosen = {k: v for k, v in table.items() if not isinstance(v, dict)}
     chosen.update(own if isinstance(own, dict) else {})

@@ -82,7 +82,7 @@ def test_a_scaled_profile_keeps_the_cores_and_costs_of_the_profile_it_scales(tmp
     (the shipped profile's machine: 2) and any `[costs]` tables it has."""
     from sim.load.config import DEFAULT_PROFILE, profile_cores, profile_costs
 
-    cfg = Config(mode="virtual", configurations=["decoupled"])
+    cfg = Config(mode="virtual", configurations=("decoupled",))
     scaled = scaled_latencies(cfg, sorted(REPLICA_LATENCIES), 2.0, tmp_path / "a.toml", why="test")
     assert scaled.latency_profile is not None
     assert profile_cores(scaled.latency_profile) == profile_cores(DEFAULT_PROFILE)

@@ -127,11 +127,18 @@ def test_json_groups_the_facts_by_role(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason=f"validation facts the model does not reproduce: {', '.join(sorted(KNOWN_FAILING))}")
-def test_every_shipped_fact_holds(tmp_path: Path) -> None:
+def test_every_shipped_fact_holds_but_the_known_failures(tmp_path: Path) -> None:
+    """Every fact holds except the validation facts in `KNOWN_FAILING`, which
+    still fail (not an xfail: a fact that newly fails, or a known one that
+    starts holding, fails this test, and `KNOWN_FAILING` must follow)."""
     proc = _validate(tmp_path)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"all {len(load_facts())} facts hold" in proc.stdout
+    assert proc.returncode == (1 if KNOWN_FAILING else 0), proc.stdout + proc.stderr
+    with (tmp_path / "out" / "validate.csv").open() as fh:
+        holds = {r["id"]: r["holds"] == "True" for r in csv.DictReader(fh)}
+    assert set(holds) == {f.id for f in load_facts()}
+    assert {i for i, ok in holds.items() if not ok} == KNOWN_FAILING, proc.stdout
+    if not KNOWN_FAILING:
+        assert f"all {len(load_facts())} facts hold" in proc.stdout
 
 
 @pytest.mark.parametrize(
