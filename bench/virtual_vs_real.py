@@ -17,7 +17,7 @@ over each (workload, configuration)'s peak level only.
 cell run alternately with and without it (same process, same Postgres),
 paired by order, and prints the throughput ratio.
 
-Usage: uv run python bench/virtual_vs_real.py [--quick] [--force] [--keep DIR] [--overhead]
+Usage: uv run python bench/virtual_vs_real.py [--quick] [--force] [--keep DIR] [--overhead] [--real DIR]
 Last line: `RESULT max_ratio=… sign_agreement=… cells=…` (exit 1 when fewer than
 6 cells qualify). `--quick` (3 levels, 3 passes) takes up to 10 minutes: it runs
 a real compare. On a busy host it stops with the reason unless `--force`, and
@@ -132,14 +132,23 @@ def compare(args: argparse.Namespace, tmp: Path, forced: str) -> None:
     common = ["--workloads", WORKLOADS, "--configs", CONFIGS, "--concurrency", levels, "--repeat", repeat,
               "--seed", "1", "--allow-errors"]
     real, virtual, profile = tmp / "real", tmp / "virtual", tmp / "this-host.toml"
-    _run("real compare", "compare", "--mode", "real", *common, "-o", str(real))
+    if args.real is not None:  # a kept real run: predict it again (no new real run)
+        real = args.real
+        doc = json.loads((real / "summary.json").read_text())
+        common = ["--workloads", ",".join(doc["workloads"]), "--configs", ",".join(doc["configurations"]),
+                  "--concurrency", ",".join(str(c) for c in sorted({int(c["concurrency"]) for c in doc["cells"]})), "--repeat", str(doc["passes"]),
+                  "--seed", str(doc.get("seed", 1)), "--allow-errors"]  # fmt: skip
+        print(f"predicting the kept real run {real} (no new real run)", flush=True)
+    else:
+        _run("real compare", "compare", "--mode", "real", *common, "-o", str(real))
     _run("calibrate --from", "calibrate", "--from", str(real), "-o", str(profile))
     _run("virtual compare", "compare", "--mode", "virtual", *common, "--latency-profile", str(profile),
          "-o", str(virtual))
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
         for src in (real, virtual):
-            shutil.copytree(src, args.keep / src.name, dirs_exist_ok=True)
+            if src != args.real:
+                shutil.copytree(src, args.keep / src.name, dirs_exist_ok=True)
         shutil.copyfile(profile, args.keep / profile.name)
     rc, real_doc = _cells(real)
     vc, _ = _cells(virtual)
@@ -217,7 +226,13 @@ def main() -> None:
     p.add_argument("--force", action="store_true", help="run even on a busy host (every line says so)")
     p.add_argument("--keep", type=Path, help="copy both runs and the profile to KEEP/")
     p.add_argument("--overhead", action="store_true", help="measure the per-handler CPU recording's overhead")
+    p.add_argument("--real", type=Path, help="predict this kept real run (a --keep DIR's real/) instead of "
+                   "running a new one: the profile and the virtual run only, any host")  # fmt: skip
     args = p.parse_args()
+    if args.real is not None:
+        with tempfile.TemporaryDirectory(prefix="coordsim-vvr-") as tmp:
+            compare(args, Path(tmp), "")
+        return
     host = check_host()
     forced = ""
     if host.busy:

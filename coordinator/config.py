@@ -26,6 +26,7 @@ __all__ = [
     "Costs",
     "Frontend",
     "GroupCommitPolicy",
+    "Interpreter",
     "KnownBad",
     "OracleCalls",
     "OracleKind",
@@ -115,6 +116,39 @@ class Frontend(StrEnum):
 
     IN_PROCESS = "in-process"
     PGWIRE = "pgwire"
+
+
+@final
+@dataclass(frozen=True)
+class Interpreter:
+    """The Python interpreter of a real-mode coordsim process, as a profile
+    built from a real run (`coordsim calibrate --from`) measured it, so that
+    virtual mode can predict that run. All of a real process's Python runs on
+    one thread (CPython's GIL), whatever the architecture's modeled cores: the
+    coordinator's handlers, the clients, the drivers, the simulated replica
+    and persist. Virtual mode models it as one core that this Python holds.
+    Unset (None) for the published system, which is not Python.
+
+    - `python_share`: of each modeled CPU cost, the part that is this host's
+      Python (the rest is the modeled cost that real mode sleeps, which needs
+      no interpreter).
+    - `base_cores`: interpreter time per second whatever the load (background
+      tasks: the keepalive, persist maintenance, the replica's upkeep).
+    - `per_op_s`: interpreter time per statement outside the handlers (the
+      client, the driver's protocol work, the replica and persist).
+    """
+
+    python_share: float = 0.0
+    base_cores: float = 0.0
+    per_op_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.python_share <= 1.0:
+            raise InvalidUsage(f"interpreter python_share must be in [0, 1], got {self.python_share}")
+        if not 0.0 <= self.base_cores < 1.0:
+            raise InvalidUsage(f"interpreter base_cores must be in [0, 1), got {self.base_cores}")
+        if not 0.0 <= self.per_op_s < 1.0:
+            raise InvalidUsage(f"interpreter per_op_s must be in [0, 1) s, got {self.per_op_s}")
 
 
 #: Loop time per SELECT, calibrated on fact `select-throughput-loop-bound`:
@@ -237,6 +271,9 @@ class CoordinatorConfig:
     peek_stages: PeekStages = PeekStages.STAGED
     #: What a statement crosses outside the coordinator (`Frontend`).
     frontend: Frontend = Frontend.IN_PROCESS
+    #: Virtual mode predicting a real run: the process's Python interpreter
+    #: (`Interpreter`), from a profile built by `calibrate --from`.
+    interpreter: Interpreter | None = None
     max_batch: int = 64  # event loop: client messages per wake, unless a handler posts an internal one
     costs: Costs = field(default_factory=Costs)
     known_bad: KnownBad = field(default_factory=KnownBad)
@@ -301,7 +338,7 @@ def knobs(config: CoordinatorConfig) -> dict[str, Any]:
     plain data (what `coordsim config show` prints for it)."""
     out: dict[str, Any] = {}
     for f in fields(config):
-        if f.name in ("name", "costs", "known_bad"):
+        if f.name in ("name", "costs", "known_bad", "interpreter"):
             continue
         archs = APPLIES_TO.get(f.name)
         if archs is not None and config.architecture not in archs:
@@ -311,6 +348,8 @@ def knobs(config: CoordinatorConfig) -> dict[str, Any]:
     if config.architecture is Architecture.EVENT_LOOP:
         out["cores"] = 1
     out["costs"] = {f.name: getattr(config.costs, f.name) for f in fields(config.costs)}
+    if config.interpreter is not None:
+        out["interpreter"] = {f.name: getattr(config.interpreter, f.name) for f in fields(config.interpreter)}
     enabled = config.known_bad.enabled()
     if enabled:
         out["known_bad"] = dict.fromkeys(enabled, True)

@@ -132,8 +132,12 @@ def _internal_kind(qualname: str) -> str:
     parts = [p.lstrip("_") for p in qualname.split(".") if p not in ("<locals>", "EventLoopCoordinator")]
     return "internal." + ".".join(parts)
 
-_Queue = Literal["internal", "response", "external"]
-_PRIORITY: Final[tuple[_Queue, ...]] = ("internal", "response", "external")
+_Queue = Literal["internal", "response", "external", "tick"]
+#: The loop's sources by priority, as the biased select of Materialize's
+#: `Coordinator::serve` orders them: internal commands, controller responses,
+#: client commands, and last the keepalive tick (`advance_timelines_interval`),
+#: taken only when nothing else waits.
+_PRIORITY: Final[tuple[_Queue, ...]] = ("internal", "response", "external", "tick")
 
 
 @final
@@ -306,7 +310,7 @@ class EventLoopCoordinator(RunningCoordinator):
                     await self._cpu(costs.loop_dispatch)
                     if self._handler_cpu is not None:
                         await self._timed_handler(queue, msg)
-                    elif queue == "internal":
+                    elif queue in ("internal", "tick"):
                         await msg()
                     elif queue == "response":
                         await self._handle_response(msg)
@@ -325,7 +329,7 @@ class EventLoopCoordinator(RunningCoordinator):
         """One message's handler with its Python CPU recorded by kind (real
         mode): `command.<kind>`, `client.<statement>`, `response`, or
         `internal.<the posted coroutine>`."""
-        if queue == "internal":
+        if queue in ("internal", "tick"):
             coro = msg()
             await self._timed(_internal_kind(coro.__qualname__), coro)
         elif queue == "response":
@@ -635,6 +639,13 @@ class EventLoopCoordinator(RunningCoordinator):
         # Known-bad `unbounded_group_commits`: no bound, as before seed 000's
         # rollout, but with the oracle's calls wherever the config runs them.
         limit = 0 if self.config.known_bad.unbounded_group_commits else self.config.commits_in_flight
+        # Before PR #37363 the keepalive tick posted its group commit without a
+        # permit (`Message::GroupCommitInitiate(span, None)` in the coord.rs
+        # serve loop), so it ran beside a user commit in flight: with a slow
+        # oracle, each tick adds its own on-loop oracle calls whatever the load.
+        # After it, one committer task takes every commit in turn.
+        if periodic and self.config.oracle_calls is OracleCalls.ON_LOOP:
+            limit = 0
         if (limit and self._gc_in_flight >= limit) or (not self._pending_writes and not periodic):
             return
         batch, self._pending_writes = self._pending_writes, []
@@ -704,14 +715,21 @@ class EventLoopCoordinator(RunningCoordinator):
             self._drained()
 
     async def _periodic_group_commit(self) -> None:
-        """Advances idle tables so reads at the oracle's read_ts never wait on them."""
+        """Advances idle tables so reads at the oracle's read_ts never wait on them.
+
+        The keepalive tick (Materialize's `advance_timelines_interval`, every
+        `default_timestamp_interval`) is the loop's lowest-priority source: it
+        waits until no other message does. A tick the loop could not take in
+        time is not lost: tokio's `Interval` fires missed ticks back to back
+        once polled (its default `MissedTickBehavior::Burst`), so each tick
+        posts one message whatever the backlog."""
         while True:
             await self._rt.sleep(self.config.group_commit_interval_s)
 
             async def tick() -> None:
                 await self._maybe_group_commit(periodic=True)
 
-            self._internal(tick)
+            self._post("tick", tick)
 
     async def _read_then_write(self, req: _Request, rtw: ReadThenWritePlan) -> None:
         """UPDATE/DELETE under the global write lock (off the loop; each step is a

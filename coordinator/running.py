@@ -67,6 +67,9 @@ class RunningCoordinator(Coordinator):
         self._rt = rt
         self._catalog_timeline = env.timeline(CATALOG_TIMELINE)
         self._pool = rt.core_pool(cores, actor)
+        #: Virtual mode predicting a real run: the process's one interpreter
+        #: thread, which every modeled cost's Python share holds (`Interpreter`).
+        self._interp = rt.core_pool(1, f"{actor}.interpreter") if config.interpreter is not None else None
         self._inc: Incarnation | None = None
         self._tg: TaskGroup | None = None
         self._stack: AsyncExitStack | None = None
@@ -97,6 +100,8 @@ class RunningCoordinator(Coordinator):
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(self._tg.cancel_scope.cancel)
             await self._start(self._tg)
+            if self._interp is not None:
+                self._tg.start_soon(self._interpreter_background)
             self._stack = stack.pop_all()
         return self
 
@@ -129,9 +134,42 @@ class RunningCoordinator(Coordinator):
             return Ready(Result.failed(self._fenced))
         if self._tg is None:
             return Ready(Result.failed(SqlError(SqlState.ADMIN_SHUTDOWN, "the coordinator is not running")))
+        if self._interp is not None:
+            return self._with_interpreter(session, statement)
         if self.config.frontend is Frontend.PGWIRE:
             return self._via_pgwire(session, statement)
         return self._serve(session, statement)
+
+    async def _with_interpreter(self, session: Session, statement: Statement) -> Result:
+        """The statement, then its Python outside the handlers (the client, the
+        driver, the replica and persist: `Interpreter.per_op_s`) on the
+        interpreter."""
+        assert self._interp is not None
+        assert self.config.interpreter is not None
+        if self.config.frontend is Frontend.PGWIRE:
+            result = await self._via_pgwire(session, statement)
+        else:
+            result = await self._serve(session, statement)
+        per_op = self.config.interpreter.per_op_s
+        if per_op > 0:
+            await self._rt.cpu(per_op, self._interp)
+        return result
+
+    async def _interpreter_background(self) -> None:
+        """`Interpreter.base_cores` of the interpreter, whatever the load: a
+        slice every 10 ms on a fixed schedule, so work delayed by contention
+        is caught up, not dropped (as a real background task's work is)."""
+        assert self._interp is not None
+        assert self.config.interpreter is not None
+        quantum = 0.01
+        busy = self.config.interpreter.base_cores * quantum
+        if busy <= 0:
+            return
+        due = self._rt.now()
+        while True:
+            await self._rt.cpu(busy, self._interp)
+            due += quantum
+            await self._rt.sleep(max(0.0, due - self._rt.now()))
 
     async def _via_pgwire(self, session: Session, statement: Statement) -> Result:
         """`Frontend.PGWIRE`: the client's network and the adapter frontend's
@@ -179,8 +217,26 @@ class RunningCoordinator(Coordinator):
 
     def _cpu(self, seconds: float) -> Awaitable[None]:
         """Modeled CPU on the coordinator's cores (nothing for 0); await it. The
-        hold itself, not a coroutine around it (see `Runtime.cpu`)."""
-        return self._rt.cpu(seconds, self._pool) if seconds > 0 else DONE
+        hold itself, not a coroutine around it (see `Runtime.cpu`). With an
+        `Interpreter`, its Python share also holds the interpreter."""
+        if not seconds > 0:
+            return DONE
+        if self._interp is None:
+            return self._rt.cpu(seconds, self._pool)
+        return self._cpu_with_interpreter(seconds)
+
+    async def _cpu_with_interpreter(self, seconds: float) -> None:
+        """As a real-mode handler spends it: on one of the modeled cores
+        throughout, its Python share on the interpreter too (waiting for it
+        while holding the core), the rest slept."""
+        assert self._interp is not None
+        assert self.config.interpreter is not None
+        python = seconds * self.config.interpreter.python_share
+        async with self._pool.core():
+            if python > 0:
+                await self._rt.cpu(python, self._interp)
+            if seconds - python > 0:
+                await self._rt.sleep(seconds - python)
 
     def _timed(self, kind: str, handler: Coroutine[Any, Any, T]) -> Awaitable[T]:
         """`handler` itself, or with its Python CPU recorded as one call of

@@ -285,7 +285,7 @@ async def measure(
     stats = BackendStats() if cfg.mode == "real" else None
     token = BACKEND_STATS.set(stats)
     try:
-        async with Deployment.for_config(cfg, config_name, rt, recorder) as dep:
+        async with Deployment.for_config(cfg, config_name, rt, recorder, workload=workload_name) as dep:
             coord = dep.newest
             assert coord is not None
             sessions = SessionFactory(coord, recorder)

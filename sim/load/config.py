@@ -30,6 +30,7 @@ from coordinator.config import (
     Costs,
     Frontend,
     GroupCommitPolicy,
+    Interpreter,
     KnownBad,
     OracleCalls,
     OracleKind,
@@ -46,7 +47,7 @@ from sim.runtime.urls import redact_mapping
 
 __all__ = [
     "DEFAULT_PROFILE", "Config", "Mode", "coerce_override", "is_scenario_file", "knobs_toml", "load_profile",
-    "profile_cores", "profile_costs", "profile_costs_tables", "with_profile_cores",
+    "profile_cores", "profile_costs", "profile_costs_tables", "profile_interpreter", "with_profile_cores",
 ]  # fmt: skip
 
 Mode = str  # "real" | "virtual"
@@ -313,8 +314,10 @@ class Config:
 
     # --- derived ----------------------------------------------------------------------
 
-    def coordinator(self, name: str) -> CoordinatorConfig:
-        """The named coordinator configuration with this run's cost and field overrides."""
+    def coordinator(self, name: str, workload: str | None = None) -> CoordinatorConfig:
+        """The named coordinator configuration with this run's cost and field
+        overrides (and, in virtual mode on a profile built from a real run,
+        the Python interpreter it measured for `workload`)."""
         variant = self.variants.get(name)
         if variant is not None:
             base = named(variant["base"])
@@ -335,6 +338,9 @@ class Config:
             own = profile_costs(self.latency_profile, name)
             if own:
                 base = base.with_overrides(costs=replace(base.costs, **own))
+            interp = profile_interpreter(self.latency_profile, name, workload) if workload else None
+            if interp is not None:
+                base = base.with_overrides(interpreter=interp)
         changes: dict[str, Any] = {k: _coerce(k, v) for k, v in self.overrides.items()}
         if self.costs:
             try:
@@ -600,6 +606,30 @@ def profile_costs(path: str | Path, config_name: str) -> dict[str, float]:
             raise InvalidUsage(f"latency profile {p}: cost {name} must be a number of seconds, got {cost!r}")
         check_float(f"latency profile {p}: cost {name}", cost, low=0, high=MAX_DURATION_S, unit="seconds")
     return {k: float(v) for k, v in chosen.items()}
+
+
+def profile_interpreter(path: str | Path, config_name: str, workload: str) -> Interpreter | None:
+    """The Python interpreter (`coordinator.config.Interpreter`) that a profile
+    built from a real run (`coordsim calibrate --from`) measured for
+    `config_name` running `workload`; None if it has none (every other
+    profile, and the published system's: it is not Python)."""
+    p = Path(path)
+    table = _profile_document(p).get("interpreter")
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise InvalidUsage(f"latency profile {p}: [interpreter] must be a table")
+    per_config = table.get(config_name)
+    spec = per_config.get(workload) if isinstance(per_config, dict) else None
+    if spec is None:
+        return None
+    known = {f.name for f in fields(Interpreter)}
+    if not isinstance(spec, dict) or set(spec) - known or any(
+        isinstance(v, bool) or not isinstance(v, int | float) for v in spec.values()
+    ):
+        raise InvalidUsage(f"latency profile {p}: [interpreter.{config_name}.{workload}] must map "
+                           f"{', '.join(sorted(known))} to numbers")  # fmt: skip
+    return Interpreter(**{k: float(v) for k, v in spec.items()})
 
 
 def with_profile_cores(config: CoordinatorConfig, path: str | Path) -> CoordinatorConfig:

@@ -177,16 +177,17 @@ class Deployment:
     @classmethod
     @contextlib.asynccontextmanager
     async def for_config(
-        cls, cfg: Config, config_name: str, rt: Runtime, recorder: HistoryRecorder
+        cls, cfg: Config, config_name: str, rt: Runtime, recorder: HistoryRecorder, *, workload: str | None = None
     ) -> AsyncIterator[Deployment]:
         """A deployment of `config_name` as `cfg` describes the run: modeled
         in-memory stores in virtual mode; in real mode a fresh database on
-        `cfg`'s Postgres, and `cfg.blob_url` or files."""
+        `cfg`'s Postgres, and `cfg.blob_url` or files. `workload` names what
+        it will run (see `Config.coordinator`)."""
         pg = cfg.effective_postgres_url() if cfg.mode == "real" else None
         if cfg.mode == "real" and pg is None:
             raise CoordsimError("real mode needs a Postgres (start one or set COORDSIM_POSTGRES_URL)")
         async with cls.running(
-            rt, cfg.coordinator(config_name), recorder, LatencySwitch(), postgres_url=pg, modeled=True,
+            rt, cfg.coordinator(config_name, workload), recorder, LatencySwitch(), postgres_url=pg, modeled=True,
             blob_url=cfg.blob_url,
         ) as dep:  # fmt: skip
             yield dep

@@ -34,6 +34,7 @@ __all__ = [
     "FROM_KINDS",
     "RunProfile",
     "costs_from_handlers",
+    "interpreter_from_cells",
     "profile_from_run",
     "read_real_run",
     "render_run_profile",
@@ -196,6 +197,8 @@ class RunProfile:
     cost_sources: dict[str, str]
     cores: int
     meta: dict[str, Any]
+    #: configuration -> workload -> `coordinator.config.Interpreter` fields.
+    interpreter: dict[str, dict[str, dict[str, float]]] | None = None
 
 
 def profile_from_run(
@@ -247,6 +250,7 @@ def profile_from_run(
     knobs = config.get("configuration", {}) if isinstance(config.get("configuration"), dict) else {}
     costs: dict[str, dict[str, float]] = {}
     cost_sources: dict[str, str] = {}
+    interpreter: dict[str, dict[str, dict[str, float]]] = {}
     cores = 1
     for name in doc.get("configurations", []):
         mine = [c for c in cells if c.get("config") == name]
@@ -269,6 +273,15 @@ def profile_from_run(
         cost_sources[name] = (f"{where}: the run's modeled costs (slept by real mode) + the Python CPU of "
                               f"{calls} handler calls in {len(mine)} cells, mapped by "
                               "sim.model.from_run.costs_from_handlers; loop_dispatch as modeled")  # fmt: skip
+        python, total = sum(extra.values()), sum(costs[name].values())
+        share = python / total if total > 0 else 0.0
+        for wl in sorted({str(c["workload"]) for c in mine}):
+            fitted = interpreter_from_cells([c for c in mine if c.get("workload") == wl], share)
+            if fitted is not None:
+                interpreter.setdefault(name, {})[wl] = fitted
+                cost_sources[f"interpreter.{name}.{wl}"] = (
+                    f"{where}: the coordsim process's CPU (cores) against throughput over the "
+                    f"{wl}/{name} cells, least squares (sim.model.from_run.interpreter_from_cells)")
     prov: dict[str, Any] = doc["provenance"] if isinstance(doc.get("provenance"), dict) else {}
     meta: dict[str, Any] = {
         "tool": "coordsim calibrate --from",
@@ -284,7 +297,45 @@ def profile_from_run(
                                    "warmup_s", "wall_s", "pg_isolation") if doc.get(k) is not None},
         "provenance": prov,
     }
-    return RunProfile(latency, sources, costs, cost_sources, cores, meta)
+    return RunProfile(latency, sources, costs, cost_sources, cores, meta, interpreter or None)
+
+
+def interpreter_from_cells(cells: Sequence[Mapping[str, Any]], python_share: float) -> dict[str, float] | None:
+    """`coordinator.config.Interpreter` fields for one (configuration,
+    workload) of a real run, or None without two cells that measured the
+    process's CPU.
+
+    Real mode runs all its Python on one thread, so the process's CPU
+    (`coordsim_cpu`, cores) is interpreter time. Fitted over the levels as
+    `cpu = base + k * throughput` (least squares): `base_cores` is what it
+    spends whatever the load, and `per_op_s` is `k` less the handlers' own
+    Python per statement (which the profile's costs already carry, with
+    `python_share` of each cost on the interpreter). Both are clipped to
+    their ranges (0 <= base < 0.9, per-op >= 0)."""
+    pts: list[tuple[float, float]] = []
+    handler_s = ops = 0.0
+    for c in cells:
+        cpu, thr = c.get("coordsim_cpu"), c.get("throughput_ops_s")
+        if isinstance(cpu, int | float) and isinstance(thr, int | float) and math.isfinite(cpu) and thr > 0:
+            pts.append((float(thr), float(cpu)))
+        handler_s += sum(float(h.get("total_ms", 0.0)) for h in (c.get("handler_cpu") or {}).values()) / 1000
+        ops += float(c.get("ops") or 0)
+    if len(pts) < 2:
+        return None
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    k = sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx > 0 else 0.0
+    k = max(k, 0.0)
+    base = my - k * mx
+    if base < 0:  # through the origin instead: all of it per statement
+        base, k = 0.0, sum(x * y for x, y in pts) / sum(x * x for x, _ in pts)
+    per_handler = handler_s / ops if ops else 0.0
+    return {
+        "python_share": round(min(max(python_share, 0.0), 1.0), 4),
+        "base_cores": round(min(base, 0.9), 4),
+        "per_op_s": round(max(k - per_handler, 0.0), 7),
+    }
 
 
 def _load_table(path: Path) -> dict[str, Any]:
@@ -317,7 +368,10 @@ def render_run_profile(profile: RunProfile, *, json_format: bool = False) -> str
     run and its provenance, every source), `[cpu] cores`, `[costs."<config>"]`
     and `[latency]`, as `sim.load.config` reads them."""
     meta = {**profile.meta, "latency_sources": profile.latency_sources, "cost_sources": profile.cost_sources}
-    doc = {"meta": meta, "cpu": {"cores": profile.cores}, "costs": profile.costs, "latency": profile.latency}
+    doc: dict[str, Any] = {"meta": meta, "cpu": {"cores": profile.cores}, "costs": profile.costs,
+                           "latency": profile.latency}  # fmt: skip
+    if profile.interpreter:
+        doc["interpreter"] = profile.interpreter
     if json_format:
         return json.dumps(doc, indent=2) + "\n"
     m = profile.meta
@@ -330,8 +384,9 @@ def render_run_profile(profile: RunProfile, *, json_format: bool = False) -> str
     if m["host_busy"]:
         head.append(f"# THE RUN'S HOST WAS BUSY ({m['busy_reason']}): these numbers carry its load.")
     lines = [*head, ""]
-    for key in ("meta", "cpu", "costs"):
-        lines += [*_tables(key, doc[key]), ""]
+    for key in ("meta", "cpu", "costs", "interpreter"):
+        if key in doc:
+            lines += [*_tables(key, doc[key]), ""]
     for name, spec in profile.latency.items():
         lines += [f"[latency.{json.dumps(name)}]", *(f"{k} = {_toml(v)}" for k, v in spec.items()), ""]
     return "\n".join(lines)

@@ -130,7 +130,8 @@ def _victim(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     `oracle_ms` (unset: the profile's)."""
     slow = {"oracle.pg": p["oracle_ms"]} if "oracle_ms" in p else None
     overrides = {**p.get("overrides", {}), "oracle_calls": p["oracle_calls"]}
-    r = ex.victim_select_one(_config(p["config"], overrides), inserters=p["inserters"], overrides_ms=slow)
+    r = ex.victim_select_one(_config(p["config"], overrides), inserters=p["inserters"], overrides_ms=slow,
+                             duration_s=float(p.get("duration_s", 30.0)))  # fmt: skip
     knobs = ", ".join(f"{k}={v}" for k, v in overrides.items())
     oracle = f"{p['oracle_ms']:g} ms oracle" if slow else "the profile's oracle"
     detail = (f"{p['config']} ({knobs}), SELECT 1 beside {p['inserters']} inserters, {oracle}: p50 "

@@ -12,15 +12,16 @@ import json
 import sys
 import time
 import tomllib
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from typer.testing import CliRunner
 
-from coordinator.config import Costs
+from coordinator.config import Costs, Interpreter
 from sim.cli.main import app, main
-from sim.load.config import Config, load_profile, profile_costs
-from sim.model.from_run import DESCRIBES, costs_from_handlers
+from sim.load.config import Config, load_profile, profile_costs, profile_interpreter
+from sim.model.from_run import DESCRIBES, costs_from_handlers, interpreter_from_cells
 from sim.runtime.backend_stats import BackendStats
 
 if TYPE_CHECKING:
@@ -97,11 +98,19 @@ def test_calibrate_from_a_real_run(real_run: Path, tmp_path: Path) -> None:
         assert costs["loop_dispatch"] == pytest.approx(Costs().loop_dispatch)
         assert meta["cost_sources"][config].startswith(f"run {real_run.resolve()}: ")
     assert data["cpu"]["cores"] >= 1
+    # The process's one interpreter, per configuration and workload.
+    for config in ("event-loop", "decoupled"):
+        for wl in ("select-one", "insert"):
+            fit = data["interpreter"][config][wl]
+            assert set(fit) == {"python_share", "base_cores", "per_op_s"}
+            assert 0 < fit["python_share"] < 1
+            assert meta["cost_sources"][f"interpreter.{config}.{wl}"].startswith(f"run {real_run.resolve()}: ")
     # Virtual mode reads it: latencies, cores, and each configuration's costs.
     load_profile(profile)
     cfg = Config(mode="virtual", configurations=("event-loop", "decoupled"), latency_profile=str(profile))
     assert cfg.coordinator("event-loop").costs.parse_plan == pytest.approx(data["costs"]["event-loop"]["parse_plan"])
     assert cfg.coordinator("decoupled").cores == data["cpu"]["cores"]
+    assert cfg.coordinator("decoupled", "insert").interpreter is not None
     out = tmp_path / "virtual"
     r = CliRunner().invoke(app, ["compare", "--mode", "virtual", *REAL, "--latency-profile", str(profile),
                                  "-o", str(out)])  # fmt: skip
@@ -229,3 +238,71 @@ def test_timed_handler_counts_only_its_own_steps() -> None:
     assert by["h"].count == 1
     assert 0.009 <= by["h"].total_ms / 1000 < 0.04  # its 10 ms, not `other`'s 50
     assert by["f"].count == by["c"].count == 1
+
+
+def _cell(thr: float, cpu: float, handler_ms: float, ops: int) -> dict[str, Any]:
+    return {"throughput_ops_s": thr, "coordsim_cpu": cpu, "ops": ops,
+            "handler_cpu": {"statement.Select": {"count": ops, "total_ms": handler_ms, "mean_us": 0.0}}}  # fmt: skip
+
+
+def test_interpreter_fit_recovers_base_and_per_op_load() -> None:
+    """The process's CPU is base + k x throughput; per-op is k less the
+    handlers' own Python (the costs carry that part)."""
+    cells = [_cell(thr, 0.2 + 0.0004 * thr, handler_ms=100 * 0.1, ops=100) for thr in (100.0, 400.0, 1600.0)]
+    fit = interpreter_from_cells(cells, python_share=0.6)
+    assert fit is not None
+    assert fit["base_cores"] == pytest.approx(0.2, abs=1e-3)
+    assert fit["per_op_s"] == pytest.approx(0.0004 - 0.0001, rel=1e-3)
+    assert fit["python_share"] == 0.6
+    # A negative intercept goes through the origin; one cell is not a fit.
+    through = interpreter_from_cells([_cell(100.0, 0.05, 0.0, 10), _cell(200.0, 0.2, 0.0, 10)], python_share=0.5)
+    assert through is not None
+    assert through["base_cores"] == 0.0
+    assert through["per_op_s"] > 0
+    assert interpreter_from_cells([_cell(100.0, 0.1, 0.0, 10)], python_share=0.5) is None
+
+
+def test_profile_interpreter_is_per_configuration_and_workload(tmp_path: Path) -> None:
+    profile = tmp_path / "p.toml"
+    profile.write_text('[interpreter."decoupled"."select-one"]\npython_share = 0.5\nbase_cores = 0.25\n'
+                       'per_op_s = 0.0001\n\n[latency."default"]\nkind = "constant"\nms = 0.0\n')  # fmt: skip
+    assert profile_interpreter(profile, "decoupled", "select-one") == Interpreter(0.5, 0.25, 0.0001)
+    assert profile_interpreter(profile, "decoupled", "insert") is None
+    cfg = Config(mode="virtual", latency_profile=str(profile))
+    assert cfg.coordinator("decoupled", "select-one").interpreter == Interpreter(0.5, 0.25, 0.0001)
+    assert cfg.coordinator("decoupled").interpreter is None  # no workload named: none applies
+    # Real mode runs a real interpreter.
+    assert Config(mode="real", latency_profile=str(profile)).coordinator("decoupled", "select-one").interpreter is None
+    profile.write_text('[interpreter."decoupled"."select-one"]\nbase_cores = "lots"\n'
+                       '[latency."default"]\nkind = "constant"\nms = 0.0\n')  # fmt: skip
+    with pytest.raises(ValueError, match="must map"):
+        profile_interpreter(profile, "decoupled", "select-one")
+    profile.write_text('[interpreter."decoupled"."select-one"]\nbase_cores = 1.5\n'
+                       '[latency."default"]\nkind = "constant"\nms = 0.0\n')  # fmt: skip
+    with pytest.raises(ValueError, match="base_cores"):
+        profile_interpreter(profile, "decoupled", "select-one")
+
+
+def test_one_interpreter_caps_python_bound_cores() -> None:
+    """Real mode's Python runs on one thread: a CPU-bound decoupled adapter
+    with two modeled cores whose costs are all Python gets what one core
+    gets; with none of it Python, the second core counts; and background
+    interpreter load takes its share."""
+    from sim.model.experiments import throughput
+    from sim.model.validate import _config
+
+    def ops(cores: int, interp: Interpreter | None) -> float:
+        cfg = _config("decoupled", {"cores": cores})
+        cfg = cfg.with_overrides(costs=replace(cfg.costs, parse_plan=0.002), interpreter=interp)
+        return throughput(cfg, "select-constant", clients=16).ops_per_s
+
+    one, two = ops(1, None), ops(2, None)
+    all_python = ops(2, Interpreter(python_share=1.0))
+    no_python = ops(2, Interpreter(python_share=0.0))
+    half_busy = ops(2, Interpreter(python_share=1.0, base_cores=0.5))
+    print(f"select-constant, 2 ms parse_plan: 1 core {one:.0f}, 2 cores {two:.0f}, 2 cores all Python "
+          f"{all_python:.0f}, none Python {no_python:.0f}, all Python + 0.5 background {half_busy:.0f} ops/s")
+    assert two > 1.8 * one
+    assert all_python == pytest.approx(one, rel=0.1)
+    assert no_python == pytest.approx(two, rel=0.1)
+    assert half_busy == pytest.approx(one / 2, rel=0.15)
