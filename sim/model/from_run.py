@@ -313,13 +313,17 @@ def interpreter_from_cells(cells: Sequence[Mapping[str, Any]], python_share: flo
     `python_share` of each cost on the interpreter). Both are clipped to
     their ranges (0 <= base < 0.9, per-op >= 0)."""
     pts: list[tuple[float, float]] = []
-    handler_s = ops = 0.0
+    handler_s = statements = 0.0
     for c in cells:
         cpu, thr = c.get("coordsim_cpu"), c.get("throughput_ops_s")
         if isinstance(cpu, int | float) and isinstance(thr, int | float) and math.isfinite(cpu) and thr > 0:
             pts.append((float(thr), float(cpu)))
-        handler_s += sum(float(h.get("total_ms", 0.0)) for h in (c.get("handler_cpu") or {}).values()) / 1000
-        ops += float(c.get("ops") or 0)
+        # Handler CPU is recorded over the whole level (warm-up and drain too),
+        # so it is divided by the statements it saw, not the window's ops.
+        for kind, h in (c.get("handler_cpu") or {}).items():
+            handler_s += float(h.get("total_ms", 0.0)) / 1000
+            if kind.startswith(("client.", "statement.")):
+                statements += float(h.get("count", 0))
     if len(pts) < 2:
         return None
     mx = sum(x for x, _ in pts) / len(pts)
@@ -330,7 +334,7 @@ def interpreter_from_cells(cells: Sequence[Mapping[str, Any]], python_share: flo
     base = my - k * mx
     if base < 0:  # through the origin instead: all of it per statement
         base, k = 0.0, sum(x * y for x, y in pts) / sum(x * x for x, _ in pts)
-    per_handler = handler_s / ops if ops else 0.0
+    per_handler = handler_s / statements if statements else 0.0
     return {
         "python_share": round(min(max(python_share, 0.0), 1.0), 4),
         "base_cores": round(min(base, 0.9), 4),
