@@ -273,8 +273,21 @@ class DurableCatalog(ABC):
         """
 
     @abstractmethod
+    async def join(self, epoch: int) -> None:
+        """Opens for reading and writing as one more process of the deployment
+        that opened the catalog at `epoch` (issue 36's adapters): nothing is
+        written and the epoch is not bumped, so the processes of one deployment
+        never fence each other; a newer `open` fences all of them alike.
+
+        Raises:
+            Fenced: the catalog's epoch is no longer `epoch` (a newer opener).
+            CatalogNotReady: uninitialized.
+        """
+
+    @abstractmethod
     def epoch(self) -> int | None:
-        """This opener's epoch (the fencing token); None unless opened with `open`."""
+        """This opener's epoch (the fencing token); None unless opened with
+        `open` or `join`."""
 
     # --- reads (from the cache; need an open catalog) -----------------------------------
 

@@ -211,6 +211,17 @@ class CachedCatalog(DurableCatalog):
                 )
             self._mode = "read_only"
 
+    async def join(self, epoch: int) -> None:
+        self._require("closed")
+        async with self._lock:
+            await self._load()
+            if self._upper == 0:
+                raise CatalogNotReady("cannot join an uninitialized catalog")
+            current = self._cache.config("epoch")
+            if self._fencing and current != epoch:
+                raise Fenced(f"catalog epoch is {current}, cannot join at epoch {epoch}")
+            self._epoch, self._mode = epoch, "open"
+
     def epoch(self) -> int | None:
         return self._epoch
 

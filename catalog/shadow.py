@@ -160,6 +160,10 @@ class ShadowCatalog(DurableCatalog):
         await self._both("open_read_only", self.primary.open_read_only(), self.secondary.open_read_only())
         self._check_states("open_read_only")
 
+    async def join(self, epoch: int) -> None:
+        await self._both("join", self.primary.join(epoch), self.secondary.join(epoch))
+        self._check_states("join")
+
     def epoch(self) -> int | None:
         a, b = self.primary.epoch(), self.secondary.epoch()
         self._same("epoch", a, b)

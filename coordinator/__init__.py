@@ -2,6 +2,7 @@
 today's prioritized event loop (`event_loop`) and the decoupled adapter
 (`decoupled`), with group commit and peek batching (seeds 000 and 001)."""
 
+from coordinator.adapters import MultiAdapterCoordinator
 from coordinator.config import (
     CONFIGURATIONS,
     Architecture,
@@ -35,6 +36,7 @@ __all__ = [
     "GroupCommitPolicy",
     "Incarnation",
     "KnownBad",
+    "MultiAdapterCoordinator",
     "OracleKind",
     "Result",
     "Session",

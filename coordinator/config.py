@@ -267,6 +267,11 @@ class CoordinatorConfig:
     #: it was measured on, or its `[cpu] cores`),
     #: and `--ablate` shows it as a step of its own.
     cores: int = 1
+    #: Decoupled: serving processes ("adapters", issue 36) sharing one oracle,
+    #: one durable catalog, the table shards and the controllers; each has its
+    #: own sessions, peek batching, group commit and pool of `cores` (so N
+    #: adapters have N x `cores`). See `coordinator/adapters.py`.
+    adapters: int = 1
     #: Event loop: the messages per statement (`PeekStages`).
     peek_stages: PeekStages = PeekStages.STAGED
     #: What a statement crosses outside the coordinator (`Frontend`).
@@ -286,6 +291,18 @@ class CoordinatorConfig:
             )
         if self.cores < 1:
             raise InvalidUsage(f"cores must be >= 1, got {self.cores}")
+        if self.adapters < 1:
+            raise InvalidUsage(f"adapters must be >= 1, got {self.adapters}")
+        if self.adapters > 1 and self.architecture is Architecture.EVENT_LOOP:
+            raise InvalidUsage(
+                f"{self.name}: adapters = {self.adapters} does not apply to the event loop "
+                "(a single loop is single by design)"
+            )
+        if self.adapters > 1 and self.oracle is OracleKind.MEMORY:
+            raise InvalidUsage(
+                f"{self.name}: adapters = {self.adapters} needs a shareable oracle (oracle = postgres); "
+                "the in-memory oracle lives in one process"
+            )
         if self.commits_in_flight < 0:
             raise InvalidUsage(f"commits_in_flight must be >= 0 (0: no bound), got {self.commits_in_flight}")
         if (

@@ -33,6 +33,13 @@ Paths:
 - **Update/Delete**: under the global write lock: a peek at a linearized
   `read_ts`, then the diffs through group commit.
 
+With `adapters > 1` (issue 36) a `coordinator.adapters.MultiAdapterCoordinator`
+runs several of these on one deployment: each is then given an
+`AdapterHost`, which opens its incarnation (its own oracle clients and
+catalog handle, the shared controllers), routes the shared compute
+controller's responses and runs the controllers' command tasks once for all;
+its group commit then retries a lost append race at a fresh `write_ts`.
+
 Known-bad variants (issue 21's matrix) switch one of these rules off:
 `no_write_lock`, `unbounded_group_commits` (a commit task per batch),
 `blind_catalog_append` (DDL without its compare-and-append) and
@@ -43,7 +50,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from typing import TYPE_CHECKING, final
+from abc import ABC, abstractmethod
+from dataclasses import replace
+from typing import TYPE_CHECKING, Self, final
 
 import anyio
 
@@ -52,7 +61,7 @@ from controllers.commands import AdvanceCatalogFrontier, Peek
 from controllers.compute import PeekWaiters
 from controllers.derive import derive, derive_event
 from coordinator.config import GroupCommitPolicy
-from coordinator.group_commit import PendingWrite, group_commit
+from coordinator.group_commit import GroupCommitStats, PendingWrite, group_commit
 from coordinator.peeks import (
     MAX_PEEK_ATTEMPTS,
     below_since,
@@ -76,10 +85,11 @@ from coordinator.statements import (
 )
 from oracle.stash import Fenced as OracleFenced
 from sim.runtime.errors import ExternalError
-from sim.runtime.tasks import concurrently
+from sim.runtime.tasks import AsyncExitStack, concurrently
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterator
+    from contextlib import AbstractAsyncContextManager
 
     from anyio.abc import TaskGroup
 
@@ -87,21 +97,68 @@ if TYPE_CHECKING:
     from catalog.transaction import Transaction
     from controllers.commands import ComputeResponse, DeterministicCommand
     from coordinator.config import CoordinatorConfig
-    from coordinator.environment import Environment
+    from coordinator.environment import Environment, Incarnation
     from coordinator.events import EventSink
     from coordinator.session import Session
     from coordinator.statements import Statement
     from sim.runtime.core import Runtime
 
-__all__ = ["DecoupledCoordinator"]
+__all__ = ["AdapterHost", "DecoupledCoordinator", "follow_catalog"]
 
 #: DDL retries on catalog conflicts before giving up with 40001.
 MAX_DDL_ATTEMPTS = 64
 
 
+class AdapterHost(ABC):
+    """What the adapters of one deployment share (issue 36): the compute
+    controller's response routing, unique peek ids, and the opening of each
+    adapter's incarnation on the shared controllers."""
+
+    #: Routes the shared compute controller's peek responses to their waiters.
+    waiters: PeekWaiters
+    #: Peek ids unique across the adapters (one compute controller answers all).
+    peek_ids: Iterator[int]
+    #: The global write lock of read-then-write (UPDATE/DELETE): global means
+    #: the deployment's, not one adapter's, or two adapters' updates of one
+    #: row both retract it (a lost update).
+    write_lock: anyio.Lock
+
+    @abstractmethod
+    def open_adapter(self, rt: Runtime, actor: str) -> AbstractAsyncContextManager[Incarnation]:
+        """The incarnation adapter `actor` runs on while entered."""
+
+
+async def follow_catalog(
+    inc: Incarnation,
+    rt: Runtime,
+    apply: Callable[[DeterministicCommand], Awaitable[None]],
+    ready: anyio.Event,
+) -> None:
+    """A controller's command task: subscribes to the catalog and forwards the
+    derived commands in order, advancing the controller's catalog frontier as
+    the subscription does; sets `ready` once caught up with the cache."""
+    as_of = inc.catalog.cached_upper - 1
+    async with await inc.catalog.subscribe_at(as_of) as sub:
+        for cmd in derive(sub.snapshot.as_updates(as_of)):
+            await apply(cmd)
+        await apply(AdvanceCatalogFrontier(as_of + 1))
+        ready.set()
+        async for event in sub:
+            # How long a catalog change takes to reach this controller
+            # (persist's pubsub or polling of the catalog shard).
+            await rt.delay("controller.catalog_feed")
+            for cmd in derive_event(event):
+                await apply(cmd)
+
+
 @final
 class DecoupledCoordinator(RunningCoordinator):
-    """See the module docstring. Own it with `async with`."""
+    """See the module docstring. Own it with `async with`.
+
+    Args:
+        host: run as one adapter of several (`coordinator.adapters`); None:
+            the deployment's only adapter, which opens everything itself.
+    """
 
     def __init__(
         self,
@@ -111,13 +168,15 @@ class DecoupledCoordinator(RunningCoordinator):
         *,
         events: EventSink | None = None,
         actor: str = "coordinator",
+        host: AdapterHost | None = None,
     ) -> None:
         super().__init__(config, env, rt, cores=config.cores, events=events, actor=actor)
-        self._waiters = PeekWaiters()
-        self._peek_ids = itertools.count(1)
+        self._host = host
+        self._waiters = PeekWaiters() if host is None else host.waiters
+        self._peek_ids: Iterator[int] = itertools.count(1) if host is None else host.peek_ids
         self._pending: list[PendingWrite] = []
         self._gc_wake = anyio.Event()
-        self._write_lock = anyio.Lock()
+        self._write_lock = anyio.Lock() if host is None else host.write_lock
         bad = config.known_bad
         self._table_read_ts = shared_read_ts(bad.coordinator_joins_read_ts)
         self._catalog_read_ts = shared_read_ts(bad.coordinator_joins_read_ts)
@@ -130,9 +189,27 @@ class DecoupledCoordinator(RunningCoordinator):
     #: The command tasks derive the controllers' commands from a subscription.
     _DERIVE_COMMANDS = False
 
+    async def __aenter__(self) -> Self:
+        if self._host is None:
+            return await super().__aenter__()
+        # One adapter of several: the host opens what it runs on; the rest of
+        # the lifecycle (`__aexit__`, the hooks) is `RunningCoordinator`'s.
+        async with AsyncExitStack() as stack:
+            self._inc = await stack.enter_async_context(self._host.open_adapter(self._rt, self.actor))
+            stack.callback(self._stopped)
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(self._tg.cancel_scope.cancel)
+            await self._start(self._tg)
+            self._stack = stack.pop_all()
+        return self
+
     async def _start(self, tg: TaskGroup) -> None:
         """Starts the command tasks and group commit; returns once both
-        controllers have caught up with the catalog."""
+        controllers have caught up with the catalog. (One adapter of several
+        starts its group commit only: its host runs the command tasks.)"""
+        if self._host is not None:
+            tg.start_soon(self._group_commit_task)
+            return
         inc = self.incarnation
         storage_ready, compute_ready = anyio.Event(), anyio.Event()
 
@@ -163,20 +240,12 @@ class DecoupledCoordinator(RunningCoordinator):
     async def _command_task(
         self, apply: Callable[[DeterministicCommand], Awaitable[None]], ready: anyio.Event
     ) -> None:
-        """Subscribes to the catalog and forwards the derived commands in order,
-        advancing the controller's catalog frontier as the subscription does."""
-        as_of = self._catalog_ts()
-        async with await self.incarnation.catalog.subscribe_at(as_of) as sub:
-            for cmd in derive(sub.snapshot.as_updates(as_of)):
-                await apply(cmd)
-            await apply(AdvanceCatalogFrontier(as_of + 1))
-            ready.set()
-            async for event in sub:
-                # How long a catalog change takes to reach this controller
-                # (persist's pubsub or polling of the catalog shard).
-                await self._rt.delay("controller.catalog_feed")
-                for cmd in derive_event(event):
-                    await apply(cmd)
+        """`follow_catalog` for one of this coordinator's controllers."""
+        await follow_catalog(self.incarnation, self._rt, apply, ready)
+
+    def group_commit_statistics(self) -> GroupCommitStats:
+        """This adapter's group commits (a copy)."""
+        return replace(self._gc_stats)
 
     # --- the client API --------------------------------------------------------------
 
@@ -256,8 +325,15 @@ class DecoupledCoordinator(RunningCoordinator):
         for _ in range(MAX_DDL_ATTEMPTS):
             await self._cpu(self.config.costs.ddl_sequence)
             tx = inc.catalog.transaction()
-            apply_ddl(tx, CatalogView(tx.state), stmt)
+            try:
+                apply_ddl(tx, CatalogView(tx.state), stmt)
+            except SqlError:
+                if await self._catalog_moved():
+                    continue
+                raise
             if tx.is_empty():
+                if await self._catalog_moved():
+                    continue
                 return Result(catalog_ts=self._catalog_ts())
             start = self._rt.now()
             try:
@@ -274,6 +350,22 @@ class DecoupledCoordinator(RunningCoordinator):
             inc.emit("catalog-append", "catalog", start, ok=False, timeline=self._catalog_timeline)
             self._counts["conflicts"] += 1
         raise SqlError(SqlState.SERIALIZATION_FAILURE, f"DDL conflicted {MAX_DDL_ATTEMPTS} times")
+
+    async def _catalog_moved(self) -> bool:
+        """One adapter of several: whether the durable catalog moved past this
+        adapter's cache (now synced to it). A DDL planned on a stale cache
+        may fail, or be a no-op, only because another adapter's DDL is not
+        in the cache yet: it must be planned again, not answered (a DDL
+        acknowledged elsewhere before this one started must be seen). The
+        only adapter's cache is never behind (False, no round trip)."""
+        if self._host is None:
+            return False
+        catalog = self.incarnation.catalog
+        before = catalog.cached_upper
+        try:
+            return await catalog.sync() > before
+        except ExternalError as exc:
+            raise SqlError(SqlState.SERIALIZATION_FAILURE, f"catalog sync: {exc}") from exc
 
     async def _blind_append(self, tx: Transaction) -> AppendResult:
         """Known-bad `blind_catalog_append`: writes the catalog `tx` planned as
@@ -400,6 +492,9 @@ class DecoupledCoordinator(RunningCoordinator):
             batch,
             apply_write_before_append=self.config.known_bad.apply_write_before_append,
             stats=self._gc_stats,
+            # Other adapters append to the same shards: losing a race is
+            # expected, not a fence (see `coordinator.adapters`).
+            retry_lost_races=self._host is not None,
         )
         if any(w.error is not None and w.error.code is SqlState.ADMIN_SHUTDOWN for w in batch):
             self._fence(RuntimeError("a table append was fenced"))

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from persist.location import Blob, Consensus
     from sim.runtime.core import Runtime
 
-__all__ = ["CATALOG_SHARD", "Environment", "Incarnation", "open_incarnation"]
+__all__ = ["CATALOG_SHARD", "Environment", "Incarnation", "open_adapter_incarnation", "open_incarnation"]
 
 #: The persist shard of the persist-backed catalog (tables use `u<id>`).
 CATALOG_SHARD = "catalog"
@@ -171,36 +171,9 @@ async def open_incarnation(
             PersistClient(env.blob, env.consensus, rt.derive("persist"))
         )
         raw_realtime, raw_catalog, memory = await _open_oracles(env, config, rt, stack)
-        # After the oracles: on exit the batching workers stop before their
-        # backends close.
-        tg = await stack.enter_async_context(anyio.create_task_group())
-        stack.callback(tg.cancel_scope.cancel)
-        oracle: TimestampOracle = raw_realtime
-        catalog_oracle: TimestampOracle = raw_catalog
-        if config.batch_read_ts:
-            oracle = BatchingOracle(
-                raw_realtime,
-                rt,
-                known_bad_join_in_flight=bad.batching_joins_in_flight,
-                owns_inner=False,
-            )
-            catalog_oracle = BatchingOracle(raw_catalog, rt, owns_inner=False)
-            for o in (oracle, catalog_oracle):
-                stack.push_async_callback(o.close)
-                await tg.start(o.serve)
-        if events is not None:
-
-            def observe(call: OracleCall) -> None:
-                events(
-                    CoordinatorEvent(
-                        f"oracle.{call.op}", f"oracle:{call.timeline}", call.start_s, call.end_s,
-                        ok=call.ok, timeline=call.timeline, ts=call.ts, actor=actor,
-                    )
-                )  # fmt: skip
-
-            oracle = ObservedOracle(oracle, rt, observe)
-            catalog_oracle = ObservedOracle(catalog_oracle, rt, observe)
-            raw_catalog = ObservedOracle(raw_catalog, rt, observe)
+        oracle, catalog_oracle, raw_catalog = await _client_oracles(
+            raw_realtime, raw_catalog, config, rt, stack, events, actor
+        )
         catalog = await _open_catalog(env, config, rt, persist, raw_catalog, stack)
         await catalog.open()
         storage = await stack.enter_async_context(
@@ -224,6 +197,86 @@ async def open_incarnation(
         if derive_commands:
             await feed_catalog(inc, catalog.cached_upper)
         yield inc
+
+
+async def _client_oracles(
+    raw_realtime: TimestampOracle,
+    raw_catalog: TimestampOracle,
+    config: CoordinatorConfig,
+    rt: Runtime,
+    stack: AsyncExitStack,
+    events: EventSink | None,
+    actor: str,
+) -> tuple[TimestampOracle, TimestampOracle, TimestampOracle]:
+    """One process's oracle clients over the raw oracles: batching in front
+    if the config says so (its workers on a task group of `stack`), every
+    call observed as an event of `actor`. Returns (realtime, catalog, the raw
+    catalog oracle the durable catalog calls, observed likewise)."""
+    bad = config.known_bad
+    # After the oracles: on exit the batching workers stop before their
+    # backends close.
+    tg = await stack.enter_async_context(anyio.create_task_group())
+    stack.callback(tg.cancel_scope.cancel)
+    oracle: TimestampOracle = raw_realtime
+    catalog_oracle: TimestampOracle = raw_catalog
+    if config.batch_read_ts:
+        oracle = BatchingOracle(
+            raw_realtime,
+            rt,
+            known_bad_join_in_flight=bad.batching_joins_in_flight,
+            owns_inner=False,
+        )
+        catalog_oracle = BatchingOracle(raw_catalog, rt, owns_inner=False)
+        for o in (oracle, catalog_oracle):
+            stack.push_async_callback(o.close)
+            await tg.start(o.serve)
+    if events is not None:
+
+        def observe(call: OracleCall) -> None:
+            events(
+                CoordinatorEvent(
+                    f"oracle.{call.op}", f"oracle:{call.timeline}", call.start_s, call.end_s,
+                    ok=call.ok, timeline=call.timeline, ts=call.ts, actor=actor,
+                )
+            )  # fmt: skip
+
+        oracle = ObservedOracle(oracle, rt, observe)
+        catalog_oracle = ObservedOracle(catalog_oracle, rt, observe)
+        raw_catalog = ObservedOracle(raw_catalog, rt, observe)
+    return oracle, catalog_oracle, raw_catalog
+
+
+@contextlib.asynccontextmanager
+async def open_adapter_incarnation(
+    env: Environment,
+    config: CoordinatorConfig,
+    rt: Runtime,
+    shared: Incarnation,
+    *,
+    epoch: int,
+    events: EventSink | None = None,
+    actor: str = "coordinator",
+) -> AsyncIterator[Incarnation]:
+    """What one more serving process (adapter) of a deployment runs on
+    (issue 36, `coordinator/adapters.py`): its own oracle clients (own
+    connections, own read_ts batching) and its own handle on the durable
+    catalog, joined at the deployment's `epoch` (never bumping it: adapters
+    do not fence each other); persist and the controllers are `shared`'s.
+
+    Raises:
+        catalog.api.Fenced: the catalog's epoch is no longer `epoch`.
+    """
+    async with AsyncExitStack() as stack:
+        raw_realtime, raw_catalog, _ = await _open_oracles(env, config, rt, stack)
+        oracle, catalog_oracle, raw_catalog = await _client_oracles(
+            raw_realtime, raw_catalog, config, rt, stack, events, actor
+        )
+        catalog = await _open_catalog(env, config, rt, shared.persist, raw_catalog, stack)
+        await catalog.join(epoch)
+        yield Incarnation(
+            shared.persist, oracle, catalog_oracle, None, catalog, shared.storage, shared.compute,
+            rt, events, actor,
+        )  # fmt: skip
 
 
 async def feed_catalog(inc: Incarnation, upper: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from coordinator.adapters import MultiAdapterCoordinator
 from coordinator.config import Architecture
 from coordinator.decoupled import DecoupledCoordinator
 from coordinator.event_loop import EventLoopCoordinator
@@ -28,7 +29,9 @@ def build_coordinator(
     actor: str = "coordinator",
 ) -> Coordinator:
     """An unstarted coordinator: run it with `async with`. Two built on one
-    `Environment` are two processes on the same stores (the newer fences the older).
+    `Environment` are two processes on the same stores (the newer fences the older);
+    a decoupled configuration with `adapters > 1` is that many adapters of one
+    deployment (`coordinator.adapters`), which do not fence each other.
 
     Args:
         events: receives internal events (oracle calls, group commits, …).
@@ -36,4 +39,7 @@ def build_coordinator(
     """
     if config.architecture is Architecture.EVENT_LOOP:
         return EventLoopCoordinator(config, env, rt, events=events, actor=actor)
+    if config.adapters > 1:
+        # Several serving processes on one deployment (issue 36).
+        return MultiAdapterCoordinator(config, env, rt, events=events, actor=actor)
     return DecoupledCoordinator(config, env, rt, events=events, actor=actor)

@@ -16,6 +16,17 @@ records as `info` — it is never reported as a plain failure.
 The known-bad variant `apply_write_before_append` swaps steps 2 and 3: reads may
 then be given a timestamp whose data is not yet durable (and, if the append
 fails, never will be).
+
+**Several adapters** (`retry_lost_races`, issue 36): each adapter's group
+commit allocates its `write_ts` from the one shared oracle and appends to the
+same shards, so two commits race: A takes ts 10, B ts 11, and if B's append
+lands first every table's upper is 12 and A's compare-and-append at 10 finds
+an upper beyond its ts. That is a lost race, not a fence: A's writes on those
+tables were certainly not written, so after a linearized check that its
+deployment still holds the catalog epoch (`confirm_leadership`; a newer
+incarnation's conflict *is* a fence) A commits exactly those writes again at
+a fresh `write_ts`. Writes on tables A's append did reach are acknowledged at
+10 after `apply_write(10)`: never twice, never lost.
 """
 
 from __future__ import annotations
@@ -38,7 +49,11 @@ if TYPE_CHECKING:
     from controllers.transform import Row
     from coordinator.environment import Incarnation
 
-__all__ = ["GroupCommit", "GroupCommitStats", "PendingWrite", "group_commit"]
+__all__ = ["MAX_RACE_ATTEMPTS", "GroupCommit", "GroupCommitStats", "PendingWrite", "group_commit"]
+
+#: Group commits of one batch before writes that keep losing the append race
+#: to other adapters give up with 40001 (certainly not written).
+MAX_RACE_ATTEMPTS = 16
 
 
 @final
@@ -80,6 +95,8 @@ class GroupCommitStats:
     commits: int = 0
     writes: int = 0
     empty_commits: int = 0
+    #: Of `commits`: retries of writes that lost an append race to another adapter.
+    lost_races: int = 0
 
 
 async def group_commit(
@@ -88,17 +105,55 @@ async def group_commit(
     *,
     apply_write_before_append: bool = False,
     stats: GroupCommitStats | None = None,
+    retry_lost_races: bool = False,
 ) -> int | None:
     """Commits `writes` (possibly none: advances idle tables) at one timestamp and
     resolves each; returns the timestamp, or None if none was allocated. All
-    three steps on the caller's task (see `GroupCommit` to split them)."""
-    gc = GroupCommit(inc, writes, apply_write_before_append=apply_write_before_append, stats=stats)
+    three steps on the caller's task (see `GroupCommit` to split them).
+
+    Args:
+        retry_lost_races: one adapter of several (see the module docstring):
+            writes whose tables another adapter advanced past `ts` first are
+            committed again at a fresh timestamp (the last one is returned).
+    """
+    gc = GroupCommit(
+        inc, writes, apply_write_before_append=apply_write_before_append, stats=stats,
+        retry_lost_races=retry_lost_races,
+    )  # fmt: skip
+    await _run(gc)
+    for _ in range(MAX_RACE_ATTEMPTS - 1):
+        if not gc.lost:
+            break
+        lost = gc.lost
+        try:
+            # A conflict from a newer incarnation is a fence, not a race.
+            await inc.catalog.confirm_leadership()
+        except Fenced as exc:
+            _resolve_all(lost, gc.ts, _fenced(exc))
+            return gc.ts
+        except ExternalError as exc:
+            _resolve_all(lost, gc.ts, SqlError(SqlState.SERIALIZATION_FAILURE, f"leadership check: {exc}"))
+            return gc.ts
+        if stats is not None:
+            stats.commits += 1
+            stats.lost_races += 1
+        gc = GroupCommit(
+            inc, lost, apply_write_before_append=apply_write_before_append, retry_lost_races=True
+        )
+        await _run(gc)
+    if gc.lost:
+        _resolve_all(gc.lost, gc.ts, SqlError(
+            SqlState.SERIALIZATION_FAILURE, f"lost the table append race {MAX_RACE_ATTEMPTS} times"
+        ))  # fmt: skip
+    return gc.ts
+
+
+async def _run(gc: GroupCommit) -> None:
     try:
         if await gc.timestamp() and await gc.append():
             await gc.apply()
     finally:
         gc.finish()
-    return gc.ts
 
 
 @final
@@ -118,11 +173,16 @@ class GroupCommit:
         apply_write_before_append: bool = False,
         stats: GroupCommitStats | None = None,
         throttle: bool = False,
+        retry_lost_races: bool = False,
     ) -> None:
         self.inc = inc
         self._throttle = throttle
         self.writes = writes
         self.ts: int | None = None
+        self._retry = retry_lost_races
+        #: `retry_lost_races`: the writes left unresolved because another
+        #: adapter advanced their table past `ts` first (certainly not written).
+        self.lost: list[PendingWrite] = []
         self._before = apply_write_before_append
         self._result: AppendResult | None = None
         self._start = inc.rt.now()
@@ -182,14 +242,15 @@ class GroupCommit:
         except ExternalError as exc:
             self._fail(SqlError(SqlState.INDETERMINATE, f"group commit at {self.ts}: {exc}"))
             return
-        _resolve(self.inc, self.writes, self.ts, self._result)
+        self.lost = _resolve(self.inc, self.writes, self.ts, self._result, retry=self._retry)
 
     def finish(self) -> None:
         """Reports the commit as a `group-commit` event (once every step ran or one failed)."""
         failed = [w for w in self.writes if w.error is not None]
+        lost = {"lost_race": len(self.lost)} if self.lost else {}
         self.inc.emit(
             "group-commit", "group-commit", self._start, ok=not failed, ts=self.ts, batch_size=len(self.writes),
-            detail={"failed": len(failed)} if failed else None,
+            detail={"failed": len(failed), **lost} if failed or lost else None,
         )  # fmt: skip
 
     def _fail(self, error: SqlError, *, indeterminate: bool = False) -> None:
@@ -209,7 +270,12 @@ async def _append(inc: Incarnation, append: Append) -> AppendResult:
         inc.emit("table-append", "storage", start, ok=ok, ts=append.ts, timeline=inc.oracle.timeline)
 
 
-def _resolve(inc: Incarnation, writes: Sequence[PendingWrite], ts: int, result: AppendResult) -> None:
+def _resolve(
+    inc: Incarnation, writes: Sequence[PendingWrite], ts: int, result: AppendResult, *, retry: bool
+) -> list[PendingWrite]:
+    """Resolves each write by the append's outcome; with `retry`, returns the
+    writes on tables another writer advanced past `ts` (left unresolved)."""
+    lost: list[PendingWrite] = []
     unknown = set(result.unknown)
     conflicted: set[int] = set()
     if isinstance(result, AppendConflict):
@@ -223,6 +289,8 @@ def _resolve(inc: Incarnation, writes: Sequence[PendingWrite], ts: int, result: 
             w.resolve(
                 ts, SqlError(SqlState.UNDEFINED_TABLE, f"table {w.table_id} does not exist at {ts}")
             )
+        elif w.table_id in conflicted and retry:
+            lost.append(w)  # another adapter won the race: not written, commit again
         elif w.table_id in conflicted:
             # Another coordinator advanced the table past `ts`: we are fenced,
             # and this write definitely did not land.
@@ -230,11 +298,12 @@ def _resolve(inc: Incarnation, writes: Sequence[PendingWrite], ts: int, result: 
                 ts,
                 SqlError(SqlState.ADMIN_SHUTDOWN, "fenced: another coordinator wrote this table"),
             )
-        elif isinstance(result, AppendConflict):
+        elif isinstance(result, AppendConflict) and not retry:
             # Written, but its commit is not linearized with the newer coordinator.
             w.resolve(ts, SqlError(SqlState.INDETERMINATE, "fenced after a partial group commit"))
         else:
             w.resolve(ts, None)
+    return lost
 
 
 def _fenced(exc: BaseException) -> SqlError:

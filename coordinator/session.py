@@ -93,6 +93,7 @@ class CoordinatorStatistics:
     ddl_conflicts: int
     loop_messages: int = 0  # messages the event loop handled (0: the decoupled design has no loop)
     empty_group_commits: int = 0  # of group_commits: periodic ones with no write (they advance idle tables)
+    lost_races: int = 0  # of group_commits: several adapters (issue 36): retries after another adapter's append won
 
 
 class Coordinator(ABC):

@@ -47,6 +47,7 @@ from sim.nemesis.shrink import (
 )
 from sim.nemesis.sweep import (
     MAX_JOBS,
+    MAX_SEEDS,
     SUMMARY_FILE,
     SeedResult,
     Summary,
@@ -80,9 +81,11 @@ _KnownBad = Annotated[
     list[str] | None,
     typer.Option("--known-bad", metavar="NAME", help="Switch on a known-bad variant (repeatable)."),
 ]
-_Clients = Annotated[int | None, typer.Option(metavar="N", show_default="the scenario's", help="Clients.")]
+_Clients = Annotated[
+    int | None, typer.Option(metavar="N", show_default="the scenario's", help=f"Clients, 1 to {MAX_CLIENTS:,}.")
+]
 _Size = Annotated[
-    int | None, typer.Option(metavar="N", show_default="the scenario's", help="Operations or rounds per client.")
+    int | None, typer.Option(metavar="N", show_default="the scenario's", help=f"Operations or rounds per client, 1 to {MAX_SIZE:,}.")
 ]
 _Faults = Annotated[
     str | None,
@@ -312,12 +315,13 @@ def _print_summary(summary: Summary, out: Path, seconds: float, jobs: int) -> No
 
 
 FirstSeed = Annotated[int, typer.Option("--first-seed", metavar="N", help="The first seed.")]
+_Seeds = Annotated[int, typer.Option("--seeds", metavar="N", help=options.SEEDS_HELP.format(maximum=MAX_SEEDS))]
 
 
 @anomalies_app.command("sweep")
 def anomalies_sweep(
     scenario: options.Scenario,
-    seeds: options.Seeds,
+    seeds: _Seeds,
     config: options.Config = None,
     known_bad: _KnownBad = None,
     first_seed: FirstSeed = 0,
@@ -393,7 +397,7 @@ def shrink_command(
     anomaly: Annotated[
         str | None, typer.Option(metavar="NAME", show_default="the most specific found", help="Keep this anomaly.")
     ] = None,
-    max_runs: Annotated[int, typer.Option(metavar="N", help="At most this many scenario runs.")] = 400,
+    max_runs: Annotated[int, typer.Option(metavar="N", help=f"At most this many scenario runs, 1 to {MAX_SHRINK_RUNS:,}.")] = 400,
     schedule: options.Schedule = None,
     output: ShrinkOutput = None,
     old_out: Annotated[Path | None, typer.Option("--out", hidden=True, metavar="FILE")] = None,

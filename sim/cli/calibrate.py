@@ -27,7 +27,7 @@ from sim.cli.pg import postgres_for
 from sim.cli.tables import new_table, plain, print_tables
 from sim.load.config import Config
 from sim.runtime.errors import CoordsimError, InvalidUsage
-from sim.runtime.outputs import atomic_write, claim_file
+from sim.runtime.outputs import claim_file, write_owned
 
 __all__ = ["register"]
 
@@ -44,7 +44,7 @@ def calibrate(
     output: Annotated[Path, typer.Option("--output", "-o", metavar="FILE", help="Profile file to write (.toml or .json).")] = Path(
         "latency-profile.toml"
     ),
-    samples: Annotated[int, typer.Option("--samples", metavar="N", help="Round trips measured per operation.")] = 200,
+    samples: Annotated[int, typer.Option("--samples", metavar="N", help="Round trips measured per operation, 5 to 1,000,000.")] = 200,
     s3: Annotated[str | None, typer.Option("--s3", metavar="URL", show_default="files", help="Measure Blob on this s3:// URL.")] = None,
     fsync: Annotated[bool, typer.Option(help="Embedded Postgres with fsync on (durable, as the oracle is).")] = True,
     force: Annotated[bool, typer.Option("--force", help="Calibrate even on a busy host (load above the cores, or other processes above 25 % of a core); the profile is marked forced_on_busy_host.")] = False,
@@ -79,7 +79,7 @@ def calibrate(
     check_samples(samples)
     if output.suffix not in (".toml", ".json"):
         raise InvalidUsage(f"{output}: a profile is a .toml or .json file")
-    claim_file(output, "coordsim calibrate")  # before measuring: refuse early
+    claim_file(output)  # before measuring: refuse early
     started = datetime.now(UTC)
     host = check_host()
     if host.busy and not force:
@@ -105,8 +105,7 @@ def calibrate(
     measured.provenance = record
     text = render_profile(measured, json_format=output.suffix == ".json")
     try:
-        claim_file(output, "coordsim calibrate")
-        atomic_write(output, lambda p: p.write_text(text))
+        write_owned(output, lambda p: p.write_text(text))  # replaces only a profile coordsim recorded
     except OSError as exc:
         raise InvalidUsage(f"cannot write {output}: {exc.strerror or exc}") from exc
     table = new_table("round trip", "median ms", "sigma", "samples", plain=plain(_out),
@@ -135,8 +134,7 @@ def _from_run(run_dir: Path, output: Path, levels: str | None, *, s3: str | None
     profile = profile_from_run(run_dir, base_profile=DEFAULT_PROFILE, levels=chosen)
     text = render_run_profile(profile, json_format=output.suffix == ".json")
     try:
-        claim_file(output, "coordsim calibrate")
-        atomic_write(output, lambda p: p.write_text(text))
+        write_owned(output, lambda p: p.write_text(text))  # replaces only a profile coordsim recorded
     except OSError as exc:
         raise InvalidUsage(f"cannot write {output}: {exc.strerror or exc}") from exc
     table = new_table("latency", "median ms", "sigma", "source", plain=plain(_out), numeric=("median ms", "sigma"))

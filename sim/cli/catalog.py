@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Final, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
@@ -20,7 +20,7 @@ from catalog.migrations import MigrationError
 from catalog.open import open_catalog
 from sim.runtime.core import Runtime, run
 from sim.runtime.errors import CoordsimError, InvalidUsage
-from sim.runtime.outputs import atomic_write, claim_file
+from sim.runtime.outputs import claim_file, write_owned
 from sim.runtime.urls import parse_url, redact_text
 
 if TYPE_CHECKING:
@@ -55,15 +55,11 @@ def _fail(exc: CoordsimError) -> typer.Exit:
     return typer.Exit(2)
 
 
-#: The start of every dump (`catalog.debug.dump_catalog`: sorted keys, indent 2):
-#: `--target` replaces only a file that begins so, i.e. an earlier dump.
-_DUMP_SIGNATURE: Final = '{\n  "objects": {'
-
 
 def _check_target(target: Path) -> None:
     """Refuses, before the catalog is opened, a target that cannot be written
     or that holds something other than an earlier dump."""
-    claim_file(target, _DUMP_SIGNATURE)
+    claim_file(target)
     parent = target.absolute().parent
     if not parent.is_dir():
         raise InvalidUsage(f"cannot write {target}: no directory {parent}")
@@ -117,7 +113,7 @@ def dump(
             typer.echo(text)
             return
         try:
-            atomic_write(target, lambda p: p.write_text(text + "\n", encoding="utf-8"))
+            write_owned(target, lambda p: p.write_text(text + "\n", encoding="utf-8"))
         except OSError as exc:
             raise InvalidUsage(f"cannot write {target}: {exc.strerror or exc}") from exc
     except CoordsimError as exc:

@@ -36,14 +36,13 @@ from sim.history.model import HistoryError
 from sim.history.traces import META_FILE, read_trace
 from sim.history.verdict import (
     VERDICT_FILE,
-    VERDICT_SIGNATURE,
     verdict_document,
     verdict_text,
     write_verdict,
 )
 from sim.load.config import MAX_DURATION_S, MAX_OPS, check_float, check_int
 from sim.runtime.errors import InvalidUsage
-from sim.runtime.outputs import atomic_write, claim_file, list_in_output, owning_output
+from sim.runtime.outputs import claim_file, write_owned
 from sim.runtime.workers import MAX_JOBS, workers
 
 if TYPE_CHECKING:
@@ -80,12 +79,12 @@ def _default_verdict(path: Path) -> tuple[Path | None, str | None]:
     directory, unless that would replace a file that is not coordsim's.
     (None, reason) otherwise; an EDN file gets none, as its directory is often
     a source tree (tests/data/histories). Inside a coordsim output (a run
-    directory), `_write_default` lists the file in its marker."""
+    directory), `write_verdict` records the file in its marker."""
     if not path.is_dir():
         return None, None
     target = path.absolute() / VERDICT_FILE
     try:
-        claim_file(target, VERDICT_SIGNATURE)
+        claim_file(target)
     except InvalidUsage as exc:
         return None, str(exc)
     return target, None
@@ -106,7 +105,7 @@ def check(
         float, typer.Option(metavar="SECONDS", help="Time limit in seconds of checker 5 and of the table checker (each).")
     ] = 10.0,
     linear_max_ops: Annotated[
-        int, typer.Option(metavar="N", help="Above this many operations checker 5 does not run (its operations count as not judged by it).")
+        int, typer.Option(metavar="N", help=f"Above this many operations checker 5 does not run (its operations count as not judged by it); 0 to {MAX_OPS:,}.")
     ] = LINEAR_MAX_OPS,
     as_json: options.Json = False,
     verdict: Annotated[
@@ -143,9 +142,9 @@ def check(
         if len(found) > 1 and (html is not None or verdict is not None):
             raise InvalidUsage(f"--html and --verdict take one trace; {path} holds {len(found)}")
         if html is not None:
-            claim_file(html, HTML_SIGNATURE)  # before checking: refuse early
+            claim_file(html)  # before checking: refuse early
         if verdict is not None:
-            claim_file(verdict, VERDICT_SIGNATURE)
+            claim_file(verdict)
     except (InvalidUsage, HistoryError) as exc:
         raise _bad_input(str(exc)) from exc
     if len(found) == 1:
@@ -210,10 +209,7 @@ def _write_default(path: Path, doc: dict[str, Any]) -> tuple[Path | None, str | 
     target, not_written = _default_verdict(path)
     if target is not None:
         try:
-            write_verdict(target, doc)
-            owner = owning_output(target)
-            if owner is not None:
-                list_in_output(owner, target)
+            write_verdict(target, doc)  # recorded in its output's marker, if in one
         except (OSError, InvalidUsage) as exc:
             return None, f"cannot write it: {exc}"
     return target, not_written
@@ -329,9 +325,10 @@ def _check_one(
     if html is not None:
         page = f"<!-- {HTML_SIGNATURE} -->\n" + timeline_html(h, report, title=str(path))
         try:
-            atomic_write(html, lambda p: p.write_text(page, encoding="utf-8"))
-        except OSError as exc:
-            raise _bad_input(f"cannot write {html}: {exc.strerror or exc}") from exc
+            write_owned(html, lambda p: p.write_text(page, encoding="utf-8"))
+        except (OSError, InvalidUsage) as exc:
+            msg = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise _bad_input(f"cannot write {html}: {msg}") from exc
     if verdict is not None:
         target: Path | None = verdict
         not_written = None

@@ -46,9 +46,15 @@ from sim.compare.report import (
     write_csv,
     write_markdown,
 )
+from sim.compare.scaleout import parse_adapters, with_adapters
 from sim.compare.tables import tables
 from sim.load.config import (
+    MAX_CONCURRENCY,
     MAX_DURATION_S,
+    MAX_LEVELS,
+    MAX_OPS,
+    MAX_REPEAT,
+    MAX_TABLES,
     Config,
     check_float,
     check_int,
@@ -88,8 +94,9 @@ ConfigFile = Annotated[Path | None, typer.Option("--config-file", "-c", metavar=
 ModeOpt = options.Mode
 ConfigsOpt = Annotated[str | None, typer.Option("--configs", metavar="NAMES", show_default="all", help=f"Comma-separated configurations: {', '.join(CONFIGURATIONS)}, or variants of a config file.")]
 WorkloadsOpt = Annotated[str | None, typer.Option("--workloads", "-w", metavar="NAMES", show_default="select-one,insert,update", help=f"Comma-separated workloads ({', '.join(WORKLOADS)}) or scenario files (.toml: a workload with its settings; .py: a script, run --repeat times).")]
-ConcOpt = Annotated[str | None, typer.Option("--concurrency", metavar="N,N,…", show_default="1,4,16,64,256", help="Comma-separated client counts.")]
-OpsOpt = Annotated[int | None, typer.Option("--ops", metavar="N", help="Instead of --duration: operations per window at concurrency 1 (scaled with sqrt(clients)).")]
+ConcOpt = Annotated[str | None, typer.Option("--concurrency", metavar="N,N,…", show_default="1,4,16,64,256", help=f"Comma-separated client counts, each 1 to {MAX_CONCURRENCY:,}, at most {MAX_LEVELS:,} of them.")]
+AdaptersOpt = Annotated[str | None, typer.Option("--adapters", metavar="N,N,…", show_default="each configuration's own (1)", help="Comma-separated counts of serving processes (adapters) to sweep each decoupled configuration over, as variants <config>-<N>-adapters; event-loop configurations keep their one loop. Virtual mode only above 1 for now (issue 36).")]
+OpsOpt = Annotated[int | None, typer.Option("--ops", metavar="N", help=f"Instead of --duration: operations per window at concurrency 1 (scaled with sqrt(clients)), 1 to {MAX_OPS:,}.")]
 RateOpt = Annotated[float | None, typer.Option("--rate", metavar="OPS_PER_S", help="Open loop: Poisson arrivals per second (latency from intended start); default: closed loop.")]
 SeedOpt = options.Seed
 OutOpt = options.Output
@@ -98,7 +105,7 @@ DurationOpt = Annotated[float | None, typer.Option("--duration", "-T", metavar="
 WarmupOpt = Annotated[float | None, typer.Option("--warmup", metavar="SECONDS", show_default="0.5 real, 0.05 virtual", help="Seconds discarded before each level's window (in every pass).")]
 MaxWindowOpt = Annotated[float | None, typer.Option("--max-window", metavar="SECONDS", show_default="10 real, 30 virtual", help="A closed-loop level that is not yet steady (Little's law within 15 %, window >= 10x the mean latency) is measured again in a longer window, up to this length; a level still not steady is marked so and left out of conclusions. At most --duration: never grow.")]
 DrainOpt = Annotated[float | None, typer.Option("--drain-limit", metavar="SECONDS", show_default="120", help="How long after a window its operations are waited for; any still running then are counted as censored, at their lower bound.")]
-RepeatOpt = Annotated[int | None, typer.Option("--repeat", metavar="N", show_default="3", help="Passes: each (workload, configuration) is measured N times, each on a fresh deployment (fresh database) with the next seed, interleaved across configurations (ABCABC); each pass is a warm-up then one window per level, and the intervals are over the passes.")]
+RepeatOpt = Annotated[int | None, typer.Option("--repeat", metavar="N", show_default="3", help=f"Passes: each (workload, configuration) is measured N times, each on a fresh deployment (fresh database) with the next seed, interleaved across configurations (ABCABC); each pass is a warm-up then one window per level, and the intervals are over the passes. 1 to {MAX_REPEAT:,}.")]
 
 
 def build_config(
@@ -126,6 +133,7 @@ def config_show(
     configs: ConfigsOpt = None,
     workloads: WorkloadsOpt = None,
     concurrency: ConcOpt = None,
+    adapters: AdaptersOpt = None,
     duration: DurationOpt = None,
     warmup: WarmupOpt = None,
     repeat: RepeatOpt = None,
@@ -151,6 +159,8 @@ def config_show(
         ops_per_level=ops, open_loop_rate=rate, seed=seed, output=output, latency_profile=latency_profile,
         duration_s=duration, warmup_s=warmup, repeat=repeat, max_window_s=max_window, drain_s=drain_limit,
     )
+    if adapters is not None:
+        cfg = with_adapters(cfg, parse_adapters(adapters))
     sys.stdout.write(knobs_toml(cfg.redacted()))
 
 
@@ -167,6 +177,7 @@ def compare(
     configs: ConfigsOpt = None,
     workloads: WorkloadsOpt = None,
     concurrency: ConcOpt = None,
+    adapters: AdaptersOpt = None,
     duration: DurationOpt = None,
     warmup: WarmupOpt = None,
     repeat: RepeatOpt = None,
@@ -179,7 +190,7 @@ def compare(
     latency_profile: ProfileOpt = None,
     progress: options.Progress = None,
     reference: Annotated[str | None, typer.Option("--reference", metavar="CONFIG", show_default="event-loop, else the first configuration", help="The configuration the Conclusions compare every other one with (ratios of throughput, p50 and p99 with 95 % intervals).")] = None,
-    tables_: Annotated[int | None, typer.Option("--tables", metavar="N", show_default="1", help="Tables in the schema.")] = None,
+    tables_: Annotated[int | None, typer.Option("--tables", metavar="N", show_default="1", help=f"Tables in the schema, 1 to {MAX_TABLES:,}.")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="A short sweep: 1,4,16,64 clients, 2 passes of short windows.")] = False,
     baseline: Annotated[Path | None, typer.Option("--baseline", metavar="DIR", help="A previous output directory: flag cells worse beyond the threshold and significantly (Welch's t-test, Holm-corrected over all comparisons at family-wise 5 %) (exit 1).")] = None,
     threshold: Annotated[float, typer.Option("--threshold", metavar="FRACTION", help="--baseline: the relative change that counts as a regression.")] = DEFAULT_REGRESSION_THRESHOLD,
@@ -222,6 +233,8 @@ def compare(
             configurations=[st.name for st in steps],
             variants={**cfg.variants, **{st.name: st.variant for st in steps if st.variant is not None}},
         )
+    if adapters is not None:
+        cfg = with_adapters(cfg, parse_adapters(adapters))
     if quick:
         cfg = cfg.with_overrides(
             concurrency=concurrency or [1, 4, 16, 64], repeat=repeat or 2,

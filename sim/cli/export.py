@@ -2,10 +2,12 @@
 history in the formats established checkers read (Jepsen/Elle EDN, Porcupine
 JSON) or a spreadsheet does (CSV).
 
-It never replaces a file coordsim did not write: an EDN file it wrote carries
-`EDN_SIGNATURE` on its first line and is replaced; JSON and CSV have no room
-for such a mark, so an existing file of theirs is refused. Several traces
-under TRACE go into a directory, claimed by the rule of every coordsim output.
+It never replaces a file coordsim did not write: a file it wrote is recorded
+with its size and SHA-256 (`sim.runtime.outputs.write_owned`) and replaced
+only while it still matches, whatever its format; `EDN_SIGNATURE` on an EDN
+file's first line tells a reader where it came from and proves nothing.
+Several traces under TRACE go into a directory, claimed by the rule of every
+coordsim output.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from sim.history.interchange import history_to_porcupine, read_edn, write_edn
 from sim.history.model import KINDS, NONE, STATUSES, History, HistoryError
 from sim.history.traces import read_trace
 from sim.runtime.errors import InvalidUsage
-from sim.runtime.outputs import atomic_write, claim_file, run_dir, staged_dir
+from sim.runtime.outputs import claim_file, run_dir, staged_dir, write_owned
 from sim.spark.frames import expand_traces
 
 if TYPE_CHECKING:
@@ -33,8 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CSV_COLUMNS", "EDN_SIGNATURE", "Format", "export", "register"]
 
-#: The first line of an EDN file `export` wrote (an EDN comment): what lets a
-#: later export replace it.
+#: The first line of an EDN file `export` wrote (an EDN comment), for readers.
 EDN_SIGNATURE: Final = "; written by coordsim export"
 CSV_COLUMNS: Final = (
     "op_id", "process", "client", "kind", "object", "elements", "args", "invoke_ns", "complete_ns",
@@ -80,7 +81,7 @@ def _csv_write(h: History, path: Path) -> None:
 
 def _write(h: History, events: list[Event], fmt: Format, path: Path, source: str) -> None:
     if fmt is Format.csv:
-        atomic_write(path, lambda p: _csv_write(h, p))
+        write_owned(path, lambda p: _csv_write(h, p))
         return
     if fmt is Format.edn:
         head = f"{EDN_SIGNATURE} from {' '.join(source.split())}\n"
@@ -91,21 +92,16 @@ def _write(h: History, events: list[Event], fmt: Format, path: Path, source: str
                 f.write(head)
                 write_edn(h, f, events)
 
-        atomic_write(path, write)
+        write_owned(path, write)
         return
     text = history_to_porcupine(h)  # client operations only: Porcupine models no internal events
-    atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
+    write_owned(path, lambda p: p.write_text(text, encoding="utf-8"))
 
 
 def _claim(path: Path, fmt: Format) -> None:
     """Refuses `path` unless writing it loses nothing (see the module docstring)."""
-    if fmt is Format.edn:
-        claim_file(path, EDN_SIGNATURE)
-    elif path.exists() or path.is_symlink():
-        raise InvalidUsage(
-            f"{path} exists; coordsim replaces only an EDN file it wrote ({fmt.value} files carry no "
-            "mark of who wrote them), so choose another name"
-        )
+    del fmt  # every format alike: ownership is recorded, not read from the content
+    claim_file(path)
 
 
 def _read(path: Path) -> tuple[History, list[Event]]:

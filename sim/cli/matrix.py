@@ -42,7 +42,7 @@ _err = Console(stderr=True, soft_wrap=True, highlight=False)
 
 def matrix_command(
     seeds: Annotated[
-        int, typer.Option("--seeds", metavar="N", help="At most this many seeds per entry (a caught one stops early).")
+        int, typer.Option("--seeds", metavar="N", help=f"At most this many seeds per entry (a caught one stops early), 1 to {MAX_SEEDS:,}.")
     ] = 20,
     jobs: options.Jobs = None,
     schedule: options.Schedule = None,

@@ -20,6 +20,7 @@ from typer.core import TyperArgument, TyperOption
 from coordinator.config import CONFIGURATIONS
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.outputs import LATEST, ROOT_ENV, RUNS_ROOT
+from sim.runtime.workers import MAX_JOBS
 
 __all__ = [
     "ACCEPTED_UNTIL",
@@ -27,6 +28,7 @@ __all__ = [
     "DEFAULT_MASTER",
     "DEFAULT_MODE",
     "DEFAULT_SEED",
+    "SEEDS_HELP",
     "SHARED",
     "Config",
     "Jobs",
@@ -44,7 +46,6 @@ __all__ = [
     "Scenario",
     "Schedule",
     "Seed",
-    "Seeds",
     "Wide",
     "deprecated",
     "kebab",
@@ -120,10 +121,11 @@ _SCENARIO_HELP = "Anomaly scenario (coordsim anomalies list names them)."
 Scenario = Annotated[str, typer.Option("--scenario", metavar="NAME", help=_SCENARIO_HELP)]
 #: `--scenario` where a positional argument may name the scenario instead.
 MaybeScenario = Annotated[str | None, typer.Option("--scenario", metavar="NAME", help=_SCENARIO_HELP)]
-Seeds = Annotated[int, typer.Option("--seeds", metavar="N", help="How many seeds: --first-seed and the N-1 after it.")]
+#: The help of a sweep's `--seeds`, whose upper bound is the command's own.
+SEEDS_HELP: Final = "How many seeds: --first-seed and the N-1 after it, 1 to {maximum:,}."
 Jobs = Annotated[
     int | None,
-    typer.Option("--jobs", "-j", metavar="N", show_default="one per core", help="Worker processes."),
+    typer.Option("--jobs", "-j", metavar="N", show_default="one per core", help=f"Worker processes, 1 to {MAX_JOBS:,}."),
 ]
 #: The machine-readable form of a command's outcome: its `summary.json` (or
 #: `verdict.json`) document on stdout instead of the tables; the path written

@@ -5,11 +5,12 @@ or Spark unavailable (one line on stderr)."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 from rich.console import Console
@@ -17,7 +18,10 @@ from rich.console import Console
 from sim.cli import options
 from sim.load.config import MAX_SEED, check_int
 from sim.runtime.errors import CoordsimError, InvalidUsage
-from sim.runtime.outputs import claim_dir, mark_latest, run_dir, staged_dir
+from sim.runtime.outputs import claimed_dir, mark_latest, run_dir, staged_dir
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ["register"]
 
@@ -33,6 +37,12 @@ def _fail(exc: CoordsimError | str) -> typer.Exit:
 
 #: Seeds one `coordsim sweep` runs: each is a Spark task writing a trace.
 MAX_SWEEP_SEEDS: Final = 1_000_000
+#: `synth-trace`'s bounds: `sim.spark.synth`'s (imported only when it runs,
+#: as it imports pyarrow; tests/sim/test_help.py holds the two equal).
+MAX_SYNTH_OPS: Final = 10**9
+SYNTH_CHUNK: Final = 200_000
+#: At most one planted anomaly per chunk of the largest trace.
+MAX_PLANTED: Final = MAX_SYNTH_OPS // SYNTH_CHUNK
 #: Spark shuffle partitions (Spark's own default is 200).
 MAX_PARTITIONS: Final = 100_000
 
@@ -47,13 +57,18 @@ def _check_partitions(partitions: int | None) -> None:
         check_int("--shuffle-partitions", partitions, low=1, high=MAX_PARTITIONS, unit="partitions")
 
 
-def _claim_out(out: str, command: str) -> None:
-    """A local output becomes coordsim's output directory: a file there, or a
-    directory of someone else's files, is refused before Spark starts (and
-    nothing of theirs is overwritten); called again after the run to list what
-    was written. A URL (`s3a://…`) is Spark's to write."""
-    if "://" not in out:
-        claim_dir(Path(out), command)
+@contextlib.contextmanager
+def _claim_out(out: str, command: str) -> Iterator[None]:
+    """A local output is coordsim's output directory, locked for the block: a
+    file there, a directory of someone else's files, or one another run is
+    writing is refused before Spark starts (and nothing of theirs is
+    overwritten); what the block wrote is listed in its marker. A URL
+    (`s3a://…`) is Spark's to write."""
+    if "://" in out:
+        yield
+        return
+    with claimed_dir(Path(out), command):
+        yield
 
 
 def _latest(out: str) -> None:
@@ -89,7 +104,7 @@ def _summary(res: object) -> None:
         _out.print(f"report: {res.out / 'report.md'}")
 
 
-_Partitions = Annotated[int | None, typer.Option("--shuffle-partitions", metavar="N", show_default="Spark's (200)", help="Spark shuffle partitions.")]
+_Partitions = Annotated[int | None, typer.Option("--shuffle-partitions", metavar="N", show_default="Spark's (200)", help=f"Spark shuffle partitions, 1 to {MAX_PARTITIONS:,}.")]
 _Verbose = Annotated[bool, typer.Option("--verbose", help="Spark's INFO logs.")]
 
 
@@ -131,10 +146,9 @@ def replay(
         _check_master("--master", master)
         expand_traces(traces)  # bad paths fail here, before Spark starts
         out = _target(output, old_out, "replay")
-        _claim_out(out, "replay")
-        spark = _session(master, verbose, partitions)
-        res = run_replay(spark, traces, out)
-        _claim_out(out, "replay")
+        with _claim_out(out, "replay"):
+            spark = _session(master, verbose, partitions)
+            res = run_replay(spark, traces, out)
         _latest(out)
     except CoordsimError as exc:
         raise _fail(exc) from exc
@@ -144,7 +158,7 @@ def replay(
 
 
 def sweep(
-    seeds: options.Seeds,
+    seeds: Annotated[int, typer.Option("--seeds", metavar="N", help=options.SEEDS_HELP.format(maximum=MAX_SWEEP_SEEDS))],
     scenario: options.Scenario,
     config: options.Config = None,
     master: options.Master = options.DEFAULT_MASTER,
@@ -181,17 +195,16 @@ def sweep(
         default_spec(scenario, config, first_seed, known_bad=parse_known_bad(known_bad or []))
         _check_master("--master", master)
         out = _target(output, old_out, "sweep")
-        _claim_out(out, "sweep")
-        spark = _session(master, verbose, None)
-        traces = f"{out.rstrip('/')}/traces"
-        if "://" not in traces:
-            traces = os.path.abspath(traces)
-        t0 = time.perf_counter()
-        rows = simulate(spark, traces, scenario, config, range(first_seed, first_seed + seeds), known_bad or ())
-        _out.print(f"simulated {len(rows)} seeds ({sum(r[2] for r in rows)} operations) "
-                   f"in {time.perf_counter() - t0:.1f}s")  # fmt: skip
-        res = run_replay(spark, [r[1] for r in rows], out)
-        _claim_out(out, "sweep")
+        with _claim_out(out, "sweep"):
+            spark = _session(master, verbose, None)
+            traces = f"{out.rstrip('/')}/traces"
+            if "://" not in traces:
+                traces = os.path.abspath(traces)
+            t0 = time.perf_counter()
+            rows = simulate(spark, traces, scenario, config, range(first_seed, first_seed + seeds), known_bad or ())
+            _out.print(f"simulated {len(rows)} seeds ({sum(r[2] for r in rows)} operations) "
+                       f"in {time.perf_counter() - t0:.1f}s")  # fmt: skip
+            res = run_replay(spark, [r[1] for r in rows], out)
         _latest(out)
     except CoordsimError as exc:
         raise _fail(exc) from exc
@@ -201,11 +214,11 @@ def sweep(
 
 
 def synth_trace(
-    ops: Annotated[int, typer.Option("--ops", metavar="N", help="Operations to write.")] = 10_000_000,
+    ops: Annotated[int, typer.Option("--ops", metavar="N", help=f"Operations to write, 1 to {MAX_SYNTH_OPS:,}.")] = 10_000_000,
     output: options.Output = None,
     old_out: options.OldOut = None,
     seed: options.Seed = None,
-    planted: Annotated[int, typer.Option("--planted", metavar="N", help="Chunks with a planted stale read.")] = 3,
+    planted: Annotated[int, typer.Option("--planted", metavar="N", help=f"Chunks with a planted stale read, 0 to {MAX_PLANTED:,} (one per chunk of {SYNTH_CHUNK:,} operations at most: more than the trace has chunks plant one in each).")] = 3,
 ) -> None:
     """Write a large realistic trace (valid by construction, with a few planted anomalies) for benchmarks, in bounded memory; prints its directory last.
 
@@ -213,7 +226,6 @@ def synth_trace(
       coordsim synth-trace --ops 1000000
       coordsim synth-trace --ops 100000 --planted 0 -o big-trace
     """
-    from sim.spark.synth import MAX_SYNTH_OPS
     from sim.spark.synth import synth_trace as write
 
     t0 = time.perf_counter()
@@ -224,7 +236,7 @@ def synth_trace(
         # Refused before anything is created: bad numbers, then an output that
         # is not ours (staged: a failed or interrupted run leaves nothing).
         check_int("--ops", ops, low=1, high=MAX_SYNTH_OPS, unit="operations")
-        check_int("--planted", planted, low=0, high=MAX_SYNTH_OPS, unit="chunks")
+        check_int("--planted", planted, low=0, high=MAX_PLANTED, unit="chunks")
         check_int("--seed", seed, low=-MAX_SEED, high=MAX_SEED)
         out = run_dir(chosen, "synth-trace").absolute()
         with staged_dir(out, "synth-trace") as stage:

@@ -23,6 +23,7 @@ from rich.console import Console
 from sim.cli import options  # noqa: TC001 - typer reads the annotations at run time
 from sim.cli.options import print_json, wrote
 from sim.cli.tables import new_table, plain, print_tables
+from sim.load.config import read_text_file
 from sim.model.validate import FACTS, ROLES, Outcome, band_text, load_facts, run_fact, table_lines
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.outputs import atomic_write, run_dir, staged_dir
@@ -49,6 +50,8 @@ def validate(
       coordsim validate --quick
       coordsim validate --only loop-messages-per-select -o validate-out
     """
+    # Binary, not UTF-8, endless (/dev/zero) or unreadable: one line, before parsing.
+    read_text_file(facts, "facts file")
     chosen = load_facts(facts)
     if only is not None:
         wanted = [x.strip() for x in only.split(",") if x.strip()]

@@ -49,6 +49,7 @@ __all__ = [
 COLUMNS: Final = (
     "workload",
     "config",
+    "adapters",  # issue 36: serving processes of the configuration
     "mode",
     "concurrency",
     "repeats",

@@ -186,6 +186,10 @@ class LevelRow:
     #: coordinator spent per handler kind (`client.Select`, `internal.stage.ready`,
     #: `statement.Insert`, …); empty in virtual mode, whose CPU is `Costs`.
     handler_cpu: tuple[HandlerStats, ...] = field(default=(), compare=False)
+    # --- issue 36: several serving processes ---------------------------------------
+    #: The configuration's adapters (serving processes sharing oracle, catalog,
+    #: shards and controllers); 1 for the event loop.
+    adapters: int = 1
 
     @property
     def error_rate(self) -> float:
@@ -457,6 +461,7 @@ def level_row(
         littles_law_samples=tuple(r.littles_law_ratio or 0.0 for r in res) if little is not None else (),
         first_half_samples=tuple(steady.Slices(tuple(r.slices), r.elapsed_s).first_rate for r in res),
         second_half_samples=tuple(steady.Slices(tuple(r.slices), r.elapsed_s).second_rate for r in res),
+        adapters=cfg.coordinator(config_name).adapters,
         **_backend_fields(cfg, backend),
     )
 

@@ -2,8 +2,8 @@
 the analogue of Jepsen's `results.edn`, so scripts need not parse the report.
 
 One builder serves `coordsim check`, `coordsim anomalies run` and `sweep`, so
-the three write the same schema. The document carries a signature, and a file
-is replaced only if it has it: coordsim never overwrites a file it did not write.
+the three write the same schema. A file is replaced only if coordsim recorded
+writing it (`sim.runtime.outputs.write_owned`): never one it did not write.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 from typing import TYPE_CHECKING, Any, Final
 
 from sim.history.checker.verdict import Outcome
-from sim.runtime.outputs import atomic_write, claim_file
+from sim.runtime.outputs import write_owned
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -30,8 +30,8 @@ __all__ = [
 ]
 
 VERDICT_FILE: Final = "verdict.json"
-#: The first key of every document, as `json.dumps(indent=2)` writes it; it is
-#: what `claim_file` looks for before replacing a file.
+#: The first key of every document, as `json.dumps(indent=2)` writes it (a
+#: mark for readers: it proves nothing about who wrote a file).
 VERDICT_SIGNATURE: Final = '"generator": "coordsim"'
 
 
@@ -101,12 +101,12 @@ def verdict_text(doc: dict[str, Any]) -> str:
 
 
 def write_verdict(path: Path, doc: dict[str, Any]) -> None:
-    """Writes `doc` to `path` atomically.
+    """Writes `doc` to `path` atomically, and records it as coordsim's.
 
     Raises:
-        InvalidUsage: `path` exists and is not a verdict coordsim wrote.
+        InvalidUsage: `path` exists and is not provably a file coordsim wrote,
+            or its output directory is being written by another run.
         OSError: the write failed.
     """
-    claim_file(path, VERDICT_SIGNATURE)
     text = verdict_text(doc)
-    atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
+    write_owned(path, lambda p: p.write_text(text, encoding="utf-8"))

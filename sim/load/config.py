@@ -107,6 +107,12 @@ MAX_SEED: Final = 2**63 - 1
 MAX_REPEAT: Final = 1_000
 #: Coordinator CPU cores (the decoupled adapter's pool) and loop batch size.
 MAX_CORES: Final = 1_024
+#: Serving processes of one decoupled deployment (issue 36): each is a set of
+#: tasks and its own core pool; 64 is beyond where one oracle row saturates.
+MAX_ADAPTERS: Final = 64
+#: Real mode runs one process: several adapters as OS processes are a later
+#: increment of issue 36.
+REAL_ADAPTERS_REFUSAL: Final = "real mode with adapters > 1 is not built yet (issue 36)"
 MAX_BATCH: Final = 1_000_000
 #: A config file or latency profile: an empirical profile of 10^6 samples is
 #: ~20 MB; reading stops here, so `/dev/zero` is refused instead of eating RAM.
@@ -253,7 +259,8 @@ class Config:
                 raise InvalidUsage(f"cost {name} must be a number of seconds, got {cost!r}")
             check_float(f"cost {name}", cost, low=0, high=MAX_DURATION_S, unit="seconds")
         for name in self.configurations:
-            self.coordinator(name)  # validates overrides
+            if self.coordinator(name).adapters > 1 and self.mode == "real":  # validates overrides
+                raise InvalidUsage(REAL_ADAPTERS_REFUSAL)
 
     # --- building ---------------------------------------------------------------------
 
@@ -463,7 +470,7 @@ _ENUMS: Final = {
 
 
 #: Bounds of the numeric `CoordinatorConfig` fields an `[overrides]` table may set.
-_INT_OVERRIDES: Final = {"cores": MAX_CORES, "max_batch": MAX_BATCH}
+_INT_OVERRIDES: Final = {"cores": MAX_CORES, "max_batch": MAX_BATCH, "adapters": MAX_ADAPTERS}
 _BOOL_OVERRIDES: Final = ("confirm_leadership", "batch_read_ts")
 
 

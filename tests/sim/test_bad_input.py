@@ -176,6 +176,44 @@ def _partial_trace(cwd: Path) -> None:
     assert read_trace(out / "trace").history.n == 1
 
 
+
+def _forged_output(name: str, *, old_format: bool = False) -> Callable[[Path, Path], None]:
+    """A directory of the user's files under a hand-written `.coordsim-output`
+    that lists them: by name only (the old format), or with made-up hashes."""
+
+    def setup(cwd: Path, valid: Path) -> None:
+        (cwd / name / "sub").mkdir(parents=True)
+        (cwd / name / "results.csv").write_bytes(_IMPORTANT)
+        (cwd / name / "sub" / "notes.md").write_bytes(_IMPORTANT)
+        rels = ["results.csv", "sub/notes.md"]
+        files: object = rels if old_format else {r: {"size": len(_IMPORTANT), "sha256": "0" * 64} for r in rels}
+        doc = {"generator": "coordsim", "command": "compare", "files": files}
+        (cwd / name / ".coordsim-output").write_text(json.dumps(doc))
+
+    return setup
+
+
+def _left_nothing(cwd: Path) -> None:
+    """A command that read a file only once its run had started: the run
+    directory (and the runs root) it made are gone again."""
+    assert not (cwd / "coordsim-out").exists(), sorted(p.name for p in (cwd / "coordsim-out").iterdir())
+
+
+def _run_dir(summary: bytes) -> Callable[[Path, Path], None]:
+    def setup(cwd: Path, valid: Path) -> None:
+        (cwd / "run").mkdir()
+        (cwd / "run" / "summary.json").write_bytes(summary)
+
+    return setup
+
+
+#: Random-looking bytes with a NUL: what a binary file given by mistake holds.
+_BINARY: Final = bytes(range(256)) * 8
+#: Text files cut off mid-token.
+_TRUNCATED_TOML: Final = b'[[fact]]\nid = "loop-mess'
+#: What coordsim writes at the top of its files: in a user's file it proves nothing.
+_LOOKS_LIKE_A_PROFILE: Final = b"# A coordsim latency profile written by `coordsim calibrate`\n[latency]\n"
+
 _RAISES: Final = b'async def scenario(sim):\n    s = sim.session()\n    await sim.sql(s, "CREATE TABLE t (a int)")\n    1 / 0\n'
 _V: Final = ("--mode", "virtual")
 
@@ -381,6 +419,106 @@ CASES: Final = [
     _c("calibrate-output-not-a-profile", "calibrate", "--output", "x.txt", expect="a .toml or .json file"),
     _c("calibrate-output-is-a-users-file", "calibrate", "--output", "mine.toml",
        files={"mine.toml": b"[mine]\n"}, expect="was not written by coordsim"),
+    # --- issue 38: count options out of bounds (each documents its bound in --help) ----------
+    _c("anomalies-sweep-seeds-huge", "anomalies", "sweep", "--scenario", "seed001", "--seeds", "99999999999",
+       expect="--seeds must be between 1 and 10000000, got 99999999999", entry_point=True),
+    _c("anomalies-sweep-seeds-zero", "anomalies", "sweep", "--scenario", "seed001", "--seeds", "0",
+       expect="--seeds must be between 1 and 10000000, got 0"),
+    _c("anomalies-sweep-seeds-negative", "anomalies", "sweep", "--scenario", "seed001", "--seeds", "-3",
+       expect="--seeds must be between 1 and 10000000, got -3"),
+    _c("anomalies-sweep-jobs-huge", "anomalies", "sweep", "--scenario", "seed001", "--seeds", "2", "-j", "99999",
+       expect="--jobs 99999 exceeds the maximum 1024 worker processes"),
+    _c("anomalies-sweep-first-seed-past-64-bits", "anomalies", "sweep", "--scenario", "seed001", "--seeds", "2",
+       "--first-seed", str(2**63 - 1), expect="do not fit in 64 bits"),
+    _c("anomalies-matrix-seeds-huge", "anomalies", "matrix", "--seeds", "999999999999",
+       expect="--seeds 999999999999 exceeds the maximum 10000000 seeds"),
+    _c("anomalies-matrix-seeds-zero", "anomalies", "matrix", "--seeds", "0", expect="--seeds must be >= 1, got 0"),
+    _c("anomalies-size-zero", "anomalies", "run", "seed001", "--size", "0", expect="--size must be >= 1, got 0"),
+    _c("shrink-max-runs-huge", "shrink", "seed001", "--max-runs", "9999999",
+       expect="--max-runs 9999999 exceeds the maximum 100000 runs"),
+    _c("synth-trace-planted-huge", "synth-trace", "--ops", "10", "--planted", "99999999",
+       expect="--planted 99999999 exceeds the maximum 5000 chunks"),
+    _c("synth-trace-planted-past-64-bits", "synth-trace", "--ops", "10", "--planted", str(2**70),
+       expect="exceeds the maximum 5000 chunks"),
+    _c("sweep-seeds-huge", "sweep", "--seeds", "99999999", "--config", "decoupled", "--scenario", "seed001",
+       expect="--seeds 99999999 exceeds the maximum 1000000 seeds"),
+    _c("replay-shuffle-partitions-huge", "replay", "t", "--shuffle-partitions", "9999999",
+       setup=_trace("t", lambda d: None), expect="--shuffle-partitions 9999999 exceeds the maximum 100000"),
+    _c("calibrate-samples-huge", "calibrate", "--samples", "99999999",
+       expect="--samples 99999999 exceeds the maximum 1000000 round trips"),
+    _c("check-linear-max-ops-huge", "check", "t", "--linear-max-ops", "999999999999",
+       setup=_trace("t", lambda d: None), expect="--linear-max-ops 999999999999 exceeds the maximum 100000000"),
+    _c("check-jobs-zero", "check", "t", "-j", "0", setup=_trace("t", lambda d: None),
+       expect="--jobs must be >= 1, got 0"),
+    _c("compare-repeat-zero", "compare", *_V, "--repeat", "0", expect="--repeat) must be >= 1, got 0"),
+    _c("compare-repeat-huge", "compare", *_V, "--repeat", "99999", expect="99999 exceeds the maximum 1000 repetitions"),
+    _c("compare-tables-zero", "compare", *_V, "--tables", "0", expect="--tables) must be >= 1, got 0"),
+    _c("compare-ops-negative", "compare", *_V, "--ops", "-7", expect="must be >= 1, got -7"),
+    _c("compare-adapters-huge", "compare", *_V, "--adapters", "99999", expect="--adapters 99999 exceeds the maximum 64"),
+    # --- issue 38: binary and truncated files for the file options --------------------------
+    _c("validate-facts-binary", "validate", "--facts", "f.toml", files={"f.toml": _BINARY},
+       expect="facts file f.toml is not UTF-8 text", entry_point=True),
+    _c("validate-facts-not-utf8", "validate", "--facts", "f.toml", files={"f.toml": _NOT_UTF8},
+       expect="facts file f.toml is not UTF-8 text"),
+    _c("validate-facts-endless", "validate", "--facts", "/dev/zero", expect="larger than the maximum 64 MiB"),
+    _c("validate-facts-truncated", "validate", "--facts", "f.toml", files={"f.toml": _TRUNCATED_TOML},
+       expect="cannot read facts file f.toml"),
+    _c("compare-config-file-binary", "compare", "-c", "c.toml", files={"c.toml": _BINARY}, expect="is not UTF-8"),
+    _c("compare-config-file-truncated", "compare", "-c", "c.toml", files={"c.toml": b'mode = "virt'},
+       expect="bad TOML"),
+    _c("compare-profile-binary", "compare", *_V, "--latency-profile", "p.toml", files={"p.toml": _BINARY},
+       expect="is not UTF-8"),
+    _c("compare-profile-truncated", "compare", *_V, "--latency-profile", "p.toml",
+       files={"p.toml": b'[latency]\n"oracle.pg" = {kind = "lognor'}, expect="latency profile"),
+    _c("compare-baseline-binary", "compare", *_V, "--quick", "--baseline", "b.json", files={"b.json": _BINARY},
+       expect="cannot read baseline b.json"),
+    _c("compare-workload-py-binary", "compare", *_V, "-w", "w.py", files={"w.py": _BINARY},
+       expect="source code string cannot contain null bytes", creates="coordsim-out", then=_left_nothing),
+    _c("compare-workload-toml-binary", "compare", *_V, "-w", "w.toml", files={"w.toml": _BINARY},
+       expect="is not UTF-8", creates="coordsim-out", then=_left_nothing),
+    _c("config-show-config-binary", "config", "show", "-c", "c.toml", files={"c.toml": _BINARY},
+       expect="is not UTF-8"),
+    _c("run-scenario-py-binary", "run", "s.py", files={"s.py": _BINARY}, expect="source code string cannot contain"),
+    _c("run-scenario-toml-truncated", "run", "s.toml", files={"s.toml": b'workload = "ins'}, expect="s.toml"),
+    _c("anomalies-scenario-file-binary", "anomalies", "run", "--scenario-file", "s.py", files={"s.py": _BINARY},
+       expect="source code string cannot contain"),
+    _c("check-edn-binary", "check", "h.edn", files={"h.edn": _BINARY}, expect="unreadable"),
+    _c("export-edn-binary", "export", "h.edn", "-o", "x.json", files={"h.edn": _BINARY}, expect="unreadable"),
+    _c("export-edn-truncated", "export", "h.edn", "-o", "x.json", files={"h.edn": b"{:type :invoke, :f :ad"},
+       expect="never closed"),
+    _c("calibrate-from-binary-summary", "calibrate", "--from", "run", "-o", "p.toml", setup=_run_dir(_BINARY),
+       expect="summary.json is unreadable"),
+    _c("calibrate-from-truncated-summary", "calibrate", "--from", "run", "-o", "p.toml",
+       setup=_run_dir(b'{"generator": "coordsim", "mo'), expect="summary.json is unreadable"),
+    # --- issue 38: ownership is proved by a recorded hash, never by a name or content --------
+    _c("compare-output-forged-marker", "compare", *_V, "-o", "out", setup=_forged_output("out"),
+       expect="results.csv (changed since coordsim wrote it)", entry_point=True),
+    _c("compare-output-old-format-marker", "compare", *_V, "-o", "out", setup=_forged_output("out", old_format=True),
+       expect="results.csv (listed by an older marker without hashes: not provably coordsim's)"),
+    _c("synth-trace-output-forged-marker", "synth-trace", "--ops", "10", "-o", "out", setup=_forged_output("out"),
+       expect="holds files coordsim may not replace"),
+    _c("anomalies-output-old-format-marker", "anomalies", "run", "seed001", "-o", "out",
+       setup=_forged_output("out", old_format=True), expect="holds files coordsim may not replace"),
+    _c("anomalies-sweep-output-forged-marker", "anomalies", "sweep", "--scenario", "seed001", "--seeds", "2",
+       "-o", "out", setup=_forged_output("out"), expect="holds files coordsim may not replace"),
+    _c("validate-output-forged-marker", "validate", "--quick", "-o", "out", setup=_forged_output("out"),
+       expect="holds files coordsim may not replace"),
+    _c("calibrate-output-looks-like-a-profile", "calibrate", "--output", "mine.toml",
+       files={"mine.toml": _LOOKS_LIKE_A_PROFILE}, expect="mine.toml exists and was not written by coordsim",
+       entry_point=True),
+    _c("calibrate-output-forged-record", "calibrate", "--output", "mine.toml",
+       files={"mine.toml": _LOOKS_LIKE_A_PROFILE, ".coordsim-files": json.dumps({"generator": "coordsim",
+              "format": 2, "files": {"mine.toml": {"size": len(_LOOKS_LIKE_A_PROFILE), "sha256": "0" * 64}}}).encode()},
+       expect="changed since coordsim wrote it"),
+    _c("check-html-looks-like-coordsims", "check", "t", "--html", "page.html", setup=_trace("t", lambda d: None),
+       files={"page.html": b"<!-- written by coordsim check -->\n<p>mine</p>\n"}, expect="was not written by coordsim"),
+    _c("check-verdict-looks-like-coordsims", "check", "t", "--verdict", "v.json", setup=_trace("t", lambda d: None),
+       files={"v.json": b'{\n  "generator": "coordsim",\n  "mine": true\n}\n'}, expect="was not written by coordsim"),
+    _c("catalog-dump-target-looks-like-a-dump", "catalog", "dump", "--location", "persist+mem://", "--target",
+       "d.json", files={"d.json": b'{\n  "objects": {"mine": 1}}\n'}, expect="was not written by coordsim"),
+    _c("export-output-looks-like-an-export", "export", "t", "-f", "edn", "-o", "h.edn",
+       setup=_trace("t", lambda d: None), files={"h.edn": b"; written by coordsim export from mine\n"},
+       expect="was not written by coordsim"),
     _c("unknown-command", "bogus", expect="No such command"),
     _c("unknown-option", "doctor", "--bogus", expect="No such option"),
     _c("missing-argument", "check", expect="Missing argument"),

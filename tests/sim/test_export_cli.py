@@ -127,12 +127,34 @@ def test_the_default_output_is_named_after_the_trace(tmp_path: Path, monkeypatch
     assert (tmp_path / f"{trace.name}.csv").is_file()
 
 
-def test_an_edn_file_it_wrote_is_replaced(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fmt", ["edn", "porcupine", "csv"])
+def test_a_file_it_wrote_is_replaced(tmp_path: Path, fmt: str) -> None:
+    """Recorded (size and SHA-256 in the directory's .coordsim-files), so
+    replaced, whatever the format."""
+    trace = _copy_of(TRACES[0], tmp_path)
+    out = tmp_path / "h.out"
+    assert runner.invoke(app, ["export", str(trace), "-f", fmt, "-o", str(out)]).exit_code == 0
+    out.write_bytes(out.read_bytes())  # rewritten, same bytes: still provably coordsim's
+    r = runner.invoke(app, ["export", str(trace), "-f", fmt, "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    if fmt == "edn":
+        assert read_edn(out)[0].n == read_trace(trace).history.n
+
+
+def test_a_file_that_only_looks_like_an_export_is_never_overwritten(tmp_path: Path) -> None:
+    """Issue 38: content proves nothing; the signature line is what a user's
+    copy of an old export, or anyone, may have."""
     trace = _copy_of(TRACES[0], tmp_path)
     out = tmp_path / "h.edn"
-    out.write_text(f"{EDN_SIGNATURE} from an earlier export\n")
-    assert runner.invoke(app, ["export", str(trace), "-o", str(out)]).exit_code == 0
-    assert read_edn(out)[0].n == read_trace(trace).history.n
+    mine = f"{EDN_SIGNATURE} from an earlier export\n; and the user's notes\n".encode()
+    out.write_bytes(mine)
+    r = _coordsim("export", str(trace), "-f", "edn", "-o", str(out), cwd=tmp_path)
+    assert r.returncode == 2, r
+    assert r.stderr.splitlines() == [
+        f"coordsim: invalid input: {out} exists and was not written by coordsim (coordsim has no record of "
+        "writing it); choose another name"
+    ], r.stderr
+    assert out.read_bytes() == mine
 
 
 def _coordsim(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

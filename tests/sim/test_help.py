@@ -105,3 +105,59 @@ def test_the_defaults_are_the_documented_ones() -> None:
     shown = {p.opts[0]: p.show_default for _, cmd in COMMANDS for p in cmd.params
              if p.opts and p.opts[0] in ("--mode", "--seed", "--config")}  # fmt: skip
     assert shown == {"--mode": "virtual", "--seed": "0", "--config": "decoupled"}
+
+
+#: A count option's help ends with its bounds: "…, 1 to 1,000." or "… 0 to 5,000 (…)".
+_BOUNDS = re.compile(r"\b(-?[\d,]+) to ([\d,]+)\b")
+#: Integer options that are not counts: a seed is any 64-bit integer.
+_NOT_COUNTS = {"--seed", "--first-seed"}
+
+
+def _count_options() -> list[tuple[str, str, Any]]:
+    out = []
+    for name, cmd in COMMANDS:
+        for p in cmd.params:
+            if p.param_type_name != "option" or getattr(p, "hidden", False) or p.opts[0] in _NOT_COUNTS:
+                continue
+            annotation = p.type_descriptor.annotation
+            if annotation in (int, int | None) or p.opts[0] in ("--concurrency", "--adapters"):
+                out.append((name, p.opts[0], p))
+    return out
+
+
+def test_every_count_option_documents_its_bounds() -> None:
+    """Issue 38: every count option has a documented upper bound (and is
+    refused with one line above it: tests/sim/test_bad_input.py)."""
+    counts = _count_options()
+    assert {("anomalies sweep", "--seeds"), ("synth-trace", "--planted"), ("compare", "--ops"),
+            ("sweep", "--seeds"), ("calibrate", "--samples")} <= {(n, o) for n, o, _ in counts}  # fmt: skip
+    missing = [f"coordsim {n} {o}" for n, o, p in counts if o != "--adapters" and not _BOUNDS.search(p.help or "")]
+    assert missing == []
+
+
+def test_the_documented_bounds_are_the_enforced_ones() -> None:
+    from sim.cli import spark
+    from sim.load.config import MAX_CONCURRENCY, MAX_OPS, MAX_REPEAT, MAX_TABLES
+    from sim.model.calibrate import MAX_SAMPLES, MIN_SAMPLES
+    from sim.nemesis.anomalies import MAX_CLIENTS, MAX_SIZE
+    from sim.nemesis.sweep import MAX_SEEDS
+    from sim.runtime.workers import MAX_JOBS
+    from sim.spark import synth
+
+    assert (spark.MAX_SYNTH_OPS, spark.SYNTH_CHUNK) == (synth.MAX_SYNTH_OPS, synth.CHUNK)
+    want = {
+        ("compare", "--ops"): (1, MAX_OPS), ("compare", "--repeat"): (1, MAX_REPEAT),
+        ("compare", "--tables"): (1, MAX_TABLES), ("compare", "--concurrency"): (1, MAX_CONCURRENCY),
+        ("compare", "--jobs"): (1, MAX_JOBS), ("anomalies sweep", "--seeds"): (1, MAX_SEEDS),
+        ("anomalies matrix", "--seeds"): (1, MAX_SEEDS), ("anomalies run", "--clients"): (1, MAX_CLIENTS),
+        ("anomalies run", "--size"): (1, MAX_SIZE), ("calibrate", "--samples"): (MIN_SAMPLES, MAX_SAMPLES),
+        ("sweep", "--seeds"): (1, spark.MAX_SWEEP_SEEDS), ("synth-trace", "--ops"): (1, synth.MAX_SYNTH_OPS),
+        ("synth-trace", "--planted"): (0, synth.MAX_SYNTH_OPS // synth.CHUNK),
+        ("replay", "--shuffle-partitions"): (1, spark.MAX_PARTITIONS),
+    }  # fmt: skip
+    shown = {}
+    for name, opt, p in _count_options():
+        m = _BOUNDS.search(p.help or "")
+        if (name, opt) in want and m:
+            shown[name, opt] = (int(m[1].replace(",", "")), int(m[2].replace(",", "")))
+    assert shown == want

@@ -9,6 +9,7 @@ per command and signal. Delays come from a seeded RNG, printed on failure.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import shutil
@@ -22,7 +23,7 @@ from typing import Final
 
 import pytest
 
-from sim.runtime.outputs import MARKER
+from sim.runtime.outputs import LOCK, MARKER
 
 pytestmark = pytest.mark.postgres
 
@@ -46,7 +47,7 @@ def _snapshot(root: Path) -> dict[str, str]:
     return {
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(root.rglob("*"))
-        if p.is_file()
+        if p.is_file() and p.name != LOCK  # the run's lock file (its PID): coordsim's, and harmless
     }
 
 
@@ -87,7 +88,9 @@ def _trial(name: str, signum: signal.Signals, delay: float, where: Path) -> str:
     out = work / "out"
     # A previous output of the same command, which the interrupted run must not harm.
     out.mkdir()
-    (out / MARKER).write_text('{"generator": "coordsim", "command": "x", "files": ["results.csv"]}\n')
+    previous = {"size": 9, "sha256": hashlib.sha256(b"previous\n").hexdigest()}
+    (out / MARKER).write_text(json.dumps({"generator": "coordsim", "format": 2, "command": "x",
+                                          "files": {"results.csv": previous}}) + "\n")  # fmt: skip
     (out / "results.csv").write_text("previous\n")
     before = _snapshot(work)
     env = {k: v for k, v in os.environ.items() if k != "COORDSIM_POSTGRES_URL"}

@@ -18,7 +18,7 @@ from sim.history.traces import write_trace
 from sim.history.verdict import VERDICT_FILE, verdict_document, write_verdict
 from sim.nemesis.anomalies import run_scenario
 from sim.runtime.errors import InvalidUsage
-from sim.runtime.outputs import MARKER, claim_dir
+from sim.runtime.outputs import MARKER, claimed_dir
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "histories"
 runner = CliRunner()
@@ -124,9 +124,9 @@ def test_check_lists_its_verdict_in_the_coordsim_output_it_writes_into(tmp_path:
     """A verdict.json check adds to a run's output is listed in that output's
     marker, so the output stays replaceable whole (an unlisted file would
     count as the user's and make coordsim refuse to replace it)."""
-    out = claim_dir(tmp_path / "out", "test")
     h, events = run_scenario("seed001", "decoupled", 3)
-    write_trace(out / "trace", h, events)
+    with claimed_dir(tmp_path / "out", "test") as out:
+        write_trace(out / "trace", h, events)
     r = runner.invoke(app, ["check", str(out / "trace")])
     assert r.exit_code == 0, r.output
     assert json.loads((out / "trace" / VERDICT_FILE).read_text())["valid"] is True
