@@ -39,6 +39,18 @@ moved and B re-plans on the refreshed cache; and a plan that fails or is a
 no-op (`already exists`, `depends on it`, `IF NOT EXISTS`) is only answered
 once a linearized sync shows the cache was current, else planned again.
 
+**One adapter failing** (the nemesis's adapter faults). Each adapter runs in
+a task of its own, so one can crash while the others serve: its connections
+drop first (their statements end `info`: a write may have been appended),
+then its process stops; `connect` skips it, and `restart_adapter` starts a
+fresh one joining the same epoch. Each adapter's oracle calls pass its
+`ProcessGate` (`oracle.gated`): partitioned, they are refused or hang and
+time out; paused, nothing of it starts (oracle calls, CPU) until it resumes
+with the timestamps and catalog view it held. The rules above keep all of
+it safe: a stale `write_ts` loses the append race and is retried, a stale
+catalog is synced up to the next catalog `read_ts`. The known-bad
+`ack_lost_race` and `stale_adapter_catalog` each break one of them.
+
 Virtual mode only for now: every adapter is a simulated process on the one
 deterministic loop, and clients are spread over them round robin by `connect`.
 """
@@ -47,15 +59,18 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Self, final
 
 import anyio
+import anyio.lowlevel
 
 from controllers.compute import PeekWaiters
 from coordinator.decoupled import AdapterHost, DecoupledCoordinator, follow_catalog
 from coordinator.environment import open_adapter_incarnation, open_incarnation
 from coordinator.session import Coordinator, CoordinatorStatistics, Result, Session
 from coordinator.statements import SqlError, SqlState
+from oracle.gated import ProcessGate
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.tasks import AsyncExitStack, Ready
 
@@ -63,7 +78,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable
     from types import TracebackType
 
-    from anyio.abc import TaskGroup
+    from anyio.abc import TaskGroup, TaskStatus
 
     from controllers.commands import DeterministicCommand
     from coordinator.config import CoordinatorConfig
@@ -105,6 +120,11 @@ class MultiAdapterCoordinator(Coordinator, AdapterHost):
         self._shared: Incarnation | None = None
         self._stack: AsyncExitStack | None = None
         self._round_robin = itertools.count()
+        self._tg: TaskGroup | None = None
+        #: Each adapter's process switches (a nemesis pauses or partitions one).
+        self.gates = [ProcessGate() for _ in range(config.adapters)]
+        self._slots: list[_Slot] = []
+        self._restarts = 0
         #: Adapter i runs on its own Runtime stream (adapter 1 on `rt` itself).
         self.adapters = [
             DecoupledCoordinator(
@@ -114,6 +134,7 @@ class MultiAdapterCoordinator(Coordinator, AdapterHost):
                 events=events,
                 actor=adapter_actor(actor, i),
                 host=self,
+                gate=self.gates[i - 1],
             )
             for i in range(1, config.adapters + 1)
         ]
@@ -121,14 +142,17 @@ class MultiAdapterCoordinator(Coordinator, AdapterHost):
     # --- AdapterHost -----------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def open_adapter(self, rt: Runtime, actor: str) -> AsyncIterator[Incarnation]:
+    async def open_adapter(
+        self, rt: Runtime, actor: str, gate: ProcessGate | None = None
+    ) -> AsyncIterator[Incarnation]:
         shared = self._shared
         if shared is None:
             raise InvalidUsage("adapters start inside their MultiAdapterCoordinator")
         epoch = shared.catalog.epoch()
         assert epoch is not None
         async with open_adapter_incarnation(
-            self._env, self.config, rt, shared, epoch=epoch, events=self.event_sink, actor=actor
+            self._env, self.config, rt, shared, epoch=epoch, events=self.event_sink, actor=actor,
+            gate=gate,
         ) as inc:
             yield inc
 
@@ -147,8 +171,14 @@ class MultiAdapterCoordinator(Coordinator, AdapterHost):
             tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(tg.cancel_scope.cancel)
             await self._start_command_tasks(tg, self._shared)
-            for adapter in self.adapters:
-                await stack.enter_async_context(adapter)
+            # Each adapter in a task of its own, so one can crash while the
+            # others run (the `adapter-crash` fault); on exit they stop in
+            # reverse order before the shared components.
+            self._tg = tg
+            for i in range(len(self.adapters)):
+                self._slots.append(_Slot())
+                await tg.start(self._run_adapter, i)
+            stack.push_async_callback(self._stop_adapters)
             self._stack = stack.pop_all()
         return self
 
@@ -173,10 +203,22 @@ class MultiAdapterCoordinator(Coordinator, AdapterHost):
 
     # --- the client API --------------------------------------------------------------
 
-    def connect(self) -> Session:
-        """A new client connection, on the next adapter round robin."""
-        adapter = self.adapters[next(self._round_robin) % len(self.adapters)]
-        return Session(adapter, next(self._session_ids))
+    def connect(self, *, adapter: int | None = None) -> Session:
+        """A new client connection, on the next adapter round robin, or on
+        adapter `adapter` (1-based) when given: a use case pinned to its own
+        serving process, as the isolation experiment needs. Pinned sessions
+        do not advance the round robin.
+
+        Raises:
+            InvalidUsage: `adapter` is not in 1..adapters.
+        """
+        if adapter is None:
+            chosen = self.adapters[self._next_serving()]
+        elif 1 <= adapter <= len(self.adapters):
+            chosen = self.adapters[adapter - 1]
+        else:
+            raise InvalidUsage(f"adapter {adapter} is not one of 1..{len(self.adapters)}")
+        return Session(chosen, next(self._session_ids))
 
     def execute(self, session: Session, statement: Statement) -> Awaitable[Result]:
         # Sessions from `connect` name their adapter; this is for one that does not.
@@ -211,3 +253,91 @@ class MultiAdapterCoordinator(Coordinator, AdapterHost):
     def adapter_statistics(self) -> list[CoordinatorStatistics]:
         """Each adapter's own counters, in adapter order."""
         return [a.statistics() for a in self.adapters]
+
+    # --- one adapter's process (issue 36's adapter faults) ---------------------------
+
+    @property
+    def incarnation(self) -> Incarnation:
+        """The deployment's own process: persist and the shared controllers
+        (what a `replica-crash` fault reaches)."""
+        if self._shared is None:
+            raise RuntimeError("the coordinator is not running")
+        return self._shared
+
+    async def _run_adapter(self, i: int, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Adapter `i` (0-based) serves until its slot is stopped."""
+        slot = self._slots[i]
+        try:
+            async with self.adapters[i]:
+                task_status.started()
+                await slot.stop.wait()
+        finally:
+            slot.exited.set()
+
+    async def _stop_adapters(self) -> None:
+        for slot in reversed(self._slots):
+            slot.stop.set()
+            await slot.exited.wait()
+
+    def _next_serving(self) -> int:
+        """The next adapter round robin that is not down (any, if all are)."""
+        n = len(self.adapters)
+        first = next(self._round_robin) % n
+        for k in range(n):
+            i = (first + k) % n
+            if not self.adapter_down(i):
+                for _ in range(k):  # keep the round robin's spread
+                    next(self._round_robin)
+                return i
+        return first
+
+    def adapter_down(self, i: int) -> bool:
+        """Whether adapter `i` (0-based) has crashed and not restarted."""
+        return i < len(self._slots) and self._slots[i].down.is_set()
+
+    def dropped(self, session: Session) -> anyio.Event | None:
+        """Set once the adapter `session` is connected to has crashed (its
+        connections dropped); None if `session` is not on one of these adapters."""
+        for adapter, slot in zip(self.adapters, self._slots, strict=False):
+            if session.coordinator is adapter:
+                return slot.down
+        return None
+
+    async def crash_adapter(self, i: int) -> None:
+        """Adapter `i` (0-based) crashes while the others run: its clients'
+        connections drop first (their statements end `info`), then its
+        process stops. Its durable effects stay; its clients reconnect."""
+        slot = self._slots[i]
+        if slot.down.is_set():
+            return
+        slot.down.set()
+        for _ in range(3):  # let the dropped connections' cancellations land
+            await anyio.lowlevel.checkpoint()
+        slot.stop.set()
+        await slot.exited.wait()
+
+    async def restart_adapter(self, i: int) -> None:
+        """A fresh process in crashed adapter `i`'s place (a new incarnation
+        joining the deployment's catalog epoch, with the slot's gate)."""
+        if not self.adapter_down(i) or self._tg is None:
+            return
+        self._restarts += 1
+        n = self._restarts
+        self.adapters[i] = DecoupledCoordinator(
+            self.config, self._env, self._rt.derive(f"adapter-{i + 1}-restart-{n}"),
+            events=self.event_sink, actor=f"{adapter_actor(self.actor, i + 1)}.{n}",
+            host=self, gate=self.gates[i],
+        )  # fmt: skip
+        self._slots[i] = _Slot()
+        await self._tg.start(self._run_adapter, i)
+
+
+@final
+@dataclass
+class _Slot:
+    """One adapter's process: `down` once it crashed (its connections drop),
+    `stop` tells its task to stop it, `exited` once it has."""
+
+    down: anyio.Event = field(default_factory=anyio.Event)
+    stop: anyio.Event = field(default_factory=anyio.Event)
+    exited: anyio.Event = field(default_factory=anyio.Event)

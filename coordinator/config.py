@@ -194,6 +194,16 @@ def _cost(name: str) -> float:
     return _WEIGHT_US[name] * 1e-6 * _SCALE
 
 
+#: CPU of a catalog transaction per entry already in the catalog, calibrated
+#: on fact `ddl-create-table-grows-with-catalog`: Materialize's DDL
+#: scalability audit (test/envd-ddl-scalability/NOTES.md, 2026-05-15, tables
+#: padding, local environmentd) measured CREATE TABLE's p50 23 ms higher with
+#: 5,000 tables in the catalog, and every DDL kind growing at a similar slope
+#: (shared O(N) walks: OID allocation, resource-limit counts, the durable
+#: transaction's scans of every row), so one slope for every DDL.
+DDL_S_PER_CATALOG_ENTRY: Final = 0.023 / 5000
+
+
 @final
 @dataclass(frozen=True)
 class Costs:
@@ -212,6 +222,7 @@ class Costs:
     write_sequence: float = _cost("write_sequence")  # queue a write for group commit
     group_commit: float = _cost("group_commit")  # per group commit, plus per_row for its rows
     ddl_sequence: float = _cost("ddl_sequence")  # plan a catalog change and derive its commands
+    ddl_per_entry: float = DDL_S_PER_CATALOG_ENTRY  # per DDL, per entry already in the catalog
     controller_response: float = _cost("controller_response")  # per controller message the loop handles
     loop_dispatch: float = _cost("loop_dispatch")  # per message the event loop takes off a queue
     catalog_snapshot: float = _cost("catalog_snapshot")  # staged: hand the session a catalog snapshot
@@ -236,6 +247,9 @@ class KnownBad:
     blind_catalog_append: bool = False  # decoupled DDL overwrites the catalog, no compare
     coordinator_joins_read_ts: bool = False  # the coordinator shares an in-flight read_ts
     peeks_skip_read_holds: bool = False  # peeks choose a timestamp but hold nothing
+    # Issue 36: the cross-adapter rules (`coordinator/adapters.py`).
+    ack_lost_race: bool = False  # a write another adapter's append beat is acknowledged, unwritten
+    stale_adapter_catalog: bool = False  # an adapter plans without syncing its catalog to catalog_ts
 
     def enabled(self) -> list[str]:
         """The names of the defects switched on, in declaration order."""

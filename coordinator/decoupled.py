@@ -43,7 +43,10 @@ its group commit then retries a lost append race at a fresh `write_ts`.
 Known-bad variants (issue 21's matrix) switch one of these rules off:
 `no_write_lock`, `unbounded_group_commits` (a commit task per batch),
 `blind_catalog_append` (DDL without its compare-and-append) and
-`coordinator_joins_read_ts` (a statement shares a read_ts already in flight).
+`coordinator_joins_read_ts` (a statement shares a read_ts already in flight);
+and across adapters (issue 36) `stale_adapter_catalog` (plans on the
+adapter's cache without syncing it up to the catalog `read_ts`) and
+`ack_lost_race` (group commit acknowledges writes that lost the append race).
 """
 
 from __future__ import annotations
@@ -101,6 +104,7 @@ if TYPE_CHECKING:
     from coordinator.events import EventSink
     from coordinator.session import Session
     from coordinator.statements import Statement
+    from oracle.gated import ProcessGate
     from sim.runtime.core import Runtime
 
 __all__ = ["AdapterHost", "DecoupledCoordinator", "follow_catalog"]
@@ -124,8 +128,11 @@ class AdapterHost(ABC):
     write_lock: anyio.Lock
 
     @abstractmethod
-    def open_adapter(self, rt: Runtime, actor: str) -> AbstractAsyncContextManager[Incarnation]:
-        """The incarnation adapter `actor` runs on while entered."""
+    def open_adapter(
+        self, rt: Runtime, actor: str, gate: ProcessGate | None = None
+    ) -> AbstractAsyncContextManager[Incarnation]:
+        """The incarnation adapter `actor` runs on while entered; its oracle
+        calls pass `gate` (`oracle.gated`) if given."""
 
 
 async def follow_catalog(
@@ -158,6 +165,9 @@ class DecoupledCoordinator(RunningCoordinator):
     Args:
         host: run as one adapter of several (`coordinator.adapters`); None:
             the deployment's only adapter, which opens everything itself.
+        gate: one adapter of several: its process's pause and partition
+            switches (a nemesis's; `oracle.gated`). A paused adapter also
+            starts no modeled CPU work.
     """
 
     def __init__(
@@ -169,9 +179,11 @@ class DecoupledCoordinator(RunningCoordinator):
         events: EventSink | None = None,
         actor: str = "coordinator",
         host: AdapterHost | None = None,
+        gate: ProcessGate | None = None,
     ) -> None:
         super().__init__(config, env, rt, cores=config.cores, events=events, actor=actor)
         self._host = host
+        self._gate = gate
         self._waiters = PeekWaiters() if host is None else host.waiters
         self._peek_ids: Iterator[int] = itertools.count(1) if host is None else host.peek_ids
         self._pending: list[PendingWrite] = []
@@ -195,7 +207,9 @@ class DecoupledCoordinator(RunningCoordinator):
         # One adapter of several: the host opens what it runs on; the rest of
         # the lifecycle (`__aexit__`, the hooks) is `RunningCoordinator`'s.
         async with AsyncExitStack() as stack:
-            self._inc = await stack.enter_async_context(self._host.open_adapter(self._rt, self.actor))
+            self._inc = await stack.enter_async_context(
+                self._host.open_adapter(self._rt, self.actor, self._gate)
+            )
             stack.callback(self._stopped)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(self._tg.cancel_scope.cancel)
@@ -242,6 +256,18 @@ class DecoupledCoordinator(RunningCoordinator):
     ) -> None:
         """`follow_catalog` for one of this coordinator's controllers."""
         await follow_catalog(self.incarnation, self._rt, apply, ready)
+
+    def _cpu(self, seconds: float) -> Awaitable[None]:
+        # A paused process (a nemesis's stop-the-world pause) starts no work
+        # until it resumes; work already on a core finishes.
+        if self._gate is not None and self._gate.paused and seconds > 0:
+            return self._cpu_after_pause(seconds)
+        return super()._cpu(seconds)
+
+    async def _cpu_after_pause(self, seconds: float) -> None:
+        assert self._gate is not None
+        await self._gate.wait_running()
+        await super()._cpu(seconds)
 
     def group_commit_statistics(self) -> GroupCommitStats:
         """This adapter's group commits (a copy)."""
@@ -297,7 +323,9 @@ class DecoupledCoordinator(RunningCoordinator):
             catalog_ts = await self._catalog_read_ts(inc.catalog_oracle)
         except ExternalError as exc:
             raise SqlError(SqlState.SERIALIZATION_FAILURE, f"catalog read_ts: {exc}") from exc
-        if inc.catalog.cached_upper <= catalog_ts:
+        # Known-bad `stale_adapter_catalog`: plan on whatever this adapter's
+        # cache holds, though the statement is stamped with `catalog_ts`.
+        if inc.catalog.cached_upper <= catalog_ts and not self.config.known_bad.stale_adapter_catalog:
             try:
                 await inc.catalog.sync()
             except ExternalError as exc:
@@ -323,7 +351,8 @@ class DecoupledCoordinator(RunningCoordinator):
         self._counts["ddl"] += 1
         inc = self.incarnation
         for _ in range(MAX_DDL_ATTEMPTS):
-            await self._cpu(self.config.costs.ddl_sequence)
+            costs = self.config.costs
+            await self._cpu(costs.ddl_sequence + costs.ddl_per_entry * len(inc.catalog.state().entries))
             tx = inc.catalog.transaction()
             try:
                 apply_ddl(tx, CatalogView(tx.state), stmt)
@@ -495,6 +524,7 @@ class DecoupledCoordinator(RunningCoordinator):
             # Other adapters append to the same shards: losing a race is
             # expected, not a fence (see `coordinator.adapters`).
             retry_lost_races=self._host is not None,
+            ack_lost_races=self.config.known_bad.ack_lost_race,
         )
         if any(w.error is not None and w.error.code is SqlState.ADMIN_SHUTDOWN for w in batch):
             self._fence(RuntimeError("a table append was fenced"))

@@ -33,6 +33,7 @@ from coordinator.config import CatalogKind, OracleKind
 from coordinator.events import CoordinatorEvent
 from oracle.api import CATALOG_TIMELINE, REALTIME_TIMELINE
 from oracle.batching import BatchingOracle
+from oracle.gated import GatedOracle
 from oracle.memory import MemoryOracle
 from oracle.modeled import ModeledOracle, ModeledOracleRows
 from oracle.observed import ObservedOracle, OracleCall
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from coordinator.config import CoordinatorConfig
     from coordinator.events import EventSink
     from oracle.api import TimestampOracle
+    from oracle.gated import ProcessGate
     from oracle.stash import TimestampStash
     from persist.location import Blob, Consensus
     from sim.runtime.core import Runtime
@@ -256,18 +258,25 @@ async def open_adapter_incarnation(
     epoch: int,
     events: EventSink | None = None,
     actor: str = "coordinator",
+    gate: ProcessGate | None = None,
 ) -> AsyncIterator[Incarnation]:
     """What one more serving process (adapter) of a deployment runs on
     (issue 36, `coordinator/adapters.py`): its own oracle clients (own
     connections, own read_ts batching) and its own handle on the durable
     catalog, joined at the deployment's `epoch` (never bumping it: adapters
     do not fence each other); persist and the controllers are `shared`'s.
+    With `gate`, every oracle call of the process (the catalog's
+    `apply_write` too) passes it, so a nemesis can pause the process or cut
+    it off from the oracle (`oracle.gated`).
 
     Raises:
         catalog.api.Fenced: the catalog's epoch is no longer `epoch`.
     """
     async with AsyncExitStack() as stack:
         raw_realtime, raw_catalog, _ = await _open_oracles(env, config, rt, stack)
+        if gate is not None:
+            raw_realtime = GatedOracle(raw_realtime, gate, rt.derive("oracle-gate").rng)
+            raw_catalog = GatedOracle(raw_catalog, gate, rt.derive("catalog-oracle-gate").rng)
         oracle, catalog_oracle, raw_catalog = await _client_oracles(
             raw_realtime, raw_catalog, config, rt, stack, events, actor
         )

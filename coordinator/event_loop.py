@@ -423,7 +423,8 @@ class EventLoopCoordinator(RunningCoordinator):
     async def _ddl(self, req: _Request) -> None:
         self._counts["ddl"] += 1
         inc = self.incarnation
-        await self._cpu(self.config.costs.ddl_sequence)
+        costs = self.config.costs
+        await self._cpu(costs.ddl_sequence + costs.ddl_per_entry * len(inc.catalog.state().entries))
         tx = inc.catalog.transaction()
         apply_ddl(tx, self._catalog_view(), req.statement)
         if tx.is_empty():  # IF [NOT] EXISTS that changed nothing

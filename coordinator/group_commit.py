@@ -106,6 +106,7 @@ async def group_commit(
     apply_write_before_append: bool = False,
     stats: GroupCommitStats | None = None,
     retry_lost_races: bool = False,
+    ack_lost_races: bool = False,
 ) -> int | None:
     """Commits `writes` (possibly none: advances idle tables) at one timestamp and
     resolves each; returns the timestamp, or None if none was allocated. All
@@ -115,12 +116,19 @@ async def group_commit(
         retry_lost_races: one adapter of several (see the module docstring):
             writes whose tables another adapter advanced past `ts` first are
             committed again at a fresh timestamp (the last one is returned).
+        ack_lost_races: known-bad (`KnownBad.ack_lost_race`): those writes
+            are acknowledged at `ts` instead, though never written.
     """
     gc = GroupCommit(
         inc, writes, apply_write_before_append=apply_write_before_append, stats=stats,
         retry_lost_races=retry_lost_races,
     )  # fmt: skip
     await _run(gc)
+    if ack_lost_races:  # known-bad: lost writes, acknowledged as committed at ts
+        assert gc.ts is not None
+        for w in gc.lost:
+            w.resolve(gc.ts, None)
+        return gc.ts
     for _ in range(MAX_RACE_ATTEMPTS - 1):
         if not gc.lost:
             break

@@ -22,7 +22,7 @@ import anyio
 
 from oracle.api import TimestampOracle, WriteTimestamp
 from oracle.metrics import OracleMetrics, OracleStatistics
-from sim.runtime.errors import CoordsimError, InvalidUsage
+from sim.runtime.errors import CoordsimError, Determinate, InvalidUsage
 from sim.runtime.patches import get_running_loop
 from sim.runtime.tasks import AsyncExitStack
 
@@ -177,10 +177,13 @@ class BatchingOracle(TimestampOracle):
             await self._inner.close()
 
     def _fail_waiting(self, why: str) -> None:
+        """Fails the calls still waiting. Determinate: a read_ts has no side
+        effect, and the process whose client closed (an adapter that
+        crashed) must answer its statements with an error, not crash."""
         waiting = [b for b in (self._pending, self._inflight) if b is not None]
         self._pending, self._inflight = None, None
         for batch in waiting:
-            batch.resolve(None, InvalidUsage(f"read_ts: {why} before answering"))
+            batch.resolve(None, Determinate(f"read_ts: {why} before answering"))
 
     # --- the TimestampOracle interface
 

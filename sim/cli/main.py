@@ -25,6 +25,7 @@ from sim.cli.catalog import catalog_app
 from sim.cli.check import register as register_check
 from sim.cli.compare import register as register_compare
 from sim.cli.export import register as register_export
+from sim.cli.isolation import register as register_isolation
 from sim.cli.spark import register as register_spark
 from sim.cli.tables import new_table, plain, print_tables
 from sim.cli.validate import register as register_validate
@@ -49,6 +50,7 @@ register_check(app)
 register_anomalies(app)
 register_compare(app)
 register_export(app)
+register_isolation(app)
 register_calibrate(app)
 register_spark(app)
 register_validate(app)

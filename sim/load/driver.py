@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import anyio
 
+from coordinator.adapters import MultiAdapterCoordinator
 from coordinator.session import Result
 from coordinator.statements import SqlError, SqlState
 from sim.history.recording import PreparedStatements, RecordingSession
@@ -76,6 +77,11 @@ class Client:
                 self._backoff = min(2 * self._backoff, _RECONNECT_MAX_S)
                 self._gone = [g for g in self._gone if not dep.is_live(g)]
         coord = live[self.index % len(live)]
+        dropped = self._dropped() if coord is self._coord else None
+        if dropped is not None and dropped.is_set():
+            assert self._session is not None
+            # Its adapter crashed: reconnect to one of the coordinator's others.
+            self._session.rebind(coord.connect())
         if coord is not self._coord or self._session is None:
             if self._session is None:
                 self._session = RecordingSession(
@@ -85,6 +91,19 @@ class Client:
                 self._session.rebind(coord.connect())
             self._coord = coord
         return self._session
+
+    def _dropped(self) -> anyio.Event | None:
+        """Several adapters: the event set once this client's adapter crashes,
+        set already if it has been replaced; None if there is no such adapter
+        (one adapter, or no connection yet)."""
+        coord, session = self._coord, self._session
+        if not isinstance(coord, MultiAdapterCoordinator) or session is None:
+            return None
+        dropped = coord.dropped(session.session)
+        if dropped is None:
+            dropped = anyio.Event()
+            dropped.set()
+        return dropped
 
     async def execute(self, sql: str) -> Result:
         """Runs `sql` on this client's coordinator. If that process dies
@@ -99,6 +118,7 @@ class Client:
         assert coord is not None
         dep = self.sim.dep
         host = dep.host_of(coord)
+        adapter = self._dropped()
         result: Result | None = None
         async with anyio.create_task_group() as tg:
 
@@ -107,7 +127,14 @@ class Client:
                     await host.killed.wait()
                     tg.cancel_scope.cancel()
 
+            async def drop_on_adapter_crash() -> None:
+                assert adapter is not None
+                await adapter.wait()
+                tg.cancel_scope.cancel()
+
             tg.start_soon(drop_on_crash)
+            if adapter is not None:  # (one adapter: no task, so schedules stay as they were)
+                tg.start_soon(drop_on_adapter_crash)
             try:
                 result = await session.execute(sql)
             except InvalidUsage as exc:
@@ -121,6 +148,8 @@ class Client:
             tg.cancel_scope.cancel()
         if result is None:
             result = Result.failed(SqlError(SqlState.ADMIN_SHUTDOWN, "connection lost"))
+        if adapter is not None and adapter.is_set() and dep.is_live(coord):
+            return result  # only its adapter went away: the next statement reconnects
         if result.code in _GONE or not dep.is_live(coord):
             self._gone.append(coord)
         elif result.ok:

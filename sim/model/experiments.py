@@ -375,3 +375,43 @@ def batched_read_ts(
     result = run(main, seed=seed, virtual=True, latency=LatencyModel({"oracle.pg": Constant(rtt)}, default=Constant(0.0)))
     assert isinstance(result, BatchingResult)
     return result
+
+
+@final
+@dataclass(frozen=True)
+class DdlResult:
+    """CREATE TABLE and DROP TABLE latencies on a catalog padded with tables."""
+
+    create: Latencies
+    drop: Latencies
+
+
+def ddl_latency(
+    config: CoordinatorConfig,
+    *,
+    padding: int,
+    reps: int = 20,
+    seed: int = 1,
+    overrides_ms: Mapping[str, float] | None = None,
+) -> DdlResult:
+    """The DDL scalability audit's experiment (Materialize
+    test/envd-ddl-scalability): pad the catalog with `padding` tables, then
+    time `reps` CREATE TABLEs and the `reps` DROP TABLEs of them, one at a
+    time from one session."""
+
+    async def body(rt: Runtime, coord: Coordinator) -> DdlResult:
+        s = coord.connect()
+        for i in range(padding):
+            assert (await s.execute(f"CREATE TABLE pad_{i} (a int)")).ok
+        timings: dict[str, list[float]] = {"create": [], "drop": []}
+        for kind, sql in (("create", "CREATE TABLE x_{} (a int)"), ("drop", "DROP TABLE x_{}")):
+            for j in range(reps):
+                t0 = rt.now()
+                r = await s.execute(sql.format(j))
+                assert r.ok, r.error
+                timings[kind].append(rt.now() - t0)
+        return DdlResult(Latencies.of(timings["create"]), Latencies.of(timings["drop"]))
+
+    result = _run(config, body, seed=seed, overrides_ms=overrides_ms)
+    assert isinstance(result, DdlResult)
+    return result

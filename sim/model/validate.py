@@ -161,6 +161,22 @@ def _loop_cap(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     return {"ops_per_s": r.ops_per_s}, detail
 
 
+def _ddl_growth(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
+    """How fast DDL's p50 grows with the tables in the catalog (the audit's
+    slope, µs per table), per statement kind: from an empty catalog to one
+    padded with `padding` tables. (The audit pads to 5,000; padding costs the
+    simulator quadratic wall time, and the slope is what the facts carry.)"""
+    cfg = _config(p["config"], p.get("overrides", {}))
+    n = p["padding"]
+    empty, padded = (ex.ddl_latency(cfg, padding=k) for k in (0, n))
+    create = (padded.create.p50_ms - empty.create.p50_ms) * 1000 / n
+    drop = (padded.drop.p50_ms - empty.drop.p50_ms) * 1000 / n
+    detail = (f"{p['config']}, {padded.create.n} DDLs of each kind: CREATE TABLE p50 {empty.create.p50_ms:.3f} -> "
+              f"{padded.create.p50_ms:.3f} ms, DROP TABLE {empty.drop.p50_ms:.3f} -> {padded.drop.p50_ms:.3f} ms "
+              f"(0 -> {n:,} tables)")  # fmt: skip
+    return {"create_us_per_table": create, "drop_us_per_table": drop}, detail
+
+
 #: Experiment name → function of the fact's params → (metrics, one-line detail).
 EXPERIMENTS: Final[dict[str, Callable[[Mapping[str, Any]], tuple[dict[str, float], str]]]] = {
     "throughput-ratio": _throughput_ratio,
@@ -169,6 +185,7 @@ EXPERIMENTS: Final[dict[str, Callable[[Mapping[str, Any]], tuple[dict[str, float
     "batched-read-ts": _batched_read_ts,
     "victim": _victim,
     "loop-cap": _loop_cap,
+    "ddl-growth": _ddl_growth,
     "throughput": _throughput,
 }
 

@@ -19,13 +19,21 @@ from typing import TYPE_CHECKING, Final, final
 
 import anyio
 
-from coordinator.config import KnownBad, named
+from coordinator.config import CoordinatorConfig, KnownBad, named
 from sim.history.recorder import HistoryRecorder
 from sim.load.deployment import switchable_latency
 from sim.load.driver import drive
 from sim.load.scenarios.builtin import PROGRAMS
 from sim.nemesis.nemesis import Nemesis
-from sim.nemesis.plan import MODES, FaultKind, FaultPlan, Mode, check_plan, kinds_for
+from sim.nemesis.plan import (
+    MODES,
+    FaultKind,
+    FaultPlan,
+    Mode,
+    check_adapters,
+    check_plan,
+    kinds_for,
+)
 from sim.runtime.core import Runtime, run
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.latency import Constant, LatencyModel, LogNormal
@@ -37,11 +45,13 @@ if TYPE_CHECKING:
     from sim.history.model import Event, History
 
 __all__ = [
+    "ADAPTER_CONFIG_NAMES",
     "CONFIG_NAMES",
     "MODES",
     "SCENARIOS",
     "Scenario",
     "Spec",
+    "coordinator_config",
     "default_spec",
     "latency_model",
     "parse_known_bad",
@@ -50,6 +60,11 @@ __all__ = [
 ]
 
 CONFIG_NAMES: Final = ("event-loop", "event-loop+pg-oracle", "decoupled")
+#: Decoupled with several adapters (issue 36), named as `compare --adapters`
+#: names its variants: any `<configuration>-<N>-adapters` runs; these two are
+#: the matrix's. Virtual mode only for now (real mode runs one process).
+ADAPTER_CONFIG_NAMES: Final = ("decoupled-2-adapters", "decoupled-4-adapters")
+_ADAPTERS_SUFFIX: Final = "-adapters"
 #: Seconds (virtual, or wall in real mode) after which a run counts as stuck.
 STUCK_AFTER_S: Final = 30.0
 #: Limits of `--clients` and `--size` (operations or rounds per client), and of
@@ -97,6 +112,8 @@ class Scenario:
     runs: str | None = None
     #: A fixed fault plan (`FaultPlan.parse`) instead of one drawn from the seed.
     faults: str | None = None
+    #: The longest fault a drawn plan holds.
+    max_duration_s: float = 0.02
 
     @property
     def program(self) -> str:
@@ -148,6 +165,28 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             fault_count=1,
             horizon_s=0.03,
         ),
+        # Issue 36: ddl-dml while one adapter of several crashes, is cut off
+        # from the oracle, or pauses (configurations with adapters > 1). A
+        # pause or partition of up to 100 ms outlasts many statements of the
+        # other adapters (a run takes ~0.1-0.3 s): the paused adapter resumes
+        # with timestamps, a catalog view and read holds from before it.
+        *(
+            Scenario(
+                kind.value,
+                f"ddl-dml on several adapters while {what}",
+                4,
+                10,
+                fault_kinds=(kind,),
+                fault_count=2,
+                runs="ddl-dml",
+                max_duration_s=0.1,
+            )
+            for kind, what in (
+                (FaultKind.ADAPTER_CRASH, "one crashes (its statements end info, its clients reconnect) and restarts"),
+                (FaultKind.ADAPTER_PARTITION, "one cannot reach the oracle (calls refused, or hung and timed out)"),
+                (FaultKind.ADAPTER_PAUSE, "one stops the world (nothing on it runs), then resumes"),
+            )
+        ),
         Scenario(
             "busy-reads",
             "background readers keep the read_ts batcher busy; insert n, then read it",
@@ -178,6 +217,25 @@ SCENARIOS: Final[dict[str, Scenario]] = {
         ),
     )
 }
+
+
+def coordinator_config(name: str) -> CoordinatorConfig:
+    """A named configuration, or `<configuration>-<N>-adapters`: that one with
+    `adapters = N` (an event loop or an in-memory oracle refuses N > 1).
+
+    Raises:
+        InvalidUsage: an unknown name, or adapters that do not apply.
+    """
+    base, _, count = name.removesuffix(_ADAPTERS_SUFFIX).rpartition("-")
+    if name.endswith(_ADAPTERS_SUFFIX) and count.isdigit() and base:
+        n = int(count)
+        if not 1 <= n <= 64:
+            raise InvalidUsage(f"{name}: adapters must be between 1 and 64, got {n}")
+        return named(base).with_overrides(name=name, adapters=n)
+    try:
+        return named(name)
+    except InvalidUsage as exc:
+        raise InvalidUsage(f"{exc}, or <configuration>-<N>-adapters (e.g. {ADAPTER_CONFIG_NAMES[0]})") from None
 
 
 def parse_known_bad(names: list[str] | tuple[str, ...]) -> KnownBad:
@@ -218,6 +276,8 @@ class Spec:
 
     def __post_init__(self) -> None:
         check_plan(self.faults, self.mode)
+        if self.faults.faults:
+            check_adapters(self.faults, coordinator_config(self.config).adapters)
         object.__setattr__(self, "schedule", parse_schedule(self.schedule))  # canonical spelling
         if self.mode != "virtual" and self.schedule != "fifo":
             raise InvalidUsage(f"--schedule {self.schedule} needs virtual mode; real mode runs asyncio's own order")
@@ -281,7 +341,7 @@ def default_spec(
     the scenario's sizes and a fault plan drawn from the seed (from the fault
     kinds that can act in `mode`)."""
     sc = _scenario(name)
-    named(config_name)  # unknown names fail here, with the list of known ones
+    coordinator_config(config_name)  # unknown names fail here, with the list of known ones
     if mode not in MODES:
         raise InvalidUsage(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
     if sc.faults is not None:
@@ -289,7 +349,7 @@ def default_spec(
     else:
         plan = FaultPlan.random(
             _plan_rng(seed), kinds_for(mode, sc.fault_kinds), count=sc.fault_count,
-            horizon_s=sc.horizon_s,
+            horizon_s=sc.horizon_s, max_duration_s=sc.max_duration_s,
         )  # fmt: skip
     return Spec(name, config_name, seed, known_bad or KnownBad(), sc.clients, sc.size, plan, mode, schedule)
 
@@ -371,7 +431,7 @@ def _run(spec: Spec, postgres_url: str | None) -> tuple[History, list[Event]]:
     sc = _scenario(spec.scenario)
     if spec.clients < 1 or spec.size < 1:
         raise InvalidUsage(f"a scenario needs clients >= 1 and size >= 1: {spec}")
-    cfg = named(spec.config).with_overrides(known_bad=spec.known_bad)
+    cfg = coordinator_config(spec.config).with_overrides(known_bad=spec.known_bad)
     base = latency_model()
     if sc.oracle_spread is not None:
         base = base.with_overrides({"oracle.pg": LogNormal(0.0008, sc.oracle_spread)})

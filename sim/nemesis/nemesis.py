@@ -1,5 +1,11 @@
 """The nemesis: injects a `FaultPlan`'s faults into a running `Deployment`,
-records each as an internal event, and heals each before it returns."""
+records each as an internal event, and heals each before it returns.
+
+The adapter faults (issue 36) act on one adapter of the newest coordinator,
+chosen from the nemesis's own random stream: `adapter-crash` stops it while
+the others run (never the last one serving) and starts a fresh one in its
+place after `duration`; `adapter-partition` and `adapter-pause` turn its
+process's switches (`oracle.gated.ProcessGate`) for `duration`."""
 
 from __future__ import annotations
 
@@ -9,8 +15,9 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
+from coordinator.adapters import MultiAdapterCoordinator
 from sim.history.model import EventKind, Status
-from sim.nemesis.plan import Fault, FaultKind, FaultPlan, check_plan
+from sim.nemesis.plan import ADAPTER_FAULTS, Fault, FaultKind, FaultPlan, check_adapters, check_plan
 from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
@@ -42,11 +49,15 @@ class Nemesis:
     def __init__(self, dep: Deployment, plan: FaultPlan) -> None:
         """Raises `InvalidUsage` if a fault cannot act on `dep` (`check_plan`)."""
         check_plan(plan, "virtual" if dep.database_url is None else "real")
+        check_adapters(plan, dep.config.adapters)
         if any(f.kind is FaultKind.PG_SIGKILL for f in plan.faults):
             _embedded(dep.database_url)
         self.dep = dep
         self.plan = plan
         self.injected: list[Fault] = []
+        #: Which adapter an adapter fault hits (a stream of its own: plans
+        #: without adapter faults draw nothing from it).
+        self._victims = dep.rt.derive("nemesis-adapters").rng
 
     async def run(self) -> None:
         rt, t0 = self.dep.rt, self.dep.rt.now()
@@ -105,6 +116,8 @@ class Nemesis:
             if dep.is_live(coord) and compute.replica(cluster, replica).crashed:
                 compute.restart_replica(cluster, replica)
             self._record(fault, start, replica=f"{cluster}.{replica}")
+        elif fault.kind in ADAPTER_FAULTS:
+            await self._adapter_fault(fault, start)
         elif fault.kind is FaultKind.PG_KILL:
             assert dep.database_url is not None  # check_plan: real mode only
             rounds, killed, apps = await _kill_backends(rt, dep.database_url, fault.duration_s)
@@ -127,6 +140,37 @@ class Nemesis:
             finally:
                 dep.switch.factors.pop(group, None)
             self._record(fault, start, factor=fault.factor)
+
+
+    async def _adapter_fault(self, fault: Fault, start: int) -> None:
+        dep, rt = self.dep, self.dep.rt
+        coord = dep.newest
+        if not isinstance(coord, MultiAdapterCoordinator):
+            return  # the deployment is between coordinators
+        i = self._victims.randrange(len(coord.adapters))
+        if fault.kind is FaultKind.ADAPTER_CRASH:
+            serving = sum(not coord.adapter_down(k) for k in range(len(coord.adapters)))
+            if coord.adapter_down(i) or serving < 2:
+                return  # one crash of an adapter at a time, and one always serves
+            await coord.crash_adapter(i)
+            await rt.sleep(fault.duration_s)
+            if dep.is_live(coord):
+                await coord.restart_adapter(i)
+        else:
+            gate = coord.gates[i]
+            pause = fault.kind is FaultKind.ADAPTER_PAUSE
+            if pause:
+                gate.pause()
+            else:
+                gate.partition()
+            try:
+                await rt.sleep(fault.duration_s)
+            finally:
+                if pause:
+                    gate.resume()
+                else:
+                    gate.heal()
+        self._record(fault, start, adapter=i + 1)
 
 
 #: Every other backend of the run's database (the nemesis's own survives).

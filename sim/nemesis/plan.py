@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 
 
-__all__ = ['MODES', 'Fault', 'FaultKind', 'FaultPlan', 'Mode', 'check_plan', 'kinds_for']
+__all__ = ['ADAPTER_FAULTS', 'MODES', 'Fault', 'FaultKind', 'FaultPlan', 'Mode', 'check_adapters', 'check_plan', 'kinds_for']
 
 Mode = Literal["virtual", "real"]
 MODES: Final[tuple[Mode, ...]] = ("virtual", "real")
@@ -33,6 +33,17 @@ class FaultKind(StrEnum):
     ORACLE_SLOW = "oracle-slow"  # oracle and stash round trips `factor` times slower
     PG_KILL = "pg-kill"  # the run's Postgres backends are terminated, repeatedly for `duration`
     PG_SIGKILL = "pg-sigkill"  # the embedded postmaster is SIGKILLed; restarted after `duration`
+    # Issue 36: one adapter of several (a configuration with adapters > 1).
+    ADAPTER_CRASH = "adapter-crash"  # one adapter crashes, the others run; it restarts after `duration`
+    ADAPTER_PARTITION = "adapter-partition"  # one adapter cannot reach the oracle for `duration`
+    ADAPTER_PAUSE = "adapter-pause"  # one adapter's process stops the world for `duration`
+
+
+#: The faults that act on one adapter of several: a plan holding one needs a
+#: configuration with adapters > 1 (`check_adapters`).
+ADAPTER_FAULTS: Final = frozenset(
+    {FaultKind.ADAPTER_CRASH, FaultKind.ADAPTER_PARTITION, FaultKind.ADAPTER_PAUSE}
+)
 
 
 #: Which mode each fault needs, for the kinds that work in only one: pg-kill
@@ -62,6 +73,21 @@ def check_plan(plan: FaultPlan, mode: str) -> None:
         needs = _ONLY_IN.get(fault.kind, mode)
         if needs != mode:
             raise InvalidUsage(f"{fault.kind} needs --mode {needs} (fault {fault})")
+
+
+def check_adapters(plan: FaultPlan, adapters: int) -> None:
+    """Rejects a plan with an adapter fault on a configuration of one adapter.
+
+    Raises:
+        InvalidUsage: e.g. `adapter-crash` with adapters = 1.
+    """
+    if adapters > 1:
+        return
+    for fault in plan.faults:
+        if fault.kind in ADAPTER_FAULTS:
+            raise InvalidUsage(
+                f"{fault.kind} needs a configuration with adapters > 1, e.g. decoupled-2-adapters (fault {fault})"
+            )
 
 
 @final

@@ -15,13 +15,18 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 
 import anyio
 
-from coordinator.config import named
 from sim.history.checker import check_history
 from sim.history.recorder import HistoryRecorder
 from sim.load.deployment import switchable_latency
 from sim.load.driver import Step, drive
 from sim.load.scenarios.builtin import PROGRAMS
-from sim.nemesis.anomalies import SCENARIOS, STUCK_AFTER_S, latency_model, run_spec
+from sim.nemesis.anomalies import (
+    SCENARIOS,
+    STUCK_AFTER_S,
+    coordinator_config,
+    latency_model,
+    run_spec,
+)
 from sim.nemesis.nemesis import Nemesis
 from sim.nemesis.plan import FaultPlan
 from sim.runtime.core import run
@@ -207,7 +212,7 @@ def run_program(
     if spec.clients < 1 or spec.size < 1:
         raise InvalidUsage(f"a scenario needs clients >= 1 and size >= 1: {spec}")
     sc = SCENARIOS[spec.scenario]
-    cfg = named(spec.config).with_overrides(known_bad=spec.known_bad)
+    cfg = coordinator_config(spec.config).with_overrides(known_bad=spec.known_bad)
     base = latency_model()
     if sc.oracle_spread is not None:
         base = base.with_overrides({"oracle.pg": LogNormal(0.0008, sc.oracle_spread)})
