@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar, final
 
+import anyio
 import asyncpg
 
 from persist.location import (
@@ -62,6 +63,8 @@ __all__ = ["PostgresConsensus", "classify_failure"]
 T = TypeVar("T")
 
 _BIGINT_MAX: Final = 2**63 - 1
+#: How long `close` waits for the pool to close politely before terminating it.
+_CLOSE_TIMEOUT_S: Final = 5.0
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS consensus (
@@ -125,9 +128,14 @@ class PostgresConsensus(Consensus):
         pool: asyncpg.Pool[asyncpg.Record],
         where: str,
         isolation: Isolation = Isolation.SERIALIZABLE,
+        *,
+        acquire_timeout_s: float = 40.0,
     ) -> None:
         """Use `open`. `where` is the redacted URL, for messages."""
         self._pool = pool
+        #: How long a statement may wait for a pooled connection (a slot, and
+        #: connecting): nothing is sent before, so a timeout is Determinate.
+        self._acquire_timeout_s = acquire_timeout_s
         self._where = where
         #: The level every statement runs at (each is its own transaction).
         self.isolation = isolation
@@ -198,15 +206,20 @@ class PostgresConsensus(Consensus):
             raise Determinate(
                 f"cannot create the consensus table at {where}: {describe_failure(exc)}"
             ) from exc
-        return cls(pool, where, level)
+        # A slot frees within a statement's time; a connection, within the
+        # connect timeout: waiting longer for one means the server is gone.
+        connect_s = connect_timeout or min(10.0, statement_timeout_s)
+        return cls(pool, where, level, acquire_timeout_s=statement_timeout_s + connect_s)
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         try:
-            await self._pool.close()
-        except DRIVER_ERRORS:
+            # Bounded: asyncpg's close waits for every connection to be released.
+            with anyio.fail_after(_CLOSE_TIMEOUT_S):
+                await self._pool.close()
+        except DRIVER_ERRORS:  # TimeoutError included
             # The server is gone: there is nothing left to close politely.
             self._pool.terminate()
 
@@ -286,7 +299,7 @@ class PostgresConsensus(Consensus):
         if self._closed:
             raise InvalidUsage(f"{what}: {self!r} is closed")
         try:
-            conn = await self._pool.acquire()
+            conn = await self._pool.acquire(timeout=self._acquire_timeout_s)
         except DRIVER_ERRORS as exc:
             raise Determinate(
                 f"{what} on {self._where}: no connection (nothing sent): {describe_failure(exc)}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -23,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sim.cli import options
 from sim.cli.check import document
 from sim.cli.matrix import matrix_command
+from sim.cli.pg import DeathWatch, on_postgres_death
 from sim.history.checker import ANOMALY_NAMES, check_history
 from sim.history.checker.verdict import Outcome
 from sim.history.verdict import VERDICT_FILE, write_verdict
@@ -30,8 +32,12 @@ from sim.load.config import check_int
 from sim.nemesis.anomalies import (
     MAX_CLIENTS,
     MAX_SIZE,
+    MAX_STUCK_AFTER_S,
     MODES,
+    REAL_STUCK_AFTER_S,
     SCENARIOS,
+    STUCK_AFTER_S,
+    RunStuck,
     Spec,
     default_spec,
     parse_known_bad,
@@ -182,6 +188,13 @@ def anomalies_run(
     output: options.Output = None,
     old_out: options.OldOut = None,
     as_json: options.Json = False,
+    stuck_after: Annotated[
+        float | None, typer.Option("--stuck-after", metavar="SECONDS", show_default=f"{REAL_STUCK_AFTER_S:g} (real mode)",
+                                   help="Real mode: stop the run as stuck after this many seconds of wall time "
+                                   f"(at most {MAX_STUCK_AFTER_S:g}) and report it (exit 1, with its last "
+                                   f"operations). Virtual mode's limit is {STUCK_AFTER_S:g} simulated seconds, "
+                                   "which only the simulation's own progress advances.")
+    ] = None,
 ) -> None:  # fmt: skip
     """Run one anomaly scenario for one seed and check its history; write the trace and verdict.json, and print the directory last.
 
@@ -217,7 +230,7 @@ def anomalies_run(
         clients, size, faults if faults is not None else settings.get("faults"), mode,
     )  # fmt: skip
     policy = _schedule(schedule if schedule is not None else settings.get("schedule"))
-    spec = replace(spec, schedule=policy)
+    spec = replace(spec, schedule=policy, stuck_after_s=stuck_after)
     _check_postgres(spec.mode)
     replay = spec.command()
     if scenario_file is not None:
@@ -225,11 +238,17 @@ def anomalies_run(
     target = run_dir(output, f"anomalies run {spec.scenario}").absolute()
     # Staged: an output that is not coordsim's is refused before the run, and
     # a failed or interrupted run leaves nothing there.
-    with staged_dir(target, "anomalies run") as stage:
-        if program is not None:
-            history, events = run_program(spec, program, schedule=policy)
-        else:
-            history, events = run_spec(spec)
+    watch = DeathWatch(target)
+    with staged_dir(target, "anomalies run") as stage, on_postgres_death(watch):
+        try:
+            if program is not None:
+                history, events = run_program(spec, program, schedule=policy)
+            else:
+                history, events = run_spec(spec, on_death=watch)
+        except RunStuck as exc:
+            # A result, not a crash: the liveness failure and where it stopped.
+            print(f"coordsim: {exc}; replay: {replay}", file=sys.stderr, flush=True)  # noqa: T201
+            raise typer.Exit(1) from None
         report = check_history(history, events)
         write_run_trace(stage, spec, history, events)
         doc = document(report, trace=str(target), ops=history.n)

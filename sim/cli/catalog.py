@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from catalog.api import DurableCatalog
 
-__all__ = ["catalog_app"]
+__all__ = ["catalog_app", "register"]
 
 T = TypeVar("T")
 
@@ -36,6 +36,11 @@ catalog_app = typer.Typer(
     help="The durable catalog's debug tool: dump, edit, delete, upgrade-check.",
     no_args_is_help=True,
 )
+
+
+def register(app: typer.Typer) -> None:
+    """Adds `coordsim catalog` (sim/cli/main.py imports this module lazily)."""
+    app.add_typer(catalog_app, name="catalog")
 
 Location = Annotated[
     str,

@@ -253,7 +253,7 @@ def compare(
     target = options_run_dir(cfg, "compare")
     wall0 = time.perf_counter()
     prov_start = start_provenance(argv=sys.argv, started=datetime.now(UTC))
-    with staged_dir(target, "compare") as stage, postgres_for(cfg, isolation=isolation) as cfg, \
+    with staged_dir(target, "compare") as stage, postgres_for(cfg, isolation=isolation, output=target) as cfg, \
             workers(n_jobs, preload="sim.compare.runner") as pool:  # fmt: skip
         from sim.compare.runner import postmaster_pids  # heavy: not at start-up
 
@@ -654,7 +654,8 @@ def run_scenario(
     )
     if isinstance(sc, PythonScenario):
         target = options_run_dir(cfg, f"run {sc.name}")
-        with staged_dir(target, "run") as stage, postgres_for(cfg, isolation=_pg_isolation(cfg, pg_isolation)) as cfg:
+        with staged_dir(target, "run") as stage, \
+                postgres_for(cfg, isolation=_pg_isolation(cfg, pg_isolation), output=target) as cfg:
             verdict = _run_python(cfg, config, sc, stage, target)
         _out.print(verdict, markup=False, highlight=False)
         options.wrote(target)
@@ -666,7 +667,7 @@ def run_scenario(
     cfg = cfg.with_overrides(**sc.params).with_overrides(workloads=[sc.workload], configurations=[config])
     target = options_run_dir(cfg, f"run {sc.name}")
     isolation = _pg_isolation(cfg, pg_isolation)
-    with staged_dir(target, "run") as stage, postgres_for(cfg, isolation=isolation) as cfg:
+    with staged_dir(target, "run") as stage, postgres_for(cfg, isolation=isolation, output=target) as cfg:
         rows, verdicts, anomalies = _sweep(cfg, stage, check=True, progress=progress, dest=target)
         write_csv(stage / "results.csv", rows)
         write_hgrms(stage, rows)

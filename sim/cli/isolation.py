@@ -115,7 +115,7 @@ def isolation(
 
     prov_start = start_provenance(argv=sys.argv, started=datetime.now(UTC))
     level = None if pg_isolation is None else pg_isolation.value
-    with staged_dir(target, "isolation") as stage, postgres_for(cfg, isolation=level) as cfg, \
+    with staged_dir(target, "isolation") as stage, postgres_for(cfg, isolation=level, output=target) as cfg, \
             workers(n_jobs, preload="sim.compare.isolation") as pool:  # fmt: skip
         from sim.compare.host import HostSampler
         from sim.compare.runner import postmaster_pids

@@ -7,66 +7,176 @@ stderr with exit code 2 (any `CoordsimError`); a traceback means a bug.
 from __future__ import annotations
 
 import enum
+import importlib
 import importlib.metadata
 import os
 import platform
 import signal
 import sys
-from typing import Annotated
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
-from rich.console import Console
+from typer.core import TyperCommand, TyperGroup
 
-from persist.open import S3_ENDPOINT_ENV, open_blob, open_consensus
-from persist.testing import ConformanceFailure, check_blob, check_consensus
-from sim.cli.anomalies import register as register_anomalies
-from sim.cli.calibrate import register as register_calibrate
-from sim.cli.catalog import catalog_app
-from sim.cli.check import register as register_check
-from sim.cli.compare import register as register_compare
-from sim.cli.export import register as register_export
-from sim.cli.isolation import register as register_isolation
-from sim.cli.spark import register as register_spark
-from sim.cli.tables import new_table, plain, print_tables
-from sim.cli.validate import register as register_validate
 from sim.runtime import interrupts
-from sim.runtime.core import Runtime, run
 from sim.runtime.errors import CoordsimError, InvalidUsage
-from sim.runtime.logs import configure_logging
 from sim.runtime.urls import parse_url, redact_text, redact_url
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from sim.runtime.core import Runtime
+
+__all__ = ["LAZY_COMMANDS", "LazyCommand", "app", "main"]
+
+
+@dataclass(frozen=True)
+class LazyCommand:
+    """A top-level command whose module is imported only when the command runs
+    or shows its help (issue 37: `coordsim --help` under 0.3 CPU-s). `summary`
+    is what `coordsim --help` lists without importing `module`; a test holds it
+    equal to the command's own first help paragraph."""
+
+    name: str
+    module: str
+    summary: str
+
+
+#: In `coordsim --help` order. Each module has `register(app)`, which adds its commands.
+LAZY_COMMANDS: Final = (
+    LazyCommand("check", "sim.cli.check", "Check recorded histories: named anomalies, strict serializability (black-box and timestamp replay), oracle guarantees, per-table linearizability (set and multiset models), and what each covered per table."),
+    LazyCommand("shrink", "sim.cli.anomalies", "Shrink a failing scenario while the same anomaly still appears, and print the smallest reproduction."),
+    LazyCommand("compare", "sim.cli.compare", "Compare the configurations: run workloads under each with the same seeds, in steady state."),
+    LazyCommand("run", "sim.cli.compare", "Run one scenario under one configuration and check it; write its trace (and the checker's verdicts) and print the directory last."),
+    LazyCommand("export", "sim.cli.export", "Export recorded histories for established checkers and tools; prints every file written, and the directory (or file) last."),
+    LazyCommand("isolation", "sim.cli.isolation", "Measure use-case isolation (seed 004): a victim's latency with and without a noisy neighbour, per architecture."),
+    LazyCommand("calibrate", "sim.cli.calibrate", "Measure oracle, stash and consensus round trips against the configured Postgres (embedded unless COORDSIM_POSTGRES_URL) and write a latency profile for `--mode virtual`; prints the file last."),
+    LazyCommand("replay", "sim.cli.spark", "Re-verify traces with Spark and compare the configurations' metrics; writes Parquet, report.md and plots and prints the directory last."),
+    LazyCommand("sweep", "sim.cli.spark", "Run N seeds of an anomaly scenario as Spark tasks (virtual mode, one seed per task), write their traces to OUTPUT/traces, then replay them all into OUTPUT; prints the directory last."),
+    LazyCommand("synth-trace", "sim.cli.spark", "Write a large realistic trace (valid by construction, with a few planted anomalies) for benchmarks, in bounded memory; prints its directory last."),
+    LazyCommand("validate", "sim.cli.validate", "Hold the model to published facts about the seeds' system (virtual mode, fixed seeds, the shipped calibrated profile); exit 1 if one does not hold."),
+    LazyCommand("anomalies", "sim.cli.anomalies", "Anomaly scenarios: run and check one scenario for one seed."),
+    LazyCommand("config", "sim.cli.compare", "The run configuration of `coordsim compare`."),
+    LazyCommand("catalog", "sim.cli.catalog", "The durable catalog's debug tool: dump, edit, delete, upgrade-check."),
+)
+
+
+class _Stub(TyperCommand):
+    """Stands for a lazy command in `coordsim --help`'s list, and only there."""
+
+    def __init__(self, lazy: LazyCommand) -> None:
+        super().__init__(name=lazy.name, help=lazy.summary, callback=None)
+        self.module = lazy.module
+
+
+def _keep_examples(cmd: Any) -> None:
+    """Marks each indented block of a help text (the `Examples:` lines) with
+    click's no-rewrap marker: plain help (below) would otherwise join them
+    into one line."""
+    if cmd.help:
+        cmd.help = "\n\n".join(
+            f"\b\n{para}" if any(line.startswith("  ") for line in para.splitlines()) else para
+            for para in cmd.help.split("\n\n")
+        )
+    for sub in getattr(cmd, "commands", {}).values():
+        _keep_examples(sub)
+
+
+class LazyGroup(TyperGroup):
+    """The root group: lists every command from `LAZY_COMMANDS` and imports a
+    command's module when that command is resolved (run, or its help shown)."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self._listing = False
+        self.help_requested = False
+
+    def _stubs(self) -> None:
+        if all(lazy.name in self.commands for lazy in LAZY_COMMANDS):
+            return
+        own = dict(self.commands)  # this module's commands: after the last lazy command, before the groups
+        self.commands.clear()
+        for lazy in LAZY_COMMANDS:
+            if lazy.name == "anomalies":
+                self.commands.update(own)
+            self.commands[lazy.name] = _Stub(lazy)
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        self._stubs()
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        self._stubs()
+        cmd = self.commands.get(cmd_name)
+        if isinstance(cmd, _Stub) and not self._listing:
+            self._load(cmd.module)
+            cmd = self.commands.get(cmd_name)
+        return cmd
+
+    def _load(self, module: str) -> None:
+        staging = typer.Typer(rich_markup_mode=None)
+        importlib.import_module(module).register(staging)
+        group = typer.main.get_group(staging)
+        for name, cmd in group.commands.items():
+            _keep_examples(cmd)
+            self.commands[name] = cmd
+
+    def load_all(self) -> None:
+        """Imports every command (tests walking the whole tree, completion)."""
+        self._stubs()
+        for module in dict.fromkeys(c.module for c in self.commands.values() if isinstance(c, _Stub)):
+            self._load(module)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        self._listing = True
+        try:
+            super().format_commands(ctx, formatter)
+        finally:
+            self._listing = False
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:
+        self._stubs()
+        name, cmd, rest = super().resolve_command(ctx, args)
+        # Click shows help as soon as it parses `--help` (before `--`), after
+        # this group's callback ran: noted so the callback skips work only a
+        # running command needs (structlog costs 0.2 CPU-s to import).
+        self.help_requested = "--help" in (rest[: rest.index("--")] if "--" in rest else rest)
+        return name, cmd, rest
+
+
+# Plain (click) help: typer's rich help imports rich's markdown and traceback
+# renderers, 0.25 CPU-s on their own, most of the 0.3 CPU-s budget (issue 37).
 app = typer.Typer(
     name="coordsim",
+    cls=LazyGroup,
     help="Simulate a streaming database's serving layer: today's prioritized event loop "
     "vs the decoupled, timestamp-driven design.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
-location_app = typer.Typer(help="Blob and Consensus locations (mem://, file://, s3://, postgres://).")
-postgres_app = typer.Typer(help="The embedded throwaway PostgreSQL server.")
+location_app = typer.Typer(help="Blob and Consensus locations (mem://, file://, s3://, postgres://).", rich_markup_mode=None)
+postgres_app = typer.Typer(help="The embedded throwaway PostgreSQL server.", rich_markup_mode=None)
 app.add_typer(location_app, name="location")
 app.add_typer(postgres_app, name="postgres")
-register_check(app)
-register_anomalies(app)
-register_compare(app)
-register_export(app)
-register_isolation(app)
-register_calibrate(app)
-register_spark(app)
-register_validate(app)
-app.add_typer(catalog_app, name="catalog")
 
-_out = Console()
+
+def _console() -> Console:
+    from rich.console import Console
+
+    return Console()
 
 
 def _version(value: bool) -> None:
     if value:
-        _out.print(f"coordsim {importlib.metadata.version('coordsim')}")
+        _console().print(f"coordsim {importlib.metadata.version('coordsim')}")
         raise typer.Exit()
 
 
 @app.callback()
 def _main(
+    ctx: typer.Context,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
     log_json: Annotated[
         bool | None, typer.Option("--log-json/--log-console", help="Log format (default: by TTY).")
@@ -75,6 +185,10 @@ def _main(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
 ) -> None:
+    if isinstance(ctx.command, LazyGroup) and ctx.command.help_requested:
+        return
+    from sim.runtime.logs import configure_logging
+
     configure_logging(verbose=verbose, json=log_json)
 
 
@@ -110,6 +224,12 @@ def location_check(
       coordsim location check mem:// file:///tmp/blobs
       coordsim location check "$COORDSIM_POSTGRES_URL" --kind consensus
     """
+    from persist.open import open_blob, open_consensus
+    from persist.testing import ConformanceFailure, check_blob, check_consensus
+    from sim.cli.tables import new_table, plain, print_tables
+    from sim.runtime.core import run
+
+    _out = _console()
     table = new_table("location", "kind", "result", "seconds", plain=plain(_out), numeric=("seconds",))
     for url in urls:
         for k in _kinds_for(url, kind):
@@ -147,6 +267,8 @@ def postgres_start(
     """
     from sim.services.postgres import EmbeddedPostgres
 
+    _out = _console()
+
     with EmbeddedPostgres(fsync=fsync, serializable=serializable) as pg:
         # Plain print: a console would wrap the line, and it is meant to be pasted.
         print(f"export COORDSIM_POSTGRES_URL={pg.url}", flush=True)  # noqa: T201
@@ -171,9 +293,12 @@ def doctor() -> None:
       coordsim doctor
       JAVA_HOME=/usr/lib/jvm/java-21-openjdk-amd64 coordsim doctor
     """
+    from persist.open import S3_ENDPOINT_ENV
+    from sim.cli.tables import new_table, plain, print_tables
     from sim.services.binaries import find_java, spark_java_check
     from sim.services.postgres import BackendUnavailable, find_postgres, postgres_url_from_env
 
+    _out = _console()
     table = new_table("component", "status", "detail", plain=plain(_out))
     ok = True
     table.add_row("python", "ok", platform.python_version())

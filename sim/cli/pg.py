@@ -1,39 +1,97 @@
 """Real mode's PostgreSQL, for the commands that run against one: an embedded
 server started for the duration, or a configured one checked up front, so that
 a server that is down or refuses us is one line before the run rather than a
-driver's traceback from inside it.
+driver's traceback from inside it. An embedded server that dies under the
+run (its postmaster killed) stops the run within seconds: one line naming it
+and what was kept, exit 1 (`on_postgres_death`).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, final
 
+from sim.runtime import interrupts
 from sim.runtime.errors import CoordsimError
 from sim.runtime.pg import Isolation, isolation_of, with_isolation
 from sim.runtime.urls import driver_url, redact_text, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from sim.load.config import Config
 
-__all__ = ["check_reachable", "postgres_for"]
+__all__ = ["DeathWatch", "check_reachable", "on_postgres_death", "postgres_for"]
+
+
+@final
+class DeathWatch:
+    """What a command does when its embedded Postgres dies under it: the
+    `on_death` callback of `EmbeddedPostgres` (any thread) stops the run
+    (`interrupts.fail`); `line` is then the one line that reports it."""
+
+    def __init__(self, output: Path | None, *, component: str = "the embedded Postgres") -> None:
+        self._output = output
+        self._component = component
+        self.line: str | None = None
+
+    def __call__(self, pid: int) -> None:
+        from sim.services.errors import ServiceDied
+
+        kept = (f"nothing was written ({self._output} is as it was)" if self._output is not None
+                else "nothing was written")  # fmt: skip
+        what = f"{self._component} (pid {pid}) died during the run"
+        self.line = f"coordsim: {what}; {kept}"
+        interrupts.fail(ServiceDied(what), line=self.line, code=1)
 
 
 @contextlib.contextmanager
-def postgres_for(cfg: Config, *, fsync: bool = True, isolation: str | None = None) -> Iterator[Config]:
+def on_postgres_death(watch: DeathWatch) -> Iterator[None]:
+    """Turns whatever the run raised once `watch`'s server died (the death
+    itself, or errors it caused) into its one line and exit 1. A signal
+    (`Interrupted`, a KeyboardInterrupt) still decides by itself."""
+    import typer
+
+    try:
+        yield
+    except Exception:
+        if watch.line is None:
+            raise
+        _report(watch.line)
+        raise typer.Exit(1) from None
+    finally:
+        if watch.line is not None:
+            interrupts.clear_failure()
+    if watch.line is not None:  # it died, yet the run finished: nothing it says counts
+        _report(watch.line)
+        raise typer.Exit(1)
+
+
+def _report(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)  # noqa: T201 - the CLI's error channel
+
+
+@contextlib.contextmanager
+def postgres_for(
+    cfg: Config, *, fsync: bool = True, isolation: str | None = None, output: Path | None = None
+) -> Iterator[Config]:
     """Real mode: checks the configured Postgres answers, or starts an embedded
     one for the duration — with fsync on by default, because the oracle and the
     stash being compared are durable stores (CockroachDB in the seeds), and a
     commit's fsync is exactly the round trip the update path pays serially;
     virtual mode: nothing. The URL handed on names the sessions' isolation
     level: `isolation` (`--pg-isolation`), else the URL's own, else
-    SERIALIZABLE (`sim.runtime.pg.Isolation`)."""
+    SERIALIZABLE (`sim.runtime.pg.Isolation`). Should the embedded server die
+    during the run, the run stops within seconds with one line naming it and
+    what of `output` was kept, and exit 1 (`typer.Exit`)."""
     if cfg.mode != "real":
         yield cfg
         return
-    from sim.services.postgres import EmbeddedPostgres
+    import typer
+
+    from sim.services.postgres import BackendUnavailable, EmbeddedPostgres
 
     url = cfg.effective_postgres_url()
     if url is not None:
@@ -42,9 +100,18 @@ def postgres_for(cfg: Config, *, fsync: bool = True, isolation: str | None = Non
         yield cfg.with_overrides(postgres_url=with_isolation(url, level))
         return
     level = Isolation.parse(isolation) if isolation is not None else Isolation.SERIALIZABLE
-    pg = EmbeddedPostgres(fsync=fsync).start()
+    watch = DeathWatch(output)
     try:
-        yield cfg.with_overrides(postgres_url=with_isolation(pg.url, level))
+        pg = EmbeddedPostgres(fsync=fsync, on_death=watch).start()
+    except BackendUnavailable as exc:
+        # A dependency that failed (killed during set-up, missing binaries):
+        # its one line, and exit 1 (DESIGN.md §9: exit 2 is for bad input).
+        kept = "" if output is None else f"; nothing was written ({output} is as it was)"
+        _report(f"coordsim: error: {' '.join(redact_text(str(exc)).split())}{kept}")
+        raise typer.Exit(1) from None
+    try:
+        with on_postgres_death(watch):
+            yield cfg.with_overrides(postgres_url=with_isolation(pg.url, level))
     finally:
         pg.stop()
 

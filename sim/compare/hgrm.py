@@ -64,22 +64,28 @@ def mean_and_stddev(h: HdrHistogram) -> tuple[float, float]:
     histogram, most of the time `compare` spent after its passes (45 files;
     issue 20). Its recorded iterator visits exactly the indices with a
     nonzero count, in order, each at `get_highest_equivalent_value` of the
-    index's value; both sums here are formed in that order with hdrh's
+    index's value (the same equivalent range as the index's value itself); both sums here are formed in that order with hdrh's
     operations, so the floats are equal (held to hdrh by a property test)."""
     total_count = h.get_total_count()
     if not total_count:
         return 0.0, 0.0
-    recorded = [
-        (h._hdr_median_equiv_value(h.get_highest_equivalent_value(h.get_value_from_index(i))), c)
-        for i, c in enumerate(h.counts[: h.counts_len])
-        if c
-    ]
+    recorded = [(_median_equivalent(h, h.get_value_from_index(i)), c) for i, c in enumerate(h.counts[: h.counts_len]) if c]
     mean = float(sum(c * v for v, c in recorded)) / total_count
     deviation = 0.0
     for v, c in recorded:
         dev = (v * 1.0) - mean
         deviation += (dev * dev) * c
     return mean, math.sqrt(deviation / total_count)
+
+
+def _median_equivalent(h: HdrHistogram, value: int) -> int:
+    """The middle of `value`'s equivalent range, as hdrh's mean and deviation
+    use it, from its public bounds: the range is `[lowest, highest]`, so its
+    size is `highest - lowest + 1` (hdrh: `lowest + (size >> 1)`). Integer
+    arithmetic, so equal to hdrh's own."""
+    lowest: int = h.get_lowest_equivalent_value(value)
+    highest: int = h.get_highest_equivalent_value(value)
+    return lowest + ((highest - lowest + 1) >> 1)
 
 
 def _write_text(path: Path, *, text: str) -> None:

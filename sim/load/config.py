@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Final, final
 
+import tomli_w
+
 from coordinator.config import (
     CONFIGURATIONS,
     Architecture,
@@ -408,18 +410,8 @@ class Config:
         for printing and for the `config.toml` of an output directory, and a
         password read back is `***`.
         """
-        lines: list[str] = []
-        tables: list[str] = []
         d = redact_mapping(self.to_dict()) if redact else self.to_dict()
-        for k, v in d.items():
-            if v is None:
-                continue
-            if isinstance(v, dict):
-                tables.append(f"\n[{k}]")
-                tables.extend(f"{kk} = {_toml_value(vv)}" for kk, vv in sorted(v.items()))
-            else:
-                lines.append(f"{k} = {_toml_value(v)}")
-        return "\n".join(lines + tables) + "\n"
+        return tomli_w.dumps(_sorted_tables({k: v for k, v in d.items() if v is not None}))
 
 
 def is_scenario_file(name: str) -> bool:
@@ -439,23 +431,15 @@ def knobs_toml(cfg: Config) -> str:
     out.append(f"# latency profile: {cfg.latency_profile or DEFAULT_PROFILE}")
     out.append("# costs no measurement backs (CPU costs, replica, catalog feed) and their sources:"
                " sim/model/unmeasured.py (`python -m sim.model.unmeasured`)")  # fmt: skip
-    for name in cfg.configurations:
-        k = knobs(cfg.coordinator(name))
-        out.append(f"\n[configuration.{json.dumps(name)}]")
-        out.extend(f"{key} = {_toml_value(v)}" for key, v in k.items() if not isinstance(v, dict))
-        for key, v in k.items():
-            if isinstance(v, dict):
-                out.append(f"\n[configuration.{json.dumps(name)}.{key}]")
-                out.extend(f"{kk} = {_toml_value(vv)}" for kk, vv in v.items())
-    return "\n".join(out) + "\n"
+    tables = {"configuration": {name: knobs(cfg.coordinator(name)) for name in cfg.configurations}}
+    return "\n".join(out) + "\n\n" + tomli_w.dumps(tables)
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in sorted(v.items())) + " }"
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    return json.dumps(v)
+def _sorted_tables(d: Mapping[str, Any], *, top: bool = True) -> dict[str, Any]:
+    """`d` with every sub-table's keys sorted (the top level keeps its order), so
+    the text is stable whatever order the overrides were given in."""
+    items = d.items() if top else sorted(d.items())
+    return {k: _sorted_tables(v, top=False) if isinstance(v, Mapping) else v for k, v in items}
 
 
 _ENUMS: Final = {

@@ -41,15 +41,21 @@ async def fresh_database(pg_url: str) -> str:
     import asyncpg
 
     name = f"coordsim_{uuid.uuid4().hex[:12]}"
-    conn = await asyncpg.connect(driver_url(pg_url), timeout=10)
+    # Bounded (DESIGN.md §9): a server that stalls must not hold the run up.
+    conn = await asyncpg.connect(driver_url(pg_url), timeout=SETUP_TIMEOUT_S, command_timeout=SETUP_TIMEOUT_S)
     try:
         await conn.execute(f'CREATE DATABASE "{name}"')
     finally:
-        await conn.close()
+        await conn.close(timeout=SETUP_TIMEOUT_S)
     base, _, query = pg_url.partition("?")
     root = base.rsplit("/", 1)[0]
     return f"{root}/{name}" + (f"?{query}" if query else "")
 
+
+#: How long each statement creating a run's database may take (connecting,
+#: CREATE DATABASE, closing); a timeout of the CREATE is Indeterminate (the
+#: database may exist), and ends the run.
+SETUP_TIMEOUT_S: Final = 30.0
 
 #: How long dropping a run's database may take when the run is being stopped.
 DROP_WITHIN_S: Final = 5.0

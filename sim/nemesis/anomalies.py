@@ -35,12 +35,13 @@ from sim.nemesis.plan import (
     kinds_for,
 )
 from sim.runtime.core import Runtime, run
-from sim.runtime.errors import InvalidUsage
+from sim.runtime.errors import CoordsimError, InvalidUsage
 from sim.runtime.latency import Constant, LatencyModel, LogNormal
 from sim.runtime.schedule import parse_schedule
 
 if TYPE_CHECKING:
     import random
+    from collections.abc import Callable
 
     from sim.history.model import Event, History
 
@@ -65,8 +66,32 @@ CONFIG_NAMES: Final = ("event-loop", "event-loop+pg-oracle", "decoupled")
 #: the matrix's. Virtual mode only for now (real mode runs one process).
 ADAPTER_CONFIG_NAMES: Final = ("decoupled-2-adapters", "decoupled-4-adapters")
 _ADAPTERS_SUFFIX: Final = "-adapters"
-#: Seconds (virtual, or wall in real mode) after which a run counts as stuck.
+#: Simulated seconds after which a virtual run counts as stuck: virtual time
+#: only advances with the simulation, so this counts its progress, never the
+#: host's speed (a scenario takes well under one simulated second).
 STUCK_AFTER_S: Final = 30.0
+#: Real mode's default stuck limit, in wall-clock seconds (`--stuck-after`):
+#: generous, because a healthy real run on a loaded host takes minutes; a run
+#: past it is reported as stuck (exit 1, with its last operations).
+REAL_STUCK_AFTER_S: Final = 900.0
+#: The largest `--stuck-after` (a day).
+MAX_STUCK_AFTER_S: Final = 86_400.0
+#: How many of a stuck run's last operations its report shows.
+STUCK_LAST_OPS: Final = 5
+
+
+class RunStuck(CoordsimError):
+    """A run did not finish within its stuck limit: a result (a liveness
+    failure, exit 1), not a crash. `last` describes its last operations."""
+
+    def __init__(self, after_s: float, *, virtual: bool, last: list[str], ops: int) -> None:
+        unit = "simulated s" if virtual else "s of wall time"
+        shown = "; ".join(last) if last else "none"
+        super().__init__(f"the run was stuck: not finished after {after_s:g} {unit} "
+                         f"({ops} operations recorded; last: {shown})")  # fmt: skip
+        self.after_s = after_s
+        self.last = last
+        self.ops = ops
 #: Limits of `--clients` and `--size` (operations or rounds per client), and of
 #: their product: a history row costs ~0.5 KiB while recorded, so 10^8
 #: operations is already more than a 24 GiB machine holds; a scenario's defaults
@@ -273,12 +298,29 @@ class Spec:
     mode: Mode = "virtual"
     #: The virtual loop's scheduling policy (`sim.runtime.schedule`).
     schedule: str = "fifo"
+    #: Real mode's stuck limit in wall seconds (None: `REAL_STUCK_AFTER_S`);
+    #: virtual mode's is always `STUCK_AFTER_S` simulated seconds.
+    stuck_after_s: float | None = None
+
+    @property
+    def stuck_limit_s(self) -> float:
+        """Seconds after which this run counts as stuck (simulated in virtual mode)."""
+        if self.mode == "virtual":
+            return STUCK_AFTER_S
+        return REAL_STUCK_AFTER_S if self.stuck_after_s is None else self.stuck_after_s
 
     def __post_init__(self) -> None:
         check_plan(self.faults, self.mode)
         if self.faults.faults:
             check_adapters(self.faults, coordinator_config(self.config).adapters)
         object.__setattr__(self, "schedule", parse_schedule(self.schedule))  # canonical spelling
+        if self.stuck_after_s is not None:
+            if self.mode == "virtual":
+                raise InvalidUsage("--stuck-after is real mode's limit; a virtual run is stuck after "
+                                   f"{STUCK_AFTER_S:g} simulated seconds")  # fmt: skip
+            if not (math.isfinite(self.stuck_after_s) and 0 < self.stuck_after_s <= MAX_STUCK_AFTER_S):
+                raise InvalidUsage(f"--stuck-after must be > 0 and <= {MAX_STUCK_AFTER_S:g} seconds, "
+                                   f"got {self.stuck_after_s}")  # fmt: skip
         if self.mode != "virtual" and self.schedule != "fifo":
             raise InvalidUsage(f"--schedule {self.schedule} needs virtual mode; real mode runs asyncio's own order")
         # Lower bounds (>= 1) are `_run`'s: the shrinker steps down to them.
@@ -297,9 +339,9 @@ class Spec:
             # A fault still pending when the run counts as stuck would turn a
             # typo (`@99999999ms`) into a "liveness bug" after 30 s.
             end = fault.at_s + fault.duration_s
-            if not end < STUCK_AFTER_S:
+            if not end < self.stuck_limit_s:
                 raise InvalidUsage(
-                    f"fault {fault} ends {end:g} s into the run; a run is stopped as stuck after {STUCK_AFTER_S:g} s"
+                    f"fault {fault} ends {end:g} s into the run; a run is stopped as stuck after {self.stuck_limit_s:g} s"
                 )
             if not (math.isfinite(fault.factor) and 0 < fault.factor <= MAX_FAULT_FACTOR):
                 raise InvalidUsage(f"fault {fault}: factor must be > 0 and <= {MAX_FAULT_FACTOR:g}, got {fault.factor}")
@@ -325,6 +367,8 @@ class Spec:
         parts += ["--faults", str(self.faults)]
         if self.schedule != "fifo":
             parts += ["--schedule", self.schedule]
+        if self.stuck_after_s is not None:
+            parts += ["--stuck-after", f"{self.stuck_after_s:g}"]
         return shlex.join(parts)
 
 
@@ -400,8 +444,11 @@ def run_scenario(
     return run_spec(spec, postgres_url=postgres_url)
 
 
-def run_spec(spec: Spec, *, postgres_url: str | None = None) -> tuple[History, list[Event]]:
-    """Runs `spec` (see `run_scenario`).
+def run_spec(
+    spec: Spec, *, postgres_url: str | None = None, on_death: Callable[[int], None] | None = None
+) -> tuple[History, list[Event]]:
+    """Runs `spec` (see `run_scenario`). `on_death` is told the pid of an
+    embedded server's postmaster that dies under the run.
 
     Virtual mode: the virtual-time loop and in-memory stores with modeled
     latency. Real mode: the stock loop, and a fresh database (dropped
@@ -414,6 +461,7 @@ def run_spec(spec: Spec, *, postgres_url: str | None = None) -> tuple[History, l
     Raises:
         InvalidUsage: a bad spec.
         BackendUnavailable: real mode found no Postgres.
+        RunStuck: the run did not finish within `spec.stuck_limit_s`.
     """
     if spec.mode == "virtual":
         if postgres_url is not None:
@@ -423,8 +471,20 @@ def run_spec(spec: Spec, *, postgres_url: str | None = None) -> tuple[History, l
         return _run(spec, postgres_url)
     from sim.services.postgres import postgres_server
 
-    with postgres_server(fsync=False) as url:
+    with postgres_server(fsync=False, on_death=on_death) as url:
         return _run(spec, url)
+
+
+def stuck_error(rec: HistoryRecorder, after_s: float, *, virtual: bool) -> RunStuck:
+    """The report of a run stopped as stuck: its last operations, one line each."""
+    history = rec.history()
+    last = []
+    for i in range(max(0, history.n - STUCK_LAST_OPS), history.n):
+        op = history.op(i)
+        what = f"{op.kind.value} {op.obj}" if op.obj is not None else op.kind.value
+        last.append(f"process {op.process} {what}: {op.status.value}"
+                    + (f" {op.error_code}" if op.error_code else ""))  # fmt: skip
+    return RunStuck(after_s, virtual=virtual, last=last, ops=history.n)
 
 
 def _run(spec: Spec, postgres_url: str | None) -> tuple[History, list[Event]]:
@@ -438,12 +498,17 @@ def _run(spec: Spec, postgres_url: str | None) -> tuple[History, list[Event]]:
     latency, switch = switchable_latency(base)
     body = PROGRAMS[sc.program]
 
+    limit = spec.stuck_limit_s
+
     async def main(rt: Runtime) -> HistoryRecorder:
         rec = HistoryRecorder(rt.now)
         # Virtual seconds: a scenario takes well under one; a run that has not
-        # finished after this long is stuck (a liveness bug), not slow.
-        with anyio.fail_after(STUCK_AFTER_S):
+        # finished after this long is stuck (a liveness bug), not slow. Real
+        # mode: wall seconds, `--stuck-after`.
+        with anyio.move_on_after(limit) as scope:
             await _scenario_main(rt, rec)
+        if scope.cancelled_caught:
+            raise stuck_error(rec, limit, virtual=postgres_url is None)
         return rec
 
     async def _scenario_main(rt: Runtime, rec: HistoryRecorder) -> None:

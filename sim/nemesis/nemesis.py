@@ -190,7 +190,8 @@ async def _kill_backends(
 
     from sim.runtime.urls import driver_url
 
-    conn = await asyncpg.connect(driver_url(database_url), timeout=10)  # without coordsim's parameters
+    # Without coordsim's parameters; every call bounded (DESIGN.md §9).
+    conn = await asyncpg.connect(driver_url(database_url), timeout=10, command_timeout=10)
     rounds = killed = 0
     apps: set[str] = set()
     try:
@@ -205,7 +206,7 @@ async def _kill_backends(
                 break
             await rt.sleep(PG_KILL_EVERY_S)
     finally:
-        await conn.close()
+        await conn.close(timeout=5)
     return rounds, killed, sorted(apps)
 
 

@@ -3,7 +3,9 @@
 `Determinate` failures are retried with capped exponential backoff and jitter
 until a deadline; `Indeterminate` ones only when the operation is idempotent.
 Backoff sleeps and jitter come from the `Runtime`, so virtual runs stay
-deterministic.
+deterministic. Nothing is retried once the process is stopping (a signal, or
+a dependency that died: `sim.runtime.interrupts.stopping`): the retry would
+only hold the stop up, often inside a shielded cleanup.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar, final
 
 from sim.runtime.errors import Determinate, Indeterminate
+from sim.runtime.interrupts import stopping
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -45,7 +48,8 @@ async def retry_external(
     on_retry: Callable[[Exception], None] | None = None,
 ) -> T:
     """Runs `op`, retrying `Determinate` errors (and `Indeterminate` ones iff
-    `idempotent`) until `policy.deadline_s` has passed; then re-raises the last."""
+    `idempotent`) until `policy.deadline_s` has passed (or the process is
+    stopping); then re-raises the last."""
     start = rt.now()
     attempt = 0
     while True:
@@ -54,7 +58,7 @@ async def retry_external(
         except (Determinate, Indeterminate) as exc:
             if isinstance(exc, Indeterminate) and not idempotent:
                 raise
-            if rt.now() - start >= policy.deadline_s:
+            if rt.now() - start >= policy.deadline_s or stopping():
                 raise
             if on_retry is not None:
                 on_retry(exc)

@@ -4,7 +4,9 @@
 temporary directory, listening only on 127.0.0.1 and a private unix socket and
 admitting only clients that know its per-cluster random password (SCRAM); it
 is stopped and its directory deleted when the process exits — normally, on an
-exception or Ctrl-C, and through a watchdog process even on SIGKILL. An
+exception or Ctrl-C, and through a watchdog process even on SIGKILL. A watcher
+thread notices within `WATCH_S` when its postmaster dies other than by our own
+hand (the OOM killer, a stray `kill -9`) and tells the owner (`on_death`). An
 environment variable (`COORDSIM_POSTGRES_URL`) points at an existing server
 instead.
 
@@ -39,12 +41,13 @@ from sim.services.errors import BackendUnavailable
 from sim.services.processes import free_port, run_group
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
     from types import TracebackType
 
 __all__ = [
     "PG_BINDIR_ENV",
     "POSTGRES_URL_ENV",
+    "WATCH_S",
     "BackendUnavailable",
     "EmbeddedPostgres",
     "embedded_serving",
@@ -77,6 +80,22 @@ _START_ATTEMPTS: Final = 3  # another process may take the free port we picked b
 _LINGER_S: Final = 10.0
 _REAP_S: Final = 5.0
 _POLL_S: Final = 0.02
+#: How often the watcher checks that the postmaster is alive: its death is
+#: noticed within this, whatever the clients are (or are not) waiting on.
+WATCH_S: Final = 0.25
+
+def _pid_alive(pid: int) -> bool:
+    """The process exists (and, where /proc tells, is no zombie)."""
+    if Path("/proc").is_dir():
+        return pg_processes.alive(pid)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
 
 def _has_pg_binaries(d: Path) -> bool:
     return all(os.access(d / name, os.X_OK) for name in ("initdb", "pg_ctl"))
@@ -231,6 +250,7 @@ class EmbeddedPostgres:
         serializable: bool = False,
         bindir: str | None = None,
         max_connections: int = 200,
+        on_death: Callable[[int], None] | None = None,
     ) -> None:
         """
         Args:
@@ -239,6 +259,9 @@ class EmbeddedPostgres:
                 CockroachDB (40001 serialization failures under contention).
             bindir: the directory holding initdb and pg_ctl (else `find_postgres`).
             max_connections: the server's connection limit.
+            on_death: called (from the watcher thread) with the postmaster's
+                pid when it dies while running other than through this
+                object's `kill_server`, `sigkill_postmaster` or `stop`.
         """
         if max_connections < 1:
             raise InvalidUsage(f"max_connections must be >= 1, got {max_connections}")
@@ -257,6 +280,12 @@ class EmbeddedPostgres:
         self._run_as: pwd.struct_passwd | None = None
         self._watchdog: pg_processes.Watchdog | None = None
         self._lock = threading.RLock()
+        self._on_death = on_death
+        #: The running postmaster's pid (None while it is not running).
+        self._postmaster: int | None = None
+        #: The pid of a postmaster that died under us (see `died`).
+        self._died: int | None = None
+        self._unwatch = threading.Event()
 
     # --- properties
 
@@ -290,6 +319,12 @@ class EmbeddedPostgres:
     @property
     def running(self) -> bool:
         return self._running
+
+    @property
+    def died(self) -> int | None:
+        """The pid of a postmaster that died while running, other than by our
+        own hand (noticed by the watcher); None if none did."""
+        return self._died
 
     @property
     def binaries(self) -> Found:
@@ -343,6 +378,7 @@ class EmbeddedPostgres:
             except BaseException:
                 self.stop()
                 raise
+            threading.Thread(target=self._watch, name="coordsim-pg-watcher", daemon=True).start()
             return self
 
     def stop(self) -> None:
@@ -367,6 +403,7 @@ class EmbeddedPostgres:
                 with contextlib.suppress(BackendUnavailable):
                     self._wait_cluster_exited()
             finally:
+                self._unwatch.set()
                 shutil.rmtree(self._tmp, ignore_errors=True)
                 if self._watchdog is not None:
                     self._watchdog.dismiss()
@@ -384,6 +421,7 @@ class EmbeddedPostgres:
             if not self._running:
                 return
             self._running = False
+            self._postmaster = None
             # If this fails the server is already gone; should one survive anyway, it
             # shuts itself down once `stop()` has deleted its data directory.
             self._run(["pg_ctl", "-D", str(self.datadir), "-m", "immediate", "-w", "stop"])
@@ -410,6 +448,7 @@ class EmbeddedPostgres:
                     f"no live postmaster found in {self.datadir / 'postmaster.pid'}"
                 )
             self._running = False
+            self._postmaster = None
             self._crashed = True
             # As root we may signal the unprivileged server; otherwise it is ours.
             with contextlib.suppress(ProcessLookupError):
@@ -531,15 +570,46 @@ class EmbeddedPostgres:
                 f"(pg_ctl exit {result.returncode}): {_log_tail(self.log_path)}"
             )
         self._running = True
+        self._postmaster = pg_processes.postmaster_pid(self.datadir)
+        if self._postmaster is None:
+            # pg_ctl -w saw it accept connections, and now no process of the
+            # cluster is its postmaster: it died at once (killed during set-up).
+            self.kill_server()
+            raise BackendUnavailable(
+                f"PostgreSQL died right after starting on 127.0.0.1:{self.port}: {_log_tail(self.log_path)}"
+            )
+
+    def _watch(self) -> None:
+        """The watcher thread: every `WATCH_S`, is the running postmaster still
+        alive? If not (and we did not stop it), records it and calls `on_death`.
+        Never blocks on the lifecycle lock: a start, restart or stop in
+        progress skips a round."""
+        while not self._unwatch.wait(WATCH_S):
+            if not self._lock.acquire(blocking=False):
+                continue
+            try:
+                pid = self._postmaster
+                if not self._running or pid is None or _pid_alive(pid):
+                    continue
+                self._running = False
+                self._postmaster = None
+                self._died = pid
+            finally:
+                self._lock.release()
+            if self._on_death is not None:
+                self._on_death(pid)
 
 
 @contextlib.contextmanager
-def postgres_server(*, fsync: bool = True, serializable: bool = False) -> Iterator[str]:
+def postgres_server(
+    *, fsync: bool = True, serializable: bool = False, on_death: Callable[[int], None] | None = None
+) -> Iterator[str]:
     """Yields the URL of a Postgres server: `$COORDSIM_POSTGRES_URL` if set (used
-    as is, options ignored), else a fresh `EmbeddedPostgres`, stopped on exit."""
+    as is, options ignored), else a fresh `EmbeddedPostgres` (told `on_death`),
+    stopped on exit."""
     url = postgres_url_from_env()
     if url is not None:
         yield url
         return
-    with EmbeddedPostgres(fsync=fsync, serializable=serializable) as pg:
+    with EmbeddedPostgres(fsync=fsync, serializable=serializable, on_death=on_death) as pg:
         yield pg.url

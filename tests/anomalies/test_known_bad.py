@@ -24,7 +24,7 @@ CAUGHT = [
     ),
     pytest.param(
         "peeks_ignore_catalog_ts", "seed001-index", "decoupled",
-        {"insert-unknown-table", "select-unknown-table"}, 12, id="peeks-ignore-catalog-ts-index",
+        {"insert-unknown-table", "select-unknown-table"}, 24, id="peeks-ignore-catalog-ts-index",
     ),
     pytest.param(
         "skip_confirm_leadership", "split-brain", "event-loop",

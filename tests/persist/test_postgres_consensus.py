@@ -408,7 +408,8 @@ class _FakePool:
         self.query_error = query_error
         self.released = 0
 
-    async def acquire(self) -> _FakePool:
+    async def acquire(self, *, timeout: float | None = None) -> _FakePool:
+        assert timeout is not None, "every wait for a connection has a deadline"
         if self.acquire_error is not None:
             raise self.acquire_error
         return self

@@ -8,6 +8,7 @@ import csv
 import json
 import math
 import sys
+import tomllib
 from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
@@ -72,7 +73,7 @@ def _check_output(out: Path, mode: str) -> None:
         _check_backend(row, metas, mode)
     report = (out / "report.md").read_text()
     assert "select-one-throughput.png" in report
-    assert "[configuration.\"event-loop\"]" in report  # every knob, in the report
+    assert "[configuration.event-loop]" in report  # every knob, in the report
     assert 'group_commit = "immediate"' in (out / "config.toml").read_text()
     assert (out / "select-one-throughput.png").read_bytes()[:4] == b"\x89PNG"
     assert not list(out.parent.glob(f".{out.name}.tmp-*"))
@@ -278,7 +279,7 @@ def test_config_show_reads_toml_and_flags(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     assert 'mode = "virtual"' in r.output
     assert "seed = 9" in r.output
-    assert 'workloads = ["update"]' in r.output
+    assert tomllib.loads(r.output)["workloads"] == ["update"]  # tomli-w puts each item on a line
     assert "parse_plan = 0.0002" in r.output
     again = tmp_path / "again.toml"
     again.write_text(r.output)

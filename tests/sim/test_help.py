@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from sim.cli.main import app
+from sim.cli.main import LAZY_COMMANDS, LazyGroup, app
 from sim.cli.options import SHARED
 
 #: Metavars that only name a type: what a user cannot act on.
@@ -20,9 +20,16 @@ _RAW = re.compile(r"^(<\w+>|TEXT|INTEGER|FLOAT|BOOLEAN|PATH|FILENAME|DIRECTORY)$
 _OUTPUT_FILE = {"calibrate": "FILE", "shrink": "FILE", "anomalies shrink": "FILE", "export": "FILE|DIR"}
 
 
+def _root() -> LazyGroup:
+    root = typer.main.get_command(app)
+    assert isinstance(root, LazyGroup)
+    root.load_all()  # the commands' modules are imported lazily
+    return root
+
+
 def _commands() -> list[tuple[str, Any]]:
     """(path, click command) for every command and subcommand of the app."""
-    root = typer.main.get_command(app)
+    root = _root()
     found: list[tuple[str, Any]] = []
 
     def walk(prefix: str, cmd: Any) -> None:
@@ -161,3 +168,11 @@ def test_the_documented_bounds_are_the_enforced_ones() -> None:
         if (name, opt) in want and m:
             shown[name, opt] = (int(m[1].replace(",", "")), int(m[2].replace(",", "")))
     assert shown == want
+
+
+@pytest.mark.parametrize("lazy", LAZY_COMMANDS, ids=[c.name for c in LAZY_COMMANDS])
+def test_the_lazy_summary_is_the_commands_own(lazy: Any) -> None:
+    """`coordsim --help` lists a summary kept beside the lazy import: it must be
+    the command's own first help paragraph, which nothing else keeps in step."""
+    cmd = _root().commands[lazy.name]
+    assert cmd.get_short_help_str(limit=10_000) == " ".join(lazy.summary.split())

@@ -141,6 +141,9 @@ def test_the_house_style() -> None:
 
 def test_compare_and_run_take_wide() -> None:
     root = typer.main.get_group(app)
+    load_all = getattr(root, "load_all", None)
+    if load_all is not None:
+        load_all()  # the commands' modules are imported lazily
     for name in ("compare", "run"):
         cmd = root.commands[name]
         assert any("--wide" in p.opts for p in cmd.params), name

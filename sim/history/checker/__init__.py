@@ -1,6 +1,10 @@
 """Anomaly checkers over histories (DESIGN.md §7): named anomalies, black-box
 strict serializability, white-box timestamp replay, oracle guarantees and a
-per-table linearizability search; verdicts explain anomalies in words."""
+per-table linearizability search; verdicts explain anomalies in words.
+
+Re-exports the checkers' entry points, which most callers want together; the
+EDN and Porcupine interchange lives in `sim.history.interchange`.
+"""
 
 from sim.history.checker.blackbox import check_blackbox
 from sim.history.checker.linear import check_linear
@@ -9,12 +13,6 @@ from sim.history.checker.oracle_events import check_oracle_events
 from sim.history.checker.replay import check_replay
 from sim.history.checker.run import CHECKERS, Report, check_history
 from sim.history.checker.verdict import ANOMALY_NAMES, Anomaly, Outcome, Verdict
-from sim.history.interchange import (
-    history_from_edn,
-    history_to_edn,
-    history_to_porcupine,
-    read_edn,
-)
 
 __all__ = [
     "ANOMALY_NAMES",
@@ -29,8 +27,4 @@ __all__ = [
     "check_named",
     "check_oracle_events",
     "check_replay",
-    "history_from_edn",
-    "history_to_edn",
-    "history_to_porcupine",
-    "read_edn",
 ]
