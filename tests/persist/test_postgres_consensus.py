@@ -408,7 +408,7 @@ class _FakePool:
         self.query_error = query_error
         self.released = 0
 
-    async def acquire(self, *, timeout: float | None = None) -> _FakePool:
+    async def acquire(self, *, timeout: float | None = None) -> _FakePool:  # noqa: ASYNC109 - asyncpg.Pool.acquire's signature
         assert timeout is not None, "every wait for a connection has a deadline"
         if self.acquire_error is not None:
             raise self.acquire_error
