@@ -1,7 +1,8 @@
 """The `coordsim` command line.
 
-Every command reports bad input and unavailable components as one line on
-stderr with exit code 2 (any `CoordsimError`); a traceback means a bug.
+Every command reports a failure as one line on stderr: exit 2 for bad input,
+1 for an external dependency that failed, is missing or died (DESIGN.md §9);
+a traceback means a bug.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ import typer
 from typer.core import TyperCommand, TyperGroup
 
 from sim.runtime import interrupts
-from sim.runtime.errors import CoordsimError, InvalidUsage
+from sim.runtime.errors import CoordsimError, ExternalError, InvalidUsage
 from sim.runtime.urls import parse_url, redact_text, redact_url
+from sim.services.errors import BackendUnavailable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -356,7 +358,10 @@ def main() -> None:
     except CoordsimError as exc:
         tag = "invalid input" if isinstance(exc, InvalidUsage) else "error"
         print(f"coordsim: {tag}: {_one_line(redact_text(str(exc)))}", file=sys.stderr)  # noqa: T201 - the CLI's error channel
-        sys.exit(2)
+        # DESIGN.md §9's classes: an external dependency that failed (a
+        # backend's error, one that is missing or cannot start, one that died
+        # under the run) is 1, as a run that failed; bad input is 2.
+        sys.exit(1 if isinstance(exc, ExternalError | BackendUnavailable) else 2)
     signum = interrupts.received()
     if signum is not None:
         # Typer turns a KeyboardInterrupt (ours: `Interrupted`) into exit 130;
