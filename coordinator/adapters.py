@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Self, final
 
 import anyio
@@ -232,23 +232,8 @@ class MultiAdapterCoordinator(Coordinator, AdapterHost):
         """The adapters' counters summed (oracle calls are each adapter's own
         clients'; `loop_cores` is every adapter's pool together)."""
         parts = [a.statistics() for a in self.adapters]
-        races = sum(a.group_commit_statistics().lost_races for a in self.adapters)
-        return CoordinatorStatistics(
-            statements=sum(p.statements for p in parts),
-            peeks=sum(p.peeks for p in parts),
-            writes=sum(p.writes for p in parts),
-            ddl=sum(p.ddl for p in parts),
-            group_commits=sum(p.group_commits for p in parts),
-            writes_group_committed=sum(p.writes_group_committed for p in parts),
-            confirm_leadership_calls=sum(p.confirm_leadership_calls for p in parts),
-            oracle_calls=sum(p.oracle_calls for p in parts),
-            loop_busy_s=sum(p.loop_busy_s for p in parts),
-            loop_cores=sum(p.loop_cores for p in parts),
-            ddl_conflicts=sum(p.ddl_conflicts for p in parts),
-            loop_messages=sum(p.loop_messages for p in parts),
-            empty_group_commits=sum(p.empty_group_commits for p in parts),
-            lost_races=races,
-        )
+        return CoordinatorStatistics(**{f.name: sum(getattr(p, f.name) for p in parts)
+                                        for f in fields(CoordinatorStatistics)})  # fmt: skip
 
     def adapter_statistics(self) -> list[CoordinatorStatistics]:
         """Each adapter's own counters, in adapter order."""

@@ -55,7 +55,6 @@ import contextlib
 import itertools
 import math
 from abc import ABC, abstractmethod
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Self, final
 
 import anyio
@@ -65,7 +64,7 @@ from controllers.commands import AdvanceCatalogFrontier, Peek
 from controllers.compute import PeekWaiters
 from controllers.derive import derive, derive_event
 from coordinator.config import GroupCommitPolicy
-from coordinator.group_commit import GroupCommitStats, PendingWrite, group_commit
+from coordinator.group_commit import PendingWrite, group_commit
 from coordinator.peeks import (
     MAX_PEEK_ATTEMPTS,
     below_since,
@@ -289,10 +288,6 @@ class DecoupledCoordinator(RunningCoordinator):
         assert self._gate is not None
         await self._gate.wait_running()
         await super()._cpu(seconds)
-
-    def group_commit_statistics(self) -> GroupCommitStats:
-        """This adapter's group commits (a copy)."""
-        return replace(self._gc_stats)
 
     # --- the client API --------------------------------------------------------------
 

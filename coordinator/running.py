@@ -209,6 +209,7 @@ class RunningCoordinator(Coordinator):
             ddl_conflicts=c["conflicts"],
             loop_messages=c["loop_messages"],
             empty_group_commits=self._gc_stats.empty_commits,
+            lost_races=self._gc_stats.lost_races,
         )
 
     def _busy_s(self) -> float:
