@@ -129,6 +129,10 @@ class ComputeConfig:
     #: frontier to pass their `catalog_ts`, so a peek may not find an object its
     #: query saw (`select-unknown-table`). Anomaly tests only.
     ignore_catalog_ts: bool = False
+    #: How the replicas (clusterd processes) learn that a shard moved
+    #: (`coordinator.config.PersistListen`): None, PubSub pushes it at once;
+    #: seconds, they poll Consensus this often.
+    listen_poll_s: float | None = None
 
 
 @final
@@ -347,6 +351,7 @@ class ComputeController(CatalogFollower, TaskOwner):
             self._rt.derive(f"replica-{cmd.cluster_id}-{cmd.replica_id}"),
             workers=cmd.workers,
             compaction_window=self.config.compaction_window,
+            listen_poll_s=self.config.listen_poll_s,
             on_peek=self._on_replica_peek,
             on_frontier=self._on_replica_frontier,
         )

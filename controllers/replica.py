@@ -261,10 +261,14 @@ class Replica:
         *,
         workers: int = 1,
         compaction_window: int = 1000,
+        listen_poll_s: float | None = None,
         on_peek: PeekSink,
         on_frontier: FrontierSink,
     ) -> None:
         self.cluster_id = cluster_id
+        #: None: PubSub tells this replica of a shard's new state at once;
+        #: seconds: it polls Consensus this often (`PersistListen.POLL`).
+        self._listen_poll_s = listen_poll_s
         self.replica_id = replica_id
         self._persist = persist
         self._rt = rt
@@ -444,7 +448,7 @@ class Replica:
     async def _dataflow(self, df: _Dataflow) -> None:
         cmd, life = df.cmd, self._life
         with df.scope:
-            reader = await self._persist.open_reader(cmd.shard_id, heartbeat=False)
+            reader = await self._persist.open_reader(cmd.shard_id, heartbeat=False, poll_s=self._listen_poll_s)
             df.reader = reader
             try:
                 await self._follow(df, reader)
@@ -544,7 +548,7 @@ class Replica:
         assert cmd.shard_id is not None
         self._stats["fast_path"] += 1
         life = self._life
-        reader = await self._persist.open_reader(cmd.shard_id, heartbeat=False)
+        reader = await self._persist.open_reader(cmd.shard_id, heartbeat=False, poll_s=self._listen_poll_s)
         try:
             if not reader.since.less_equal(cmd.as_of):
                 return PeekError(

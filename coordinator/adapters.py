@@ -24,8 +24,8 @@ B issued after a write was acknowledged on A takes its `read_ts` from the same
 oracle, after A's `apply_write(ts)` completed, so `read_ts >= ts`, and waits
 for the tables' uppers to pass it: it sees the write. UPDATE and DELETE
 (read, then write the diffs) hold the deployment's one write lock across the
-adapters (in virtual mode a shared lock; across OS processes it needs a lock
-service or txn-wal's optimistic commit: a later increment).
+adapters (in virtual mode a shared lock; across OS processes a row of the
+deployment's database held `FOR UPDATE`, `coordinator.write_lock`).
 
 **DDL across adapters.** DDL on A is a compare-and-append on the catalog shard
 at `write_ts("catalog")`, ending with `apply_write("catalog")` before the
@@ -51,8 +51,10 @@ it safe: a stale `write_ts` loses the append race and is retried, a stale
 catalog is synced up to the next catalog `read_ts`. The known-bad
 `ack_lost_race` and `stale_adapter_catalog` each break one of them.
 
-Virtual mode only for now: every adapter is a simulated process on the one
+This is virtual mode: every adapter is a simulated process on the one
 deterministic loop, and clients are spread over them round robin by `connect`.
+In real mode each adapter is an OS process (`coordinator.process_adapters`,
+`coordinator.adapter_process`) under the same rules.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ from coordinator.environment import open_adapter_incarnation, open_incarnation
 from coordinator.session import Coordinator, CoordinatorStatistics, Result, Session
 from coordinator.statements import SqlError, SqlState
 from oracle.gated import ProcessGate
+from sim.runtime.core import ProcessClock
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.tasks import AsyncExitStack, Ready
 
@@ -125,12 +128,14 @@ class MultiAdapterCoordinator(Coordinator, AdapterHost):
         self.gates = [ProcessGate() for _ in range(config.adapters)]
         self._slots: list[_Slot] = []
         self._restarts = 0
-        #: Adapter i runs on its own Runtime stream (adapter 1 on `rt` itself).
+        #: Each adapter's wall clock, a process's own (the time faults move one, issue 38).
+        self.clocks = [ProcessClock() for _ in range(config.adapters)]
+        #: Adapter i runs on its own Runtime stream (adapter 1 on `rt`'s) and clock.
         self.adapters = [
             DecoupledCoordinator(
                 config,
                 env,
-                rt if i == 1 else rt.derive(f"adapter-{i}"),
+                (rt if i == 1 else rt.derive(f"adapter-{i}")).with_clock(self.clocks[i - 1]),
                 events=events,
                 actor=adapter_actor(actor, i),
                 host=self,
@@ -309,7 +314,7 @@ class MultiAdapterCoordinator(Coordinator, AdapterHost):
         self._restarts += 1
         n = self._restarts
         self.adapters[i] = DecoupledCoordinator(
-            self.config, self._env, self._rt.derive(f"adapter-{i + 1}-restart-{n}"),
+            self.config, self._env, self._rt.derive(f"adapter-{i + 1}-restart-{n}").with_clock(self.clocks[i]),
             events=self.event_sink, actor=f"{adapter_actor(self.actor, i + 1)}.{n}",
             host=self, gate=self.gates[i],
         )  # fmt: skip

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
-from typing import Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 from sim.runtime.errors import InvalidUsage
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 __all__ = [
     "APPLIES_TO",
     "CONFIGURATIONS",
+    "KNOWN_BAD_INERT",
     "LOOP_S_PER_SELECT",
     "Architecture",
     "CatalogKind",
@@ -31,7 +35,9 @@ __all__ = [
     "OracleCalls",
     "OracleKind",
     "PeekStages",
+    "PersistListen",
     "check_applies",
+    "check_known_bad",
     "knobs",
     "named",
     "staged_select_loop_s",
@@ -116,6 +122,35 @@ class Frontend(StrEnum):
 
     IN_PROCESS = "in-process"
     PGWIRE = "pgwire"
+
+
+class PersistListen(StrEnum):
+    """How a persist reader (a replica's listen, a snapshot waiting for an
+    upper, a controller's catalog subscription) learns that a shard moved.
+
+    - `pubsub`: the writer's process pushes the new state to the shard's
+      readers (Materialize's persist PubSub, `persist_pubsub_client_enabled`
+      and `persist_pubsub_push_diff_enabled`, both on by default): a reader
+      wakes at once. (Modeled as instant: the push is one RPC hop; no
+      published figure says more. Across real-mode OS processes there is no
+      PubSub server, so a reader polls Consensus every 50 ms,
+      `persist.machine.MachineConfig.poll_interval_s`.)
+    - `poll`: no push: a reader polls Consensus, sleeping `persist_poll_s`
+      between polls (Materialize's `persist_next_listen_batch_retryer_fixed_sleep`,
+      1,200 ms by default, the fallback that covers a missed push), so a
+      change reaches it after up to that long.
+
+    Seed 002's readers learn of new data one way or the other; this knob
+    shows what the push buys (a peek waits for its replica to see the write).
+    """
+
+    PUBSUB = "pubsub"
+    POLL = "poll"
+
+
+#: Materialize's `persist_next_listen_batch_retryer_fixed_sleep` default
+#: (src/persist-client, "pubsub is on by default!"): a polling reader's sleep.
+PERSIST_POLL_S: Final = 1.2
 
 
 @final
@@ -250,6 +285,14 @@ class KnownBad:
     # Issue 36: the cross-adapter rules (`coordinator/adapters.py`).
     ack_lost_race: bool = False  # a write another adapter's append beat is acknowledged, unwritten
     stale_adapter_catalog: bool = False  # an adapter plans without syncing its catalog to catalog_ts
+    # Issue 38: write_ts takes the caller's wall clock without `GREATEST`'s
+    # floor (only a repeat of the last timestamp is bumped), so a clock behind
+    # the stored write_ts (jumped back, stalled, skewed) hands out the past.
+    unguarded_wall_clock: bool = False
+    # Issue 36, item 6: a live oracle switch (`oracle-switch`) serves from the
+    # new oracle at once, neither draining the old one's calls in flight nor
+    # fast-forwarding the new one to the old one's timestamps.
+    unsynced_oracle_switch: bool = False
 
     def enabled(self) -> list[str]:
         """The names of the defects switched on, in declaration order."""
@@ -290,6 +333,10 @@ class CoordinatorConfig:
     peek_stages: PeekStages = PeekStages.STAGED
     #: What a statement crosses outside the coordinator (`Frontend`).
     frontend: Frontend = Frontend.IN_PROCESS
+    #: How persist readers learn of new data (`PersistListen`), and a polling
+    #: reader's sleep.
+    persist_listen: PersistListen = PersistListen.PUBSUB
+    persist_poll_s: float = PERSIST_POLL_S
     #: Virtual mode predicting a real run: the process's Python interpreter
     #: (`Interpreter`), from a profile built by `calibrate --from`.
     interpreter: Interpreter | None = None
@@ -332,6 +379,8 @@ class CoordinatorConfig:
             raise InvalidUsage(f"max_batch must be >= 1, got {self.max_batch}")
         if self.group_commit_interval_s <= 0:
             raise InvalidUsage("group_commit_interval_s must be > 0")
+        if not self.persist_poll_s > 0:
+            raise InvalidUsage("persist_poll_s must be > 0")
 
     def with_overrides(self, **changes: Any) -> CoordinatorConfig:
         """A copy with fields replaced; unknown names are an `InvalidUsage`."""
@@ -354,14 +403,67 @@ APPLIES_TO: Final[dict[str, frozenset[Architecture]]] = {
 }
 
 
-def check_applies(config: CoordinatorConfig, field_name: str) -> None:
-    """`InvalidUsage` if `field_name` does not apply to `config`'s architecture."""
+def check_applies(config: CoordinatorConfig, field_name: str, value: object = None) -> None:
+    """`InvalidUsage` if `field_name` does not apply to `config`'s architecture
+    and holds another value than that architecture's named configuration
+    does (setting it to that value is how a variant leaves it off, as an
+    ablation step from the event loop to the decoupled design must).
+    `value`: the value about to be set (None: the one `config` holds)."""
     archs = APPLIES_TO.get(field_name)
     if archs is not None and config.architecture not in archs:
+        reference = named(config.architecture.value)
+        if (getattr(config, field_name) if value is None else value) == getattr(reference, field_name):
+            return
         only = ", ".join(sorted(a.value for a in archs))
         raise InvalidUsage(
             f"{field_name} does not apply to {config.name} ({config.architecture.value}); only to {only}"
         )
+
+
+#: Why a known-bad toggle changes nothing in a configuration (None: it acts).
+#: Switching one on there would pass every check and prove nothing, so it is
+#: refused (issue 37). Each entry follows the one place the toggle is read;
+#: the toggles not listed act in every configuration. (`stale_adapter_catalog`
+#: acts with one adapter too: it skips the catalog sync a restarted or deposed
+#: coordinator needs.)
+KNOWN_BAD_INERT: Final[dict[str, Callable[[CoordinatorConfig], str | None]]] = {
+    "fifo_event_loop": lambda c: (
+        None if c.architecture is Architecture.EVENT_LOOP else "the decoupled architecture has no event loop"
+    ),
+    "skip_confirm_leadership": lambda c: (
+        None if c.confirm_leadership else "it has no confirm_leadership to skip (confirm_leadership = false)"
+    ),
+    "batching_joins_in_flight": lambda c: (
+        None if c.batch_read_ts else "it does not batch read_ts calls (batch_read_ts = false)"
+    ),
+    "unbounded_group_commits": lambda c: (
+        None if c.architecture is Architecture.DECOUPLED or c.commits_in_flight != 0
+        else "its group commits are unbounded already (commits_in_flight = 0)"
+    ),
+    "blind_catalog_append": lambda c: (
+        None if c.architecture is Architecture.DECOUPLED else "only the decoupled architecture appends DDL itself"
+    ),
+    "ack_lost_race": lambda c: (
+        None if c.adapters > 1 else "an append race is lost only to another adapter (adapters = 1)"
+    ),
+    # It acts only under the oracle-switch fault, which only a single coordinator takes.
+    "unsynced_oracle_switch": lambda c: (
+        None if c.architecture is Architecture.EVENT_LOOP
+        else "its oracle is never switched (oracle-switch applies to the single-coordinator configurations)"
+    ),
+}  # fmt: skip
+
+
+def check_known_bad(config: CoordinatorConfig) -> None:
+    """`InvalidUsage` if a known-bad toggle switched on in `config` has no
+    effect there (`KNOWN_BAD_INERT`), with the reason."""
+    for name in config.known_bad.enabled():
+        why = KNOWN_BAD_INERT[name](config) if name in KNOWN_BAD_INERT else None
+        if why is not None:
+            raise InvalidUsage(
+                f"known-bad {name.replace('_', '-')} has no effect on {config.name}: {why}; "
+                "`coordsim anomalies matrix` lists where each one acts"
+            )
 
 
 def knobs(config: CoordinatorConfig) -> dict[str, Any]:

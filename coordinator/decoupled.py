@@ -32,6 +32,11 @@ Paths:
   periodic commit advances idle tables.
 - **Update/Delete**: under the global write lock: a peek at a linearized
   `read_ts`, then the diffs through group commit.
+- **Subscribe**: in a task of the coordinator's: 1. the table and catalog
+  `read_ts` and the plan, as a peek's; 2. wait for storage's catalog
+  frontier to pass `catalog_ts`; 3. `serve_subscription`
+  (`coordinator.subscribe`): `as_of` at or above `read_ts`, the snapshot,
+  then the listen, each batch forwarded on this adapter's cores.
 
 With `adapters > 1` (issue 36) a `coordinator.adapters.MultiAdapterCoordinator`
 runs several of these on one deployment: each is then given an
@@ -86,6 +91,7 @@ from coordinator.statements import (
     SqlState,
     Update,
 )
+from coordinator.subscribe import SubscribeBatch, serve_subscription, subscribe_table
 from oracle.stash import Fenced as OracleFenced
 from sim.runtime.errors import ExternalError
 from sim.runtime.tasks import AsyncExitStack, concurrently
@@ -103,7 +109,8 @@ if TYPE_CHECKING:
     from coordinator.environment import Environment, Incarnation
     from coordinator.events import EventSink
     from coordinator.session import Session
-    from coordinator.statements import Statement
+    from coordinator.statements import Statement, Subscribe
+    from coordinator.subscribe import Feed, Item
     from oracle.gated import ProcessGate
     from sim.runtime.core import Runtime
 
@@ -124,8 +131,10 @@ class AdapterHost(ABC):
     peek_ids: Iterator[int]
     #: The global write lock of read-then-write (UPDATE/DELETE): global means
     #: the deployment's, not one adapter's, or two adapters' updates of one
-    #: row both retract it (a lost update).
-    write_lock: anyio.Lock
+    #: row both retract it (a lost update). An `anyio.Lock` when the adapters
+    #: share a process; a lock row of the deployment's database when each is
+    #: an OS process (`coordinator.write_lock`).
+    write_lock: AbstractAsyncContextManager[object]
 
     @abstractmethod
     def open_adapter(
@@ -208,7 +217,7 @@ class DecoupledCoordinator(RunningCoordinator):
         self._peek_ids: Iterator[int] = itertools.count(1) if host is None else host.peek_ids
         self._pending: list[PendingWrite] = []
         self._gc_wake = anyio.Event()
-        self._write_lock = anyio.Lock() if host is None else host.write_lock
+        self._write_lock: AbstractAsyncContextManager[object] = anyio.Lock() if host is None else host.write_lock
         bad = config.known_bad
         self._table_read_ts = shared_read_ts(bad.coordinator_joins_read_ts)
         self._catalog_read_ts = shared_read_ts(bad.coordinator_joins_read_ts)
@@ -483,6 +492,45 @@ class DecoupledCoordinator(RunningCoordinator):
         result = peek_result(plan, response, read_ts=read_ts, catalog_ts=catalog_ts)
         await self._cpu(costs.peek_finish + costs.per_row * len(result.rows))
         return result
+
+    # --- subscriptions ---------------------------------------------------------------------
+
+    def _start_subscription(self, session: Session, statement: Subscribe, feed: Feed) -> None:
+        assert self._tg is not None
+        self._tg.start_soon(self._subscription, statement, feed)
+
+    async def _subscription(self, stmt: Subscribe, feed: Feed) -> None:
+        """The Subscribe path of the module docstring."""
+        inc = self.incarnation
+        costs = self.config.costs
+        try:
+            await self._cpu(costs.parse_plan)
+            read_ts, catalog_ts, view = await self._timestamps()
+            table = subscribe_table(view, stmt)
+            await self._cpu(costs.peek_sequence)
+            await inc.storage.wait_catalog_frontier(catalog_ts)
+        except SqlError as exc:
+            feed.put(exc)
+            return
+        except (Fenced, OracleFenced) as exc:
+            feed.put(self._fence(exc))
+            return
+
+        async def linearized(ts: int) -> None:
+            try:
+                await linearize(inc.oracle, self._rt, ts, read_ts)
+            except OracleFenced as exc:
+                raise self._fence(exc) from exc
+
+        async def forward(item: Item) -> None:
+            if isinstance(item, SubscribeBatch):
+                await self._cpu(costs.peek_finish + costs.per_row * len(item.updates))
+            feed.put(item)
+
+        await serve_subscription(
+            feed, stmt, table, persist=inc.persist, read_ts=read_ts, catalog_ts=catalog_ts,
+            linearize=linearized, sink=forward,
+        )  # fmt: skip
 
     # --- writes -------------------------------------------------------------------------
 

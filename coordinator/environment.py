@@ -29,8 +29,9 @@ from controllers.commands import AdvanceCatalogFrontier
 from controllers.compute import ComputeConfig, ComputeController
 from controllers.derive import derive
 from controllers.storage import StorageConfig, StorageController
-from coordinator.config import CatalogKind, OracleKind
+from coordinator.config import Architecture, CatalogKind, OracleKind, PersistListen
 from coordinator.events import CoordinatorEvent
+from coordinator.oracle_switch import OracleSwitch, start_above_other
 from oracle.api import CATALOG_TIMELINE, REALTIME_TIMELINE
 from oracle.batching import BatchingOracle
 from oracle.gated import GatedOracle
@@ -39,6 +40,7 @@ from oracle.modeled import ModeledOracle, ModeledOracleRows
 from oracle.observed import ObservedOracle, OracleCall
 from oracle.stash import MemTimestampStash, UnfencedStash
 from persist.client import PersistClient
+from sim.runtime.errors import InvalidUsage
 from sim.runtime.tasks import AsyncExitStack
 
 if TYPE_CHECKING:
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     from controllers.compute import ResponseSink
     from coordinator.config import CoordinatorConfig
     from coordinator.events import EventSink
+    from coordinator.oracle_switch import Flip
     from oracle.api import TimestampOracle
     from oracle.gated import ProcessGate
     from oracle.stash import TimestampStash
@@ -69,6 +72,8 @@ class Environment:
         blob, consensus: persist's location (tables, persist catalog).
         postgres_url: real mode: the database of the oracle, the timestamp stash
             and the catalog stash; None: virtual mode, everything in memory.
+        blob_url: real mode: where `blob` is, for adapter processes that open
+            it themselves (`coordinator.process_adapters`).
         name: keeps deployments apart in one database (stash names, timelines).
     """
 
@@ -80,10 +85,12 @@ class Environment:
         consensus: Consensus,
         postgres_url: str | None = None,
         name: str | None = None,
+        blob_url: str | None = None,
     ) -> None:
         self.blob = blob
         self.consensus = consensus
         self.postgres_url = postgres_url
+        self.blob_url = blob_url
         # Derived from the Runtime's seed in virtual mode, so traces stay identical.
         self.name = (
             name or f"env-{uuid.UUID(int=rt.derive('environment').rng.getrandbits(128)).hex[:12]}"
@@ -92,6 +99,9 @@ class Environment:
         self.timestamp_stash: MemTimestampStash | None = None
         self.catalog_store: MemStashStore | None = None
         self.oracle_rows: ModeledOracleRows | None = None
+        #: A coordinator's oracle was switched live (`coordinator.oracle_switch`):
+        #: from then on a starting coordinator catches up with both implementations.
+        self.oracle_switched = False
         if postgres_url is None:
             self.timestamp_stash = MemTimestampStash(rt)
             self.catalog_store = MemStashStore(rt)
@@ -121,6 +131,19 @@ class Incarnation:
     rt: Runtime
     events: EventSink | None = None
     actor: str = "coordinator"
+    #: The event loop's oracle flag (`coordinator.oracle_switch`); None: decoupled.
+    oracle_switch: OracleSwitch | None = None
+
+    async def switch_oracle(self) -> Flip:
+        """Flips the oracle flag (the `oracle-switch` fault). From then on
+        `confirm_leadership()` goes through the catalog's epoch, which every
+        coordinator bumps whichever oracle it runs (rule 2 of
+        `coordinator.oracle_switch`)."""
+        if self.oracle_switch is None:
+            raise InvalidUsage("only a single coordinator's oracle is switched (the event-loop architecture)")
+        flip = await self.oracle_switch.flip()
+        self.memory_oracle = None
+        return flip
 
     def emit(self, kind: str, component: str, start_s: float, **fields: Any) -> None:
         """Reports an internal event that started at `start_s` and ends now."""
@@ -156,6 +179,7 @@ async def open_incarnation(
     derive_commands: bool = True,
     events: EventSink | None = None,
     actor: str = "coordinator",
+    join_epoch: int | None = None,
 ) -> AsyncIterator[Incarnation]:
     """Opens one coordinator's components on `env` (see the module docstring).
 
@@ -166,6 +190,13 @@ async def open_incarnation(
             from a subscription instead).
         events, actor: where internal events go (every oracle call the
             coordinator makes, as its callers see it, is one), and who made them.
+        join_epoch: an adapter in an OS process of its own
+            (`coordinator.adapter_process`): join the catalog at the
+            deployment's epoch instead of opening it (which would fence the
+            deployment's other adapters).
+
+    Raises:
+        catalog.api.Fenced: with `join_epoch`, the catalog's epoch moved on.
     """
     bad = config.known_bad
     async with AsyncExitStack() as stack:
@@ -173,11 +204,29 @@ async def open_incarnation(
             PersistClient(env.blob, env.consensus, rt.derive("persist"))
         )
         raw_realtime, raw_catalog, memory = await _open_oracles(env, config, rt, stack)
+        switch = None
+        if config.architecture is Architecture.EVENT_LOOP:
+            if env.oracle_switched:
+                await start_above_other(env, config.oracle, rt, (raw_realtime, raw_catalog))
+            # Seed 000's rollout flag: a pass-through until the first flip. The
+            # new oracles start at 0 to be fast-forwarded (the known-bad flip,
+            # which does not, leaves an in-memory one at its stash's upper).
+            async def reopen(kind: OracleKind) -> tuple[TimestampOracle, TimestampOracle]:
+                cfg = config.with_overrides(oracle=kind)
+                env.oracle_switched = True
+                a, b, _ = await _open_oracles(env, cfg, rt, stack, at_upper=bad.unsynced_oracle_switch)
+                return a, b
+
+            switch = OracleSwitch(config.oracle, raw_realtime, raw_catalog, reopen, unsynced=bad.unsynced_oracle_switch)
+            raw_realtime, raw_catalog = switch.realtime, switch.catalog
         oracle, catalog_oracle, raw_catalog = await _client_oracles(
             raw_realtime, raw_catalog, config, rt, stack, events, actor
         )
         catalog = await _open_catalog(env, config, rt, persist, raw_catalog, stack)
-        await catalog.open()
+        if join_epoch is None:
+            await catalog.open()
+        else:
+            await catalog.join(join_epoch)
         storage = await stack.enter_async_context(
             StorageController(
                 persist,
@@ -190,11 +239,14 @@ async def open_incarnation(
                 persist,
                 rt.derive("compute"),
                 respond,
-                config=ComputeConfig(ignore_catalog_ts=bad.peeks_ignore_catalog_ts),
+                config=ComputeConfig(
+                    ignore_catalog_ts=bad.peeks_ignore_catalog_ts,
+                    listen_poll_s=config.persist_poll_s if config.persist_listen is PersistListen.POLL else None,
+                ),
             )
         )
         inc = Incarnation(
-            persist, oracle, catalog_oracle, memory, catalog, storage, compute, rt, events, actor
+            persist, oracle, catalog_oracle, memory, catalog, storage, compute, rt, events, actor, switch
         )
         if derive_commands:
             await feed_catalog(inc, catalog.cached_upper)
@@ -307,8 +359,9 @@ async def advance_catalog_frontier(inc: Incarnation, upper: int) -> None:
 
 
 async def _open_oracles(
-    env: Environment, config: CoordinatorConfig, rt: Runtime, stack: AsyncExitStack
+    env: Environment, config: CoordinatorConfig, rt: Runtime, stack: AsyncExitStack, *, at_upper: bool = True
 ) -> tuple[TimestampOracle, TimestampOracle, MemoryOracle | None]:
+    """`at_upper`: see `MemoryOracle.open` (False for an oracle switch's new oracle)."""
     realtime, catalog_tl = env.timeline(REALTIME_TIMELINE), env.timeline(CATALOG_TIMELINE)
     if config.oracle is OracleKind.MEMORY:
         stash: TimestampStash
@@ -323,15 +376,16 @@ async def _open_oracles(
         if config.known_bad.skip_epoch_fencing:
             stash = UnfencedStash(stash)
         epoch = await stash.open()  # a new process: fences every older one
-        a = await MemoryOracle.open(stash, realtime, rt, epoch=epoch)
-        b = await MemoryOracle.open(stash, catalog_tl, rt, epoch=epoch)
+        unguarded = config.known_bad.unguarded_wall_clock
+        a = await MemoryOracle.open(stash, realtime, rt, epoch=epoch, unguarded_clock=unguarded, at_upper=at_upper)
+        b = await MemoryOracle.open(stash, catalog_tl, rt, epoch=epoch, unguarded_clock=unguarded, at_upper=at_upper)
         stack.push_async_callback(a.close)
         stack.push_async_callback(b.close)
         return a, b, a
     if env.oracle_rows is not None:
         return (
-            ModeledOracle(env.oracle_rows, realtime, rt),
-            ModeledOracle(env.oracle_rows, catalog_tl, rt),
+            ModeledOracle(env.oracle_rows, realtime, rt, unguarded_clock=config.known_bad.unguarded_wall_clock),
+            ModeledOracle(env.oracle_rows, catalog_tl, rt, unguarded_clock=config.known_bad.unguarded_wall_clock),
             None,
         )
     from oracle.pgclient import PostgresClient
@@ -340,8 +394,8 @@ async def _open_oracles(
     assert env.postgres_url is not None
     client = await PostgresClient.connect(env.postgres_url, rt, application_name="coordsim-oracle")
     stack.push_async_callback(client.close)
-    a_pg = await PostgresOracle.on(client, realtime, rt)
-    b_pg = await PostgresOracle.on(client, catalog_tl, rt)
+    a_pg = await PostgresOracle.on(client, realtime, rt, unguarded_clock=config.known_bad.unguarded_wall_clock)
+    b_pg = await PostgresOracle.on(client, catalog_tl, rt, unguarded_clock=config.known_bad.unguarded_wall_clock)
     return a_pg, b_pg, None
 
 

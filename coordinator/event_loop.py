@@ -51,6 +51,14 @@ every statement is also a `catalog_snapshot` message before its execute and a
 timestamp) each post a `peek_stage_ready`: six messages per SELECT, four per
 `SELECT 1`. Combined (the loop as seed 000 describes it): execute, the
 timestamp message when read_ts runs off the loop, and the response.
+- **Subscribe**: a client message: 1. plan on the loop; 2. `read_ts` as a
+  peek's (on the loop, or off it with the oracle's calls off the loop);
+  3. a task runs `serve_subscription` (`coordinator.subscribe`); each item
+  it produces comes back as a controller response (`SubscribeResponse`,
+  `controller_response + peek_finish + per_row` on the loop, as
+  Materialize's subscribe responses reach the client through its loop); the
+  reply (`as_of`) waits for the batch's `confirm_leadership()`, as a peek's
+  result does.
 - **Update/Delete**: a task takes the global write lock, reads the matching rows
   through the peek path at a linearized timestamp, writes their replacements
   through group commit and replies: nothing amortizes, so each pays every
@@ -105,10 +113,13 @@ from coordinator.statements import (
     SelectConstant,
     SqlError,
     SqlState,
+    Subscribe,
     Update,
 )
+from coordinator.subscribe import Started, SubscribeResponse, serve_subscription, subscribe_table
 from oracle.stash import Fenced as OracleFenced
 from sim.runtime.errors import ExternalError
+from sim.runtime.tasks import DONE
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -122,6 +133,7 @@ if TYPE_CHECKING:
     from coordinator.events import EventSink
     from coordinator.session import Session
     from coordinator.statements import Statement
+    from coordinator.subscribe import Feed, Item
     from sim.runtime.core import Runtime
 
 __all__ = ["EventLoopCoordinator"]
@@ -151,11 +163,15 @@ class _Request:
     # asyncio's event, not anyio's: one per statement, waited on before it
     # is set (see `oracle.batching._Batch`; issue 20).
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    #: A SUBSCRIBE's stream: an error reply ends it.
+    feed: Feed | None = None
 
     def reply(self, result: Result) -> None:
         if self.result is None:
             self.result = result
             self.done.set()
+            if self.feed is not None and result.error is not None:
+                self.feed.put(result.error)
 
 
 @final
@@ -405,6 +421,8 @@ class EventLoopCoordinator(RunningCoordinator):
                 rtw = self._catalog_view().plan_read_then_write(stmt)
                 assert self._tg is not None
                 self._tg.start_soon(self._read_then_write, req, rtw)
+            elif isinstance(stmt, Subscribe):
+                await self._subscribe(req, stmt)
             else:
                 raise SqlError(
                     SqlState.FEATURE_NOT_SUPPORTED, f"{type(stmt).__name__} is not supported"
@@ -520,8 +538,12 @@ class EventLoopCoordinator(RunningCoordinator):
             Peek(peek_id, plan.collection_id, plan.cluster_id, ts, job.catalog_ts, plan.transform)
         )
 
-    async def _handle_response(self, response: ComputeResponse) -> None:
+    async def _handle_response(self, response: ComputeResponse | SubscribeResponse) -> None:
         costs = self.config.costs
+        if isinstance(response, SubscribeResponse):
+            await self._cpu(costs.controller_response + costs.peek_finish + costs.per_row * response.rows)
+            response.deliver()
+            return
         if not isinstance(response, PeekResponse):
             await self._cpu(costs.controller_response)
             return
@@ -612,6 +634,67 @@ class EventLoopCoordinator(RunningCoordinator):
         self.incarnation.emit("confirm-leadership", "oracle", start, batch_size=len(buffered))
         for deliver, result in buffered:
             deliver(result)
+
+    # --- subscriptions ----------------------------------------------------------------
+
+    def _start_subscription(self, session: Session, statement: Subscribe, feed: Feed) -> None:
+        self._post("external", _Request(session, statement, feed=feed))
+
+    async def _subscribe(self, req: _Request, stmt: Subscribe) -> None:
+        """The Subscribe path of the module docstring, from its plan on."""
+        feed = req.feed
+        assert feed is not None
+        assert self._tg is not None
+        table = subscribe_table(self._catalog_view(), stmt)
+        await self._cpu(self.config.costs.peek_sequence)
+        catalog_ts = self._catalog_ts()
+        inc = self.incarnation
+        confirm = self.config.confirm_leadership and not self.config.known_bad.skip_confirm_leadership
+
+        def deliver(item: Item) -> None:
+            if isinstance(item, Started) and confirm:
+                # The answer read coordinator state (its oracle's read_ts):
+                # only true if we still lead, as a peek's result.
+                self._confirm_buffer.append((lambda r: feed.put(item if r.error is None else r.error), Result()))
+            else:
+                feed.put(item)
+
+        def forward(item: Item) -> Awaitable[None]:
+            self._post("response", SubscribeResponse(item, lambda: deliver(item)))
+            return DONE
+
+        async def follow(read_ts: int) -> None:
+            async def linearized(ts: int) -> None:
+                try:
+                    await linearize(inc.oracle, self._rt, ts, read_ts)
+                except OracleFenced as exc:
+                    raise self._fence(exc) from exc
+
+            await serve_subscription(
+                feed, stmt, table, persist=inc.persist, read_ts=read_ts, catalog_ts=catalog_ts,
+                linearize=linearized, sink=forward,
+            )  # fmt: skip
+
+        async def timestamp() -> None:
+            try:
+                read_ts = await self._read_ts(inc.oracle)
+            except OracleFenced as exc:
+                feed.put(self._fence(exc))
+                return
+            except ExternalError as exc:
+                feed.put(SqlError(SqlState.SERIALIZATION_FAILURE, f"read_ts: {exc}"))
+                return
+            await follow(read_ts)
+
+        if self.config.oracle_calls is OracleCalls.OFF_LOOP:
+            self._tg.start_soon(timestamp)
+            return
+        try:
+            read_ts = await inc.oracle.read_ts()
+        except OracleFenced as exc:
+            feed.put(self._fence(exc))
+            return
+        self._tg.start_soon(follow, read_ts)
 
     # --- writes ---------------------------------------------------------------------
 

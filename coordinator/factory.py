@@ -31,7 +31,9 @@ def build_coordinator(
     """An unstarted coordinator: run it with `async with`. Two built on one
     `Environment` are two processes on the same stores (the newer fences the older);
     a decoupled configuration with `adapters > 1` is that many adapters of one
-    deployment (`coordinator.adapters`), which do not fence each other.
+    deployment, which do not fence each other: simulated processes in virtual
+    mode (`coordinator.adapters`), OS processes in real mode
+    (`coordinator.process_adapters`).
 
     Args:
         events: receives internal events (oracle calls, group commits, …).
@@ -39,7 +41,12 @@ def build_coordinator(
     """
     if config.architecture is Architecture.EVENT_LOOP:
         return EventLoopCoordinator(config, env, rt, events=events, actor=actor)
+    if config.adapters > 1 and not env.virtual:
+        # Several serving processes on one deployment (issue 36), each an OS process.
+        from coordinator.process_adapters import ProcessAdaptersCoordinator
+
+        return ProcessAdaptersCoordinator(config, env, rt, events=events, actor=actor)
     if config.adapters > 1:
-        # Several serving processes on one deployment (issue 36).
+        # Several serving processes on one deployment (issue 36), simulated.
         return MultiAdapterCoordinator(config, env, rt, events=events, actor=actor)
     return DecoupledCoordinator(config, env, rt, events=events, actor=actor)

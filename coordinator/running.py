@@ -18,6 +18,7 @@ from coordinator.group_commit import GroupCommitStats
 from coordinator.planner import CatalogView
 from coordinator.session import Coordinator, CoordinatorStatistics, Result
 from coordinator.statements import SqlError, SqlState
+from coordinator.subscribe import Subscription, Subscriptions, shutdown_error
 from oracle.api import CATALOG_TIMELINE
 from sim.runtime.backend_stats import current_backend_stats
 from sim.runtime.tasks import DONE, AsyncExitStack, Ready
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
     from coordinator.environment import Environment, Incarnation
     from coordinator.events import EventSink
     from coordinator.session import Session
-    from coordinator.statements import Statement
+    from coordinator.statements import Statement, Subscribe
+    from coordinator.subscribe import Feed
     from sim.runtime.core import Runtime
 
 __all__ = ["RunningCoordinator"]
@@ -80,6 +82,7 @@ class RunningCoordinator(Coordinator):
         self._counts = collections.Counter[str]()
         #: A real-mode compare's recorder of per-handler Python CPU (None, as in virtual mode: not timed).
         self._handler_cpu = current_backend_stats()
+        self._subscriptions = Subscriptions()
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -110,6 +113,9 @@ class RunningCoordinator(Coordinator):
     ) -> bool | None:
         stack, self._stack = self._stack, None
         assert stack is not None
+        # Subscriptions end first (57P01): their producers are cancelled with
+        # the task group, before the incarnation they read from closes.
+        self._subscriptions.shutdown(shutdown_error())
         self._stopping()
         return await stack.__aexit__(et, e, tb)
 
@@ -184,6 +190,23 @@ class RunningCoordinator(Coordinator):
     @abstractmethod
     async def _serve(self, session: Session, statement: Statement) -> Result:
         """`execute` on a running coordinator not (yet) known to be fenced."""
+
+    def subscribe(self, session: Session, statement: Subscribe) -> Subscription:
+        def open_(feed: Feed) -> None:
+            if self._fenced is not None:
+                feed.put(self._fenced)
+            elif self._tg is None:
+                feed.put(SqlError(SqlState.ADMIN_SHUTDOWN, "the coordinator is not running"))
+            else:
+                self._subscriptions.add(feed)
+                self._start_subscription(session, statement, feed)
+
+        return Subscription(open_)
+
+    @abstractmethod
+    def _start_subscription(self, session: Session, statement: Subscribe, feed: Feed) -> None:
+        """Starts streaming `statement` into `feed` (`serve_subscription` in
+        the coordinator's task group); must not block."""
 
     # --- shared state ----------------------------------------------------------------
 

@@ -1,6 +1,10 @@
 """The client API both architectures share: `Coordinator.connect() -> Session`,
 `Session.execute(statement) -> Result`.
 
+A SUBSCRIBE streams instead: `Session.subscribe(statement) -> Subscription`,
+an async iterator of batches of changes with their progress, which the client
+closes (`coordinator.subscribe`).
+
 A `Result` is what a client sees — rows or an error with a SQLSTATE-like code —
 plus the timestamps the system used (`read_ts`, `write_ts`, `catalog_ts`), which
 histories record as annotations so the white-box checker can replay them.
@@ -16,7 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self, final
 
 from coordinator.sql import parse
-from coordinator.statements import SqlError, SqlState
+from coordinator.statements import SqlError, SqlState, Subscribe
+from coordinator.subscribe import Subscription
 from sim.runtime.tasks import Ready
 
 if TYPE_CHECKING:
@@ -131,6 +136,11 @@ class Coordinator(ABC):
         """A new client connection."""
         return Session(self, next(self._session_ids))
 
+    def child_pids(self) -> tuple[int, ...]:
+        """The OS processes besides this one that serve this coordinator (its
+        CPU is theirs too); none unless its adapters are processes."""
+        return ()
+
     @abstractmethod
     async def __aenter__(self) -> Self: ...
 
@@ -147,6 +157,21 @@ class Coordinator(ABC):
 
     @abstractmethod
     def statistics(self) -> CoordinatorStatistics: ...
+
+    def subscribe(self, session: Session, statement: Subscribe) -> Subscription:
+        """Starts `statement` for `session` when the returned `Subscription`
+        is entered (`async with`); never raises here. Without an `AS OF`,
+        its `as_of` is strict serializable as a peek's timestamp is: at least
+        the timestamp of every statement that returned before it began, and
+        the snapshot at `as_of` holds every write acknowledged by then. Then
+        every committed change after `as_of` arrives exactly once, in
+        timestamp order, each batch carrying its progress, until `UP TO`,
+        the client's `close()`, or an error (`coordinator.subscribe`). A
+        coordinator that cannot stream refuses (0A000), as this default does."""
+        del session
+        return Subscription.refusing(
+            SqlError(SqlState.FEATURE_NOT_SUPPORTED, f"SUBSCRIBE to {statement.table!r} is not supported here")
+        )
 
 
 @final
@@ -165,4 +190,26 @@ class Session:
                 statement = parse(statement)
             except SqlError as exc:
                 return Ready(Result.failed(exc))
+        if isinstance(statement, Subscribe):
+            return Ready(Result.failed(SqlError(
+                SqlState.FEATURE_NOT_SUPPORTED, "SUBSCRIBE streams its results: run it with Session.subscribe"
+            )))  # fmt: skip
         return self.coordinator.execute(self, statement)
+
+    def subscribe(self, statement: Statement | str) -> Subscription:
+        """A SUBSCRIBE on this connection (see `Coordinator.subscribe`):
+        `async with session.subscribe("SUBSCRIBE t") as sub: async for
+        batch in sub: …`. A statement that is not a SUBSCRIBE, or does not
+        parse, is refused when entered."""
+        if isinstance(statement, str):
+            try:
+                parsed = parse(statement)
+            except SqlError as exc:
+                return Subscription.refusing(exc)
+        else:
+            parsed = statement
+        if not isinstance(parsed, Subscribe):
+            return Subscription.refusing(
+                SqlError(SqlState.FEATURE_NOT_SUPPORTED, f"not a SUBSCRIBE: {type(parsed).__name__}")
+            )
+        return self.coordinator.subscribe(self, parsed)

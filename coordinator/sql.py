@@ -5,7 +5,7 @@ maps onto one dataclass of `coordinator.statements`, and a small recursive
 descent parser gives exact one-line errors (SQLSTATE 42601 with the position)
 without a dependency whose AST would need mapping anyway. Syntax follows
 Materialize where the two differ from PostgreSQL (`IN CLUSTER`, `CREATE
-DEFAULT INDEX`, `REPLICATION FACTOR`).
+DEFAULT INDEX`, `REPLICATION FACTOR`, `SUBSCRIBE … AS OF … UP TO`).
 
 One module past 500 lines on purpose: `render` is the parser's inverse
 (`parse(render(s)) == s`, property-tested), so the grammar and its rendering
@@ -38,6 +38,7 @@ from coordinator.statements import (
     SelectConstant,
     SqlError,
     SqlState,
+    Subscribe,
     Update,
 )
 
@@ -238,6 +239,8 @@ class _Parser:
             return Delete(table, self.where())
         if self.accept_kw("select"):
             return self.select_constant() if self.constant_ahead() else self.select()
+        if self.accept_kw("subscribe"):
+            return self.subscribe()
         raise self.error("CREATE, DROP, INSERT, UPDATE, DELETE or SELECT")
 
     def create(self) -> Statement:
@@ -382,6 +385,39 @@ class _Parser:
         source = self.ident("a table, index or view name")
         return Select(source, columns, count, self.where())
 
+    def subscribe(self) -> Subscribe:
+        """`SUBSCRIBE [TO] name [WITH (opt [= bool], …)] [AS OF n] [UP TO n]`,
+        Materialize's order; the options are SNAPSHOT and PROGRESS."""
+        self.accept_kw("to")
+        table = self.ident("a table name")
+        options = {"snapshot": True, "progress": False}
+        if self.accept_kw("with"):
+            self.expect_op("(")
+            while True:
+                name = self.peek().word
+                if name not in options:
+                    raise self.error("SNAPSHOT or PROGRESS")
+                self.i += 1
+                value: Value = True
+                if self.accept_op("=") or self.peek().word in ("true", "false"):
+                    value = self.literal()
+                if not isinstance(value, bool):
+                    raise SqlError(SqlState.SYNTAX_ERROR, f"{name.upper()} takes true or false, got {value!r}")
+                options[name] = value
+                if not self.accept_op(","):
+                    break
+            self.expect_op(")")
+        as_of = self.timestamp() if self.accept_kw("as", "of") else None
+        up_to = self.timestamp() if self.accept_kw("up", "to") else None
+        return Subscribe(table, options["snapshot"], options["progress"], as_of, up_to)
+
+    def timestamp(self) -> int:
+        tok = self.peek()
+        if tok.kind != "num":
+            raise self.error("a timestamp (a non-negative integer)")
+        self.i += 1
+        return int(tok.text)
+
     # --- constant queries (no FROM) ------------------------------------------
 
     def constant_ahead(self) -> bool:
@@ -490,6 +526,11 @@ def render(stmt: Statement) -> str:
                 "count(*)" if count else "*" if columns is None else ", ".join(map(_name, columns))
             )
             return f"SELECT {what} FROM {_name(source)}{_where(where)}"
+        case Subscribe(table, snapshot, progress, as_of, up_to):
+            opts = [o for o, on in (("SNAPSHOT = false", not snapshot), ("PROGRESS", progress)) if on]
+            with_ = f" WITH ({', '.join(opts)})" if opts else ""
+            bounds = ("" if as_of is None else f" AS OF {as_of}") + ("" if up_to is None else f" UP TO {up_to}")
+            return f"SUBSCRIBE TO {_name(table)}{with_}{bounds}"
         case SelectConstant(values, names):
             return "SELECT " + ", ".join(
                 sql_literal(v) + ("" if n == "?column?" else f" AS {_name(n)}") for v, n in zip(values, names, strict=True)
@@ -520,7 +561,7 @@ def _name(name: str) -> str:
 
 #: Words the parser reads as keywords where a name could also stand.
 _RESERVED: Final = frozenset(
-    {"true", "false", "null", "in", "on", "as", "from", "where", "and", "set", "values", "if"}
+    {"true", "false", "null", "in", "on", "as", "from", "where", "and", "set", "values", "if", "to"}
 )
 
 

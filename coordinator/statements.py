@@ -35,6 +35,7 @@ __all__ = [
     "SqlError",
     "SqlState",
     "Statement",
+    "Subscribe",
     "Update",
     "Value",
 ]
@@ -61,6 +62,7 @@ class SqlState(StrEnum):
     INVALID_CATALOG_NAME = "3D000"
     UNDEFINED_COLUMN = "42703"
     DATATYPE_MISMATCH = "42804"
+    INVALID_PARAMETER_VALUE = "22023"
     WRONG_OBJECT_TYPE = "42809"
     DEPENDENT_OBJECTS = "2BP01"
     SERIALIZATION_FAILURE = "40001"
@@ -235,6 +237,26 @@ class SelectConstant:
     names: tuple[str, ...]
 
 
+@final
+@dataclass(frozen=True)
+class Subscribe:
+    """`SUBSCRIBE [TO] table [WITH (SNAPSHOT [=] bool, PROGRESS [=] bool)]
+    [AS OF n] [UP TO n]`: the table's contents at `as_of`, then every later
+    change in timestamp order, with progress (`coordinator.subscribe`).
+
+    `as_of` None: the coordinator picks a strict-serializable one, as for a
+    peek; `up_to` None: it runs until the client closes it. `snapshot=False`
+    leaves the contents at `as_of` out; `progress=False` leaves out the
+    batches that carry progress only (no update), as Materialize's default
+    `PROGRESS = false` leaves out its progress rows."""
+
+    table: str
+    snapshot: bool = True
+    progress: bool = False
+    as_of: int | None = None
+    up_to: int | None = None
+
+
 Statement = (
     CreateTable
     | DropTable
@@ -249,4 +271,5 @@ Statement = (
     | Delete
     | Select
     | SelectConstant
+    | Subscribe
 )

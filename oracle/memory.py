@@ -58,6 +58,7 @@ class MemoryOracle(TimestampOracle):
         start: int,
         window_ms: int,
         owns_stash: bool,
+        unguarded_clock: bool = False,
     ) -> None:
         """Use `open`."""
         self._stash = stash
@@ -71,6 +72,7 @@ class MemoryOracle(TimestampOracle):
         self._upper = start
         self._window_ms = window_ms
         self._owns_stash = owns_stash
+        self._unguarded_clock = unguarded_clock
         self._persist_lock = anyio.Lock()
         self._metrics = OracleMetrics(rt)
         self._fenced: Fenced | None = None
@@ -86,6 +88,8 @@ class MemoryOracle(TimestampOracle):
         epoch: int | None = None,
         window_ms: int = DEFAULT_WINDOW_MS,
         owns_stash: bool = False,
+        unguarded_clock: bool = False,
+        at_upper: bool = True,
     ) -> MemoryOracle:
         """Opens the oracle of `timeline`, resuming at the stash's upper for it.
 
@@ -95,6 +99,13 @@ class MemoryOracle(TimestampOracle):
                 epoch, fencing every older opener).
             window_ms: how far ahead the persisted upper is set (> 0).
             owns_stash: close the stash with the oracle.
+            unguarded_clock: known-bad variant (issue 38): `write_ts` is the
+                wall clock without the `max` (see `_write_ts`).
+            at_upper: False: `read_ts` and `write_ts` start at 0, the upper
+                only bounding what needs persisting — for a caller that
+                fast-forwards it at once to another oracle's state
+                (`advance`, `oracle.switching`) instead of a restart's jump
+                to the upper (which reads would wait for the tables to reach).
         """
         check_timeline(timeline)
         if not isinstance(window_ms, int) or window_ms < 1:
@@ -103,15 +114,18 @@ class MemoryOracle(TimestampOracle):
             epoch = await stash.open()
         # Read after the epoch bump: every upper of an older process is visible.
         upper = await stash.read_upper(timeline)
-        return cls(
+        oracle = cls(
             stash=stash,
             epoch=epoch,
             timeline=timeline,
             rt=rt,
-            start=upper or 0,
+            start=(upper or 0) if at_upper else 0,
             window_ms=window_ms,
             owns_stash=owns_stash,
+            unguarded_clock=unguarded_clock,
         )
+        oracle._upper = upper or 0
+        return oracle
 
     @property
     def timeline(self) -> str:
@@ -136,10 +150,16 @@ class MemoryOracle(TimestampOracle):
         self._check_usable()
         await checkpoint()
         self._check_usable()
-        ts = max(self._write + 1, self._rt.wall_ms())
+        wall = self._rt.wall_ms()
+        if self._unguarded_clock:
+            # The known-bad variant: the clock as read, bumped only where it
+            # would repeat the last timestamp; a clock behind it goes back.
+            ts = self._write + 1 if wall == self._write else wall
+        else:
+            ts = max(self._write + 1, wall)
         if ts > _BIGINT_MAX - 1:
             raise InvalidUsage(f"timeline {self._timeline!r} has run out of timestamps")
-        assert self._read < ts, (self._read, ts)
+        assert self._unguarded_clock or self._read < ts, (self._read, ts)
         self._write = ts  # allocated atomically (no await since the read above)
         await self._persist_above(ts)
         return WriteTimestamp.at(ts)
@@ -179,6 +199,18 @@ class MemoryOracle(TimestampOracle):
         # upper could be followed, after a crash, by a write_ts below it.
         await self._persist_above(ts)
         self._read = max(self._read, ts)
+
+    async def advance(self, *, read_ts: int, write_ts: int) -> None:
+        """Fast-forwards to another oracle's state (`oracle.switching.Advancing`):
+        persists an upper above it first, then raises `write_ts` and `read_ts`."""
+        check_timestamp(read_ts, "advance read_ts")
+        check_timestamp(write_ts, "advance write_ts")
+        self._check_usable()
+        await checkpoint()
+        self._check_usable()
+        self._write = max(self._write, write_ts, read_ts)
+        await self._persist_above(self._write)
+        self._read = max(self._read, read_ts)
 
     async def confirm_leadership(self) -> None:
         """One stash transaction checking this process's epoch is still current.

@@ -59,13 +59,18 @@ class ModeledOracleRows:
 class ModeledOracle(TimestampOracle):
     """One timeline's oracle over `ModeledOracleRows` with modeled round trips."""
 
-    def __init__(self, rows: ModeledOracleRows, timeline: str, rt: Runtime) -> None:
+    def __init__(
+        self, rows: ModeledOracleRows, timeline: str, rt: Runtime, *, unguarded_clock: bool = False
+    ) -> None:
+        """`unguarded_clock`: known-bad variant (issue 38), `write_ts` without
+        `GREATEST` (see `PostgresOracle`'s `_WRITE_TS_UNGUARDED`)."""
         check_timeline(timeline)
         self._rows = rows
         self._timeline = timeline
         self._rt = rt
         self._metrics = OracleMetrics(rt)
         self._closed = False
+        self._unguarded_clock = unguarded_clock
         rows.row(timeline)
 
     @property
@@ -76,8 +81,8 @@ class ModeledOracle(TimestampOracle):
         return f"ModeledOracle({self._timeline!r})"
 
     async def _statement(self, op: str, apply: Callable[[_Row], T]) -> T:
-        """One modeled round trip (a sample of the latency, half each way);
-        `apply` runs atomically at the server in between."""
+        """One modeled round trip (a sample of the latency `oracle.pg.<op>`,
+        half each way); `apply` runs atomically at the server in between."""
         if self._closed:
             raise InvalidUsage(f"oracle {self._timeline!r} is closed")
         # The two directions vary independently, as network and queueing do.
@@ -90,7 +95,11 @@ class ModeledOracle(TimestampOracle):
     async def write_ts(self) -> WriteTimestamp:
         def allocate(row: _Row) -> WriteTimestamp:
             # UPDATE … SET write_ts = GREATEST(write_ts + 1, $wall) RETURNING write_ts
-            row.write_ts = max(row.write_ts + 1, self._rt.wall_ms())
+            wall = self._rt.wall_ms()
+            if self._unguarded_clock:  # … SET write_ts = CASE WHEN $wall = write_ts THEN … ELSE $wall END
+                row.write_ts = row.write_ts + 1 if wall == row.write_ts else wall
+            else:
+                row.write_ts = max(row.write_ts + 1, wall)
             return WriteTimestamp.at(row.write_ts)
 
         return await self._metrics.observe("write_ts", lambda: self._statement("write_ts", allocate))
@@ -114,6 +123,20 @@ class ModeledOracle(TimestampOracle):
             row.read_ts = max(row.read_ts, ts)
 
         await self._metrics.observe("apply_write", lambda: self._statement("apply_write", apply))
+
+    async def advance(self, *, read_ts: int, write_ts: int) -> None:
+        """Fast-forwards the row (`oracle.switching.Advancing`), one statement:
+        `UPDATE … SET write_ts = GREATEST(write_ts, $w, $r), read_ts = GREATEST(read_ts, $r)`."""
+        check_timestamp(read_ts, "advance read_ts")
+        check_timestamp(write_ts, "advance write_ts")
+
+        def forward(row: _Row) -> None:
+            row.write_ts = max(row.write_ts, write_ts, read_ts)
+            row.read_ts = max(row.read_ts, read_ts)
+
+        # The same single-row UPDATE as apply_write's, so its measured latency
+        # (`coordsim calibrate` has no separate figure for a rare statement).
+        await self._metrics.observe("advance", lambda: self._statement("apply_write", forward))
 
     def statistics(self) -> OracleStatistics:
         return OracleStatistics("modeled-postgres", self._timeline, self._metrics.snapshot())

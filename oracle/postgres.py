@@ -60,6 +60,15 @@ UPDATE timestamp_oracle SET write_ts = GREATEST(write_ts + 1, $2)
 WHERE timeline = $1
 RETURNING write_ts"""
 
+# Known-bad variant (issue 38): the caller's wall clock without GREATEST's
+# floor, bumped only where it would repeat the last timestamp. A clock behind
+# the row (stepped back, stalled, or another process's clock ahead) hands out
+# timestamps below those already allocated.
+_WRITE_TS_UNGUARDED: Final = """
+UPDATE timestamp_oracle SET write_ts = CASE WHEN $2 = write_ts THEN write_ts + 1 ELSE $2 END
+WHERE timeline = $1
+RETURNING write_ts"""
+
 # peek_write_ts(timeline)
 _PEEK_WRITE_TS: Final = "SELECT write_ts FROM timestamp_oracle WHERE timeline = $1"
 
@@ -78,6 +87,12 @@ _READ_TS: Final = "SELECT read_ts FROM timestamp_oracle WHERE timeline = $1"
 # known-bad variant the conformance suite must reject.
 _APPLY_WRITE: Final = """
 UPDATE timestamp_oracle SET write_ts = GREATEST(write_ts, $2), read_ts = GREATEST(read_ts, $2)
+WHERE timeline = $1"""
+
+# A live oracle switch's fast-forward (`oracle.switching`): each column raised
+# to at least the old oracle's value, never lowered ($2 write_ts, $3 read_ts).
+_ADVANCE: Final = """
+UPDATE timestamp_oracle SET write_ts = GREATEST(write_ts, $2, $3), read_ts = GREATEST(read_ts, $3)
 WHERE timeline = $1"""
 
 _APPLY_WRITE_SEED_LITERAL: Final = """
@@ -102,6 +117,7 @@ class PostgresOracle(TimestampOracle):
         *,
         owns_client: bool,
         seed_literal_apply_write: bool = False,
+        unguarded_clock: bool = False,
     ) -> None:
         """Use `open` or `on`."""
         check_timeline(timeline)
@@ -110,6 +126,7 @@ class PostgresOracle(TimestampOracle):
         self._rt = rt
         self._owns_client = owns_client
         self._apply_sql = _APPLY_WRITE_SEED_LITERAL if seed_literal_apply_write else _APPLY_WRITE
+        self._write_sql = _WRITE_TS_UNGUARDED if unguarded_clock else _WRITE_TS
         self._metrics = OracleMetrics(rt)
         self._closed = False
 
@@ -126,6 +143,7 @@ class PostgresOracle(TimestampOracle):
         retry: RetryPolicy = DEFAULT_RETRY,
         initially: int = 0,
         seed_literal_apply_write: bool = False,
+        unguarded_clock: bool = False,
     ) -> PostgresOracle:
         """Connects to `url`, creates the table and the timeline's row if missing.
 
@@ -136,6 +154,8 @@ class PostgresOracle(TimestampOracle):
             initially: read_ts and write_ts of a timeline created by this call.
             seed_literal_apply_write: known-bad variant: the seed's literal
                 apply_write statement (see `_APPLY_WRITE`).
+            unguarded_clock: known-bad variant: write_ts without `GREATEST`
+                (see `_WRITE_TS_UNGUARDED`).
 
         Raises:
             InvalidUsage: a bad argument or URL.
@@ -158,6 +178,7 @@ class PostgresOracle(TimestampOracle):
                 rt,
                 initially=initially,
                 seed_literal_apply_write=seed_literal_apply_write,
+                unguarded_clock=unguarded_clock,
                 _owns_client=True,
             )
         except BaseException:
@@ -173,9 +194,11 @@ class PostgresOracle(TimestampOracle):
         *,
         initially: int = 0,
         seed_literal_apply_write: bool = False,
+        unguarded_clock: bool = False,
         _owns_client: bool = False,
     ) -> PostgresOracle:
-        """The oracle of `timeline` on a shared client (not closed with the oracle)."""
+        """The oracle of `timeline` on a shared client (not closed with the oracle).
+        `unguarded_clock`: known-bad variant, see `_WRITE_TS_UNGUARDED`."""
         check_timeline(timeline)
         check_timestamp(initially, "initially")
         oracle = cls(
@@ -184,6 +207,7 @@ class PostgresOracle(TimestampOracle):
             rt,
             owns_client=_owns_client,
             seed_literal_apply_write=seed_literal_apply_write,
+            unguarded_clock=unguarded_clock,
         )
         await client.create_table(_SCHEMA)
 
@@ -211,7 +235,7 @@ class PostgresOracle(TimestampOracle):
             # The wall clock is read per attempt: a retry allocates at its own time.
             try:
                 ts: int | None = await conn.fetchval(
-                    _WRITE_TS, self._timeline, self._rt.wall_ms()
+                    self._write_sql, self._timeline, self._rt.wall_ms()
                 )
             except asyncpg.NumericValueOutOfRangeError as exc:
                 # `write_ts + 1` overflowed bigint: no retry can help.
@@ -248,6 +272,17 @@ class PostgresOracle(TimestampOracle):
             return 0 if status == "UPDATE 1" else None
 
         await self._run("apply_write", apply, write=True)
+
+    async def advance(self, *, read_ts: int, write_ts: int) -> None:
+        """Fast-forwards the row (`oracle.switching.Advancing`, `_ADVANCE`)."""
+        check_timestamp(read_ts, "advance read_ts")
+        check_timestamp(write_ts, "advance write_ts")
+
+        async def forward(conn: Conn) -> int | None:
+            status = await conn.execute(_ADVANCE, self._timeline, write_ts, read_ts)
+            return 0 if status == "UPDATE 1" else None
+
+        await self._run("advance", forward, write=True)
 
     def statistics(self) -> OracleStatistics:
         return OracleStatistics("postgres", self._timeline, self._metrics.snapshot())

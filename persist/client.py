@@ -170,13 +170,15 @@ class PersistClient(TaskOwner):
             self._spawn_heartbeat(handle)
         return handle
 
-    async def open_reader(self, shard_id: str, *, heartbeat: bool = True) -> ReadHandle:
+    async def open_reader(self, shard_id: str, *, heartbeat: bool = True, poll_s: float | None = None) -> ReadHandle:
+        """A reader of `shard_id`. `poll_s`: a reader in another process that
+        has no PubSub (`ReadHandle`); None: this process's view, current at once."""
         m = await self.machine(shard_id)
         rid = self._new_id("r")
         lease = m.cfg.lease_ms
         state, refusal = await m.apply("register_reader", lambda s: register_reader(s, rid, self.rt.wall_ms(), lease))
         raise_refusal(refusal, shard_id)
-        handle = ReadHandle(self, m, rid, state.readers[rid].since)
+        handle = ReadHandle(self, m, rid, state.readers[rid].since, poll_s=poll_s)
         if heartbeat:
             self._spawn_heartbeat(handle)
         return handle

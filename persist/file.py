@@ -3,7 +3,9 @@
 `set` is atomic and durable: write a temp file, fsync it, rename it over the
 target, fsync the directory. A crash leaves either the old value or the new one.
 File I/O blocks, so every call runs in a worker thread (real mode only: the
-virtual-time loop forbids threads).
+virtual-time loop forbids threads). A store's data is private whatever the
+umask: every directory it creates is 0700 and every file 0600 (directories
+that existed before, the root's parents among them, are left as they are).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ __all__ = ["FileBlob"]
 _SUFFIX = ".blob"
 _EMPTY_SEGMENT = "%"  # quote() never produces a lone "%"
 _MAX_SEGMENT = 240
+_DIR_MODE = 0o700
+_FILE_MODE = 0o600
 
 
 def _encode_segment(segment: str) -> str:
@@ -53,7 +57,7 @@ class FileBlob(Blob):
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
         self.root = Path(root)
         self._fsync = fsync
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _make_dirs(self.root)
 
     def _path(self, key: str) -> Path:
         check_blob_key(key)
@@ -106,6 +110,33 @@ class FileBlob(Blob):
         return keys
 
 
+def _make_dirs(path: Path) -> None:
+    """Creates `path` and its missing parents, each exactly 0700 whatever the
+    umask (`mkdir(parents=True)` gives the parents the umask's mode, 0755 as
+    a rule). Directories that exist are left alone: not ours to change."""
+    missing: list[Path] = []
+    p = path
+    while not p.is_dir():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, _DIR_MODE)
+        except FileExistsError:
+            if d.is_dir():
+                continue  # made meanwhile by another writer, which sets its mode
+            raise
+        # Through a descriptor of the directory itself, so a swap for a link
+        # between the two calls changes nothing elsewhere.
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(fd, _DIR_MODE)
+        finally:
+            os.close(fd)
+
+
 def _read(path: Path) -> bytes | None:
     try:
         return path.read_bytes()
@@ -116,10 +147,10 @@ def _read(path: Path) -> bytes | None:
 def _write_atomic(path: Path, value: bytes, fsync: bool) -> None:
     tmp = path.parent / f".tmp-{uuid.uuid4().hex}"
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        # A store's data is private whatever the umask: 0600 files, 0700 directories.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        _make_dirs(path.parent)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, _FILE_MODE)
         with open(fd, "wb") as f:
+            os.fchmod(fd, _FILE_MODE)  # a stricter umask took bits away: exactly 0600
             f.write(value)
             if fsync:
                 f.flush()

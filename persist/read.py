@@ -49,9 +49,16 @@ class ListenBatch:
 class ReadHandle:
     """Reads one shard at times at or beyond its since, which it holds back."""
 
-    def __init__(self, client: PersistClient, machine: Machine, reader_id: str, since: Frontier) -> None:
+    def __init__(
+        self, client: PersistClient, machine: Machine, reader_id: str, since: Frontier, *, poll_s: float | None = None
+    ) -> None:
         self._client = client
         self._m = machine
+        #: A reader in a process of its own without PubSub (a replica under
+        #: `PersistListen.POLL`): it learns of new states only when it polls
+        #: Consensus, every `poll_s`, and reads the state of its last poll.
+        self._poll_s = poll_s
+        self._polled = machine.state
         self.reader_id = reader_id
         self.shard_id = machine.shard_id
         self.since = since
@@ -68,6 +75,14 @@ class ReadHandle:
             raise InvalidUsage(f"cannot read shard {self.shard_id} as of {as_of}: below its since {self.since}")
 
     async def _wait_upper_beyond(self, ts: int) -> ShardState:
+        if self._poll_s is not None:
+            state = self._polled
+            while state.upper.less_equal(ts):
+                await self._m.rt.sleep(self._poll_s)
+                fetched = await self._m.fetch()
+                assert fetched is not None
+                state = self._polled = fetched
+            return state
         state = self._m.state
         while state.upper.less_equal(ts):
             state = await self._m.wait_for_change()

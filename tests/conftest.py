@@ -82,3 +82,12 @@ def _runs_root(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Mon
     from sim.runtime.outputs import ROOT_ENV
 
     monkeypatch.setenv(ROOT_ENV, str(tmp_path_factory.mktemp("runs") / "coordsim-out"))
+
+
+@pytest.fixture(autouse=True)
+def _forget_secrets() -> None:
+    """The redaction remembers every password it hid, process-wide, to hide
+    pieces of it in drivers' errors: each test starts as a fresh process."""
+    from sim.runtime.redact import forget_secrets
+
+    forget_secrets()

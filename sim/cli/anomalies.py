@@ -1,13 +1,17 @@
 """`coordsim anomalies run|sweep|list` and `coordsim shrink`: run one anomaly
 scenario for one seed and check it, run it over many seeds on worker processes
 (sim/nemesis/sweep.py), or shrink a failing one to its smallest reproduction.
+`coordsim anomalies shrink` is the deprecated second name of `coordsim shrink`.
 
 Exit codes follow `coordsim check`: 0 valid, 1 invalid, 3 unknown, 2 bad input.
+A known-bad variant that has no effect on the chosen configuration is bad input
+(`coordinator.config.check_known_bad`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shlex
 import sys
@@ -21,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from coordinator.config import check_known_bad
 from sim.cli import options
 from sim.cli.check import document
 from sim.cli.matrix import matrix_command
@@ -39,6 +44,7 @@ from sim.nemesis.anomalies import (
     STUCK_AFTER_S,
     RunStuck,
     Spec,
+    coordinator_config,
     default_spec,
     parse_known_bad,
     run_spec,
@@ -127,6 +133,7 @@ def _spec(
     spec = default_spec(
         scenario, config, seed, known_bad=parse_known_bad(known_bad or []), mode=_mode(mode)
     )
+    check_known_bad(coordinator_config(config).with_overrides(known_bad=spec.known_bad))
     return replace(
         spec,
         clients=spec.clients if clients is None else clients,
@@ -168,10 +175,11 @@ def _check_postgres(mode: str | None) -> None:
 @anomalies_app.command("run")
 def anomalies_run(
     scenario: Annotated[
-        str | None, typer.Argument(metavar="SCENARIO", help=f"One of: {', '.join(SCENARIOS)} (with --scenario-file: "
+        str | None, typer.Argument(metavar="SCENARIO", show_default=False,
+                                   help=f"One of: {', '.join(SCENARIOS)} (with --scenario-file: "
                                    "whose settings the file's program runs with).")
     ] = None,
-    scenario_opt: options.MaybeScenario = None,
+    scenario_opt: options.ScenarioOpt = None,
     scenario_file: Annotated[
         Path | None, typer.Option("--scenario-file", metavar="FILE", help="A .py scenario file "
                                   "(`async def scenario(sim)`, e.g. written by `coordsim shrink -o`) to run "
@@ -202,17 +210,15 @@ def anomalies_run(
 
     Examples:
       coordsim anomalies run seed001 --seed 3
-      coordsim anomalies run seed001 --config event-loop --known-bad peeks-ignore-catalog-ts
-      coordsim anomalies run --scenario-file repro.py
+      coordsim anomalies run seed001 --known-bad peeks-ignore-catalog-ts   # exit 1: the checkers name it
+      coordsim anomalies run --scenario-file repro.py   # exit 1: a file `coordsim shrink -o repro.py` wrote
     """
     output = options.pick(output, old_out, old_name="--out", new_name="-o/--output")
     if scenario_opt is not None and (scenario_opt.endswith(".py") or Path(scenario_opt).is_file()):
         # `--scenario FILE` was this command's spelling of --scenario-file.
         options.deprecated(f"--scenario {scenario_opt}", "--scenario-file")
         scenario_file, scenario_opt = scenario_file or Path(scenario_opt), None
-    if scenario is not None and scenario_opt is not None and scenario != scenario_opt:
-        raise InvalidUsage(f"two scenarios named: {scenario} and --scenario {scenario_opt}")
-    scenario = scenario if scenario is not None else scenario_opt
+    scenario = options.maybe_scenario(scenario, scenario_opt)
     program = None
     settings: dict[str, Any] = {}
     if scenario_file is not None:
@@ -339,8 +345,9 @@ _Seeds = Annotated[int, typer.Option("--seeds", metavar="N", help=options.SEEDS_
 
 @anomalies_app.command("sweep")
 def anomalies_sweep(
-    scenario: options.Scenario,
     seeds: _Seeds,
+    scenario: options.ScenarioArg = None,
+    scenario_opt: options.ScenarioOpt = None,
     config: options.Config = None,
     known_bad: _KnownBad = None,
     first_seed: FirstSeed = 0,
@@ -352,15 +359,16 @@ def anomalies_sweep(
 ) -> None:  # fmt: skip
     """Run a scenario over many seeds (virtual mode) on worker processes, check every seed with every checker, and summarize.
 
-    Prints anomalies by name and each failing seed with its replay command; writes summary.json, verdict.json and each failing seed's trace, and prints the directory last. Exit 1 if any seed failed.
+    Prints anomalies by name and each failing seed with its replay command; writes summary.json, verdict.json and each failing seed's trace, and prints the directory last. Exit 1 if any seed failed. (`coordsim spark sweep` runs the seeds as Spark tasks.)
 
     Examples:
-      coordsim anomalies sweep --scenario seed001 --seeds 200
-      coordsim anomalies sweep --scenario split-brain --config event-loop --seeds 1000 -j 2 --schedule random
+      coordsim anomalies sweep seed001 --seeds 200
+      coordsim anomalies sweep split-brain --config event-loop --seeds 1000 -j 2 --schedule random
     """
     output = options.pick(output, old_out, old_name="--out", new_name="-o/--output")
-    scenario = options.kebab(scenario, SCENARIOS)
+    scenario = options.kebab(options.scenario(scenario, scenario_opt), SCENARIOS)
     config = config or options.DEFAULT_CONFIG
+    check_known_bad(coordinator_config(config).with_overrides(known_bad=parse_known_bad(known_bad or [])))
     work = tasks(scenario, config, seeds=seeds, first_seed=first_seed, known_bad=known_bad or [],
                  schedule=_schedule(schedule))  # fmt: skip
     n_jobs = jobs if jobs is not None else (os.cpu_count() or 1)
@@ -405,7 +413,10 @@ ShrinkOutput = Annotated[
 
 
 def shrink_command(
-    scenario: Annotated[str, typer.Argument(metavar="SCENARIO", help=f"One of: {', '.join(SCENARIOS)}.")],
+    scenario: Annotated[
+        str | None, typer.Argument(metavar="SCENARIO", show_default=False, help=f"One of: {', '.join(SCENARIOS)}.")
+    ] = None,
+    scenario_opt: options.ScenarioOpt = None,
     config: options.Config = None,
     seed: options.Seed = None,
     known_bad: _KnownBad = None,
@@ -423,14 +434,14 @@ def shrink_command(
 ) -> None:  # fmt: skip
     """Shrink a failing scenario while the same anomaly still appears, and print the smallest reproduction.
 
-    Virtual mode: fewer clients, operations and faults, then delta debugging over single statements, clients and fault events; with -o, writes the minimal reproduction as a scenario file (its path printed last). Real mode: the first pass only, best effort (a candidate that happens not to show the anomaly is dropped).
+    Virtual mode: fewer clients, operations and faults, then delta debugging over single statements, clients and fault events; with -o, writes the minimal reproduction as a scenario file (its path printed last). Real mode: the first pass only, best effort (a candidate that happens not to show the anomaly is dropped). Exit 1 with the reproduction, 0 if there was no anomaly to shrink.
 
     Examples:
-      coordsim shrink seed001 --config decoupled --known-bad peeks-ignore-catalog-ts -o repro.py
-      coordsim anomalies run --scenario-file repro.py
+      coordsim shrink seed001 --config decoupled --known-bad peeks-ignore-catalog-ts -o repro.py   # exit 1
+      coordsim anomalies run --scenario-file repro.py   # exit 1: the same anomaly
     """
     out = options.pick(output, old_out, old_name="--out", new_name="-o/--output")
-    scenario = options.kebab(scenario, SCENARIOS)
+    scenario = options.kebab(options.scenario(scenario, scenario_opt), SCENARIOS)
     config = config or options.DEFAULT_CONFIG
     seed = seed if seed is not None else options.DEFAULT_SEED
     spec = _spec(scenario, config, seed, known_bad, clients, size, faults, mode)
@@ -512,9 +523,22 @@ def _shrink_ops(spec: Spec, policy: str, anomaly: str | None, max_runs: int, out
     raise typer.Exit(1)
 
 
+@functools.wraps(shrink_command)
+def _anomalies_shrink(*args: Any, **kwargs: Any) -> None:
+    options.deprecated("coordsim anomalies shrink", "coordsim shrink")
+    shrink_command(*args, **kwargs)
+
+
+_anomalies_shrink.__doc__ = (
+    f"Deprecated name of `coordsim shrink` (accepted until {options.ACCEPTED_UNTIL}): "
+    + (shrink_command.__doc__ or "")
+)
+
+
 def register(app: typer.Typer) -> None:
     """Adds `anomalies` and `shrink` to the `coordsim` app (sim/cli/main.py calls this)."""
     app.add_typer(anomalies_app, name="anomalies")
     anomalies_app.command("matrix")(matrix_command)
     app.command("shrink")(shrink_command)
-    anomalies_app.command("shrink")(shrink_command)
+    # Shrinking has one name (issue 37); the second one still works, noted.
+    anomalies_app.command("shrink", hidden=True)(_anomalies_shrink)

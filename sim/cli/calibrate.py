@@ -55,10 +55,11 @@ def calibrate(
     """Measure oracle, stash and consensus round trips against the configured Postgres (embedded unless COORDSIM_POSTGRES_URL) and write a latency profile for `--mode virtual`; prints the file last.
 
     Examples:
-      coordsim calibrate
-      coordsim calibrate --samples 500 -o my-profile.toml
+      coordsim calibrate   # not in CI: it measures this host, and refuses a busy one
+      coordsim calibrate --samples 500 -o my-profile.toml   # not in CI: as above
       coordsim compare --latency-profile my-profile.toml
-      coordsim calibrate --from coordsim-out/compare-… -o this-host.toml
+      coordsim compare --mode real -w select-one --concurrency 1,4
+      coordsim calibrate --from coordsim-out/latest-compare -o this-host.toml
     """
     if from_run is not None:
         _from_run(from_run, output, levels, s3=s3)

@@ -107,8 +107,8 @@ def dump(
     """Dump the catalog as JSON (every key and value as edit/delete take them).
 
     Examples:
-      coordsim catalog dump --location 'persist+postgres://localhost/db?blob=file:///tmp/blobs'
-      coordsim catalog dump --location 'stash+postgres://localhost/db?env=prod' --target dump.json
+      coordsim catalog dump --location "stash+$COORDSIM_POSTGRES_URL"
+      coordsim catalog dump --location "stash+$COORDSIM_POSTGRES_URL?env=prod" --target dump.json
     """
     try:
         if target is not None:
@@ -135,7 +135,7 @@ def edit(
     """Insert or replace one object (opens the catalog: fences its current opener).
 
     Examples:
-      coordsim catalog edit table '{"id": 3}' '{"name": "t"}' --location URL
+      coordsim catalog edit setting '{"name": "x"}' '{"value": "y"}' --location "stash+$COORDSIM_POSTGRES_URL"
     """
     try:
         result = _run(location, lambda c: edit_object(c, kind, key, value))
@@ -153,7 +153,8 @@ def delete(
     """Delete one object (opens the catalog: fences its current opener).
 
     Examples:
-      coordsim catalog delete table '{"id": 3}' --location URL
+      coordsim catalog edit setting '{"name": "x"}' '{"value": "y"}' --location "stash+$COORDSIM_POSTGRES_URL"
+      coordsim catalog delete setting '{"name": "x"}' --location "stash+$COORDSIM_POSTGRES_URL"
     """
     try:
         result = _run(location, lambda c: delete_object(c, kind, key))
@@ -172,7 +173,7 @@ def upgrade_check_cmd(
     """Check whether this binary could open (upgrade) the catalog; writes nothing. Exit 0 if it could, 1 if not.
 
     Examples:
-      coordsim catalog upgrade-check --location URL
+      coordsim catalog upgrade-check --location "stash+$COORDSIM_POSTGRES_URL"
     """
     if _missing_blob_dir(location) is not None:  # opening would create it: writes nothing
         typer.echo("catalog is not initialized: opening would create it")

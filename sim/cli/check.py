@@ -99,7 +99,7 @@ def check(
     ] = None,
     checker: Annotated[
         list[str] | None,
-        typer.Option("--checker", "-c", metavar="NAME", show_default="all", help=f"Run only these (repeatable; of {', '.join(CHECKERS)}); what the others would judge then counts as not judged."),
+        typer.Option("--checker", metavar="NAME", show_default="all", help=f"Run only these (repeatable; of {', '.join(CHECKERS)}); what the others would judge then counts as not judged."),
     ] = None,
     linear_limit: Annotated[
         float, typer.Option(metavar="SECONDS", help="Time limit in seconds of checker 5 and of the table checker (each).")

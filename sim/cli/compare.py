@@ -46,7 +46,7 @@ from sim.compare.report import (
     write_csv,
     write_markdown,
 )
-from sim.compare.scaleout import parse_adapters, with_adapters
+from sim.compare.scaleout import parse_adapters, plot_scaleout, with_adapters
 from sim.compare.tables import tables
 from sim.load.config import (
     MAX_CONCURRENCY,
@@ -63,7 +63,14 @@ from sim.load.config import (
 )
 from sim.load.workloads import WORKLOADS
 from sim.runtime.errors import CoordsimError, InvalidUsage
-from sim.runtime.outputs import atomic_write, run_dir, staged_dir
+from sim.runtime.outputs import (
+    RUNS_ROOT,
+    atomic_write,
+    latest_name,
+    output_command,
+    run_dir,
+    staged_dir,
+)
 from sim.runtime.workers import MAX_JOBS, workers
 
 if TYPE_CHECKING:
@@ -95,7 +102,7 @@ ModeOpt = options.Mode
 ConfigsOpt = Annotated[str | None, typer.Option("--configs", metavar="NAMES", show_default="all", help=f"Comma-separated configurations: {', '.join(CONFIGURATIONS)}, or variants of a config file.")]
 WorkloadsOpt = Annotated[str | None, typer.Option("--workloads", "-w", metavar="NAMES", show_default="select-one,insert,update", help=f"Comma-separated workloads ({', '.join(WORKLOADS)}) or scenario files (.toml: a workload with its settings; .py: a script, run --repeat times).")]
 ConcOpt = Annotated[str | None, typer.Option("--concurrency", metavar="N,N,…", show_default="1,4,16,64,256", help=f"Comma-separated client counts, each 1 to {MAX_CONCURRENCY:,}, at most {MAX_LEVELS:,} of them.")]
-AdaptersOpt = Annotated[str | None, typer.Option("--adapters", metavar="N,N,…", show_default="each configuration's own (1)", help="Comma-separated counts of serving processes (adapters) to sweep each decoupled configuration over, as variants <config>-<N>-adapters; event-loop configurations keep their one loop. Virtual mode only above 1 for now (issue 36).")]
+AdaptersOpt = Annotated[str | None, typer.Option("--adapters", metavar="N,N,…", show_default="each configuration's own (1)", help="Comma-separated counts of serving processes (adapters) to sweep each decoupled configuration over, as variants <config>-<N>-adapters; event-loop configurations keep their one loop. In real mode each adapter is an OS process on the one Postgres (at most 8).")]
 OpsOpt = Annotated[int | None, typer.Option("--ops", metavar="N", help=f"Instead of --duration: operations per window at concurrency 1 (scaled with sqrt(clients)), 1 to {MAX_OPS:,}.")]
 RateOpt = Annotated[float | None, typer.Option("--rate", metavar="OPS_PER_S", help="Open loop: Poisson arrivals per second (latency from intended start); default: closed loop.")]
 SeedOpt = options.Seed
@@ -151,7 +158,7 @@ def config_show(
 
     Examples:
       coordsim config show
-      coordsim config show --mode real -w insert > my.toml
+      coordsim config show -w insert --concurrency 1,16 > my.toml
       coordsim compare -c my.toml
     """
     cfg = build_config(
@@ -192,7 +199,7 @@ def compare(
     reference: Annotated[str | None, typer.Option("--reference", metavar="CONFIG", show_default="event-loop, else the first configuration", help="The configuration the Conclusions compare every other one with (ratios of throughput, p50 and p99 with 95 % intervals).")] = None,
     tables_: Annotated[int | None, typer.Option("--tables", metavar="N", show_default="1", help=f"Tables in the schema, 1 to {MAX_TABLES:,}.")] = None,
     quick: Annotated[bool, typer.Option("--quick", help="A short sweep: 1,4,16,64 clients, 2 passes of short windows.")] = False,
-    baseline: Annotated[Path | None, typer.Option("--baseline", metavar="DIR", help="A previous output directory: flag cells worse beyond the threshold and significantly (Welch's t-test, Holm-corrected over all comparisons at family-wise 5 %) (exit 1).")] = None,
+    baseline: Annotated[Path | None, typer.Option("--baseline", metavar="DIR", help="A previous compare output directory (coordsim-out/latest-compare is the newest): flag cells worse beyond the threshold and significantly (Welch's t-test, Holm-corrected over all comparisons at family-wise 5 %) (exit 1).")] = None,
     threshold: Annotated[float, typer.Option("--threshold", metavar="FRACTION", help="--baseline: the relative change that counts as a regression.")] = DEFAULT_REGRESSION_THRESHOLD,
     allow_errors: Annotated[bool, typer.Option("--allow-errors", help="Exit 0 even when a cell's error rate is above --error-threshold.")] = False,
     error_threshold: Annotated[float, typer.Option("--error-threshold", metavar="FRACTION", help="Largest error rate per cell that still exits 0.")] = DEFAULT_ERROR_THRESHOLD,
@@ -210,9 +217,9 @@ def compare(
 
     Examples:
       coordsim compare --quick
-      coordsim compare --mode real
+      coordsim compare --quick --baseline coordsim-out/latest-compare
       coordsim compare -w insert,update --concurrency 1,16 -T 0.5 -P 5
-      coordsim compare --baseline coordsim-out/latest
+      coordsim compare --mode real
     """
     from sim.compare.stats import check_fraction
 
@@ -248,7 +255,7 @@ def compare(
     if sensitivity and cfg.mode != "virtual":  # refused before the sweep, not after it
         raise InvalidUsage("--sensitivity reruns the comparison tens of times with one cost scaled: "
                            "it needs --mode virtual (deterministic, short reruns)")  # fmt: skip
-    base_rows = read_results(baseline) if baseline is not None else None
+    base_rows = read_results(_baseline(baseline)) if baseline is not None else None
     _check_progress(progress)
     target = options_run_dir(cfg, "compare")
     wall0 = time.perf_counter()
@@ -266,7 +273,7 @@ def compare(
         write_hgrms(stage, rows)
         checked = compare_baseline(rows, base_rows, threshold=threshold) if base_rows is not None else None
         regressions = checked.regressions if checked is not None else []
-        plots = plot(stage, rows)
+        plots = plot(stage, rows) + plot_scaleout(stage, rows)  # the second: with an adapter sweep
         waterfall = waterfall_lines(rows, steps) if steps else []
         if steps:
             plots += plot_waterfall(stage, rows, steps)
@@ -430,6 +437,20 @@ def _provenance(start: ProvenanceStart, cfg: Config, usage: HostUsage) -> dict[s
                                        postgres_url=cfg.postgres_url if cfg.mode == "real" else None)  # fmt: skip
 
     return run(finish, virtual=False)
+
+
+def _baseline(path: Path) -> Path:
+    """`--baseline`: a directory must be a `compare` run (`latest` may name a
+    `check` or `run` one; `latest-compare` is the newest comparison)."""
+    if path.is_dir():
+        command = output_command(path)
+        if command != "compare":
+            what = f"it is a `coordsim {command}` output" if command else "it is not a coordsim output"
+            raise InvalidUsage(
+                f"--baseline {path} is not a compare run ({what}): name a compare output directory "
+                f"(the newest is {RUNS_ROOT}/{latest_name('compare')})"
+            )
+    return path
 
 
 def options_run_dir(cfg: Config, command: str) -> Path:
@@ -624,7 +645,8 @@ def _sweep(
 
 
 def run_scenario(
-    scenario: Annotated[str, typer.Argument(metavar="SCENARIO", help="A shipped scenario (coordsim anomalies list, or a workload's TOML: select-one, insert, …), a workload name, or a .py/.toml path.")],
+    scenario: Annotated[str | None, typer.Argument(metavar="SCENARIO", show_default=False, help="A shipped scenario (coordsim anomalies list, or a workload's TOML: select-one, insert, …), a workload name, or a .py/.toml path.")] = None,
+    scenario_opt: options.ScenarioOpt = None,
     config: options.Config = None,
     mode: ModeOpt = None,
     seed: SeedOpt = None,
@@ -646,7 +668,7 @@ def run_scenario(
     from sim.load.scenarios import PythonScenario, load, shipped
 
     _check_progress(progress)
-    name = options.kebab(scenario, [*shipped(), *WORKLOADS])
+    name = options.kebab(options.scenario(scenario, scenario_opt), [*shipped(), *WORKLOADS])
     sc = load(name)
     config = config or options.DEFAULT_CONFIG
     cfg = build_config(

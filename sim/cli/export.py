@@ -139,7 +139,7 @@ def export(
     Examples:
       coordsim export coordsim-out/latest --format porcupine -o history.json
       coordsim export coordsim-out/latest -f edn
-      coordsim export coordsim-out/latest -f hgrm -o latency
+      coordsim export coordsim-out/latest-compare -f hgrm -o latency
     """
     try:
         if not trace.exists():

@@ -26,9 +26,7 @@ from sim.compare.isolation import (
     BASELINE,
     DEFAULT_VICTIM_CLIENTS,
     NEIGHBOURS,
-    REAL_MULTI_ADAPTER_NOTE,
     VICTIM_WORKLOAD,
-    architectures,
     isolation_config,
     isolation_rows,
     parse_neighbours,
@@ -83,7 +81,7 @@ def isolation(
 ) -> None:
     """Measure use-case isolation (seed 004): a victim's latency with and without a noisy neighbour, per architecture.
 
-    The victim is select-one (strict-serializable point peeks) from --victim-clients closed-loop clients. Each neighbour (ddl-churn, insert-storm, heavy-peek: the same clients and statements in every architecture) runs beside it on: event-loop (the one loop), decoupled (one adapter, shared), and decoupled with 2 adapters (victim on adapter 1, neighbour on adapter 2; virtual mode only). Each pass runs every architecture without and with each neighbour at one seed, each run on a fresh deployment; the with/without ratios of the victim's p50, p99 and throughput are the geometric means of the paired passes' ratios with 95 % intervals (1.0 = perfect isolation). Writes isolation.csv, runs.csv, summary.json, report.md and isolation-p99.png, prints a table and the directory last.
+    The victim is select-one (strict-serializable point peeks) from --victim-clients closed-loop clients. Each neighbour (ddl-churn, insert-storm, heavy-peek: the same clients and statements in every architecture) runs beside it on: event-loop (the one loop), decoupled (one adapter, shared), and decoupled with 2 adapters (victim on adapter 1, neighbour on adapter 2; in real mode two OS processes). Each pass runs every architecture without and with each neighbour at one seed, each run on a fresh deployment; the with/without ratios of the victim's p50, p99 and throughput are the geometric means of the paired passes' ratios with 95 % intervals (1.0 = perfect isolation). Writes isolation.csv, runs.csv, summary.json, report.md and isolation-p99.png, prints a table and the directory last.
 
     Examples:
       coordsim isolation
@@ -107,8 +105,7 @@ def isolation(
         warmup_s=warmup if warmup is not None else DEFAULT_WARMUP_S[m],
     ))  # fmt: skip
     n_jobs = _jobs(cfg, jobs)
-    archs = architectures(cfg.mode)
-    skipped = [a.name for a in ARCHITECTURES if a not in archs]
+    archs = ARCHITECTURES
     target = options_run_dir(cfg, "isolation")
     wall0 = time.perf_counter()
     from sim.compare.provenance import start_provenance
@@ -137,7 +134,7 @@ def isolation(
         png = report.plot(stage, rows, subtitle=(
             f"victim: {victim_clients} closed-loop {VICTIM_WORKLOAD} clients · {cfg.mode} mode · {repeat} "
             f"pass{'es' if repeat > 1 else ''} (seeds {seeds[0]}..{seeds[-1]}) · {w.duration_s:g} s windows"))
-        report.write_csv(stage / "isolation.csv", rows, skipped=skipped)
+        report.write_csv(stage / "isolation.csv", rows)
         report.write_runs_csv(stage / "runs.csv", results)
         prov = _provenance(prov_start, cfg, usage)
         knobs = knobs_toml(cfg.redacted())
@@ -145,7 +142,7 @@ def isolation(
         victim = (f"{victim_clients} closed-loop clients of `{VICTIM_WORKLOAD}` "
                   "(`SELECT * FROM t0 WHERE a = 1`, strict serializable)")  # fmt: skip
         text = report.markdown(rows, header=how + f"; wall time {time.perf_counter() - wall0:.0f} s.",
-                               victim=victim, neighbours=neighbours, plot_name=png.name, skipped=skipped,
+                               victim=victim, neighbours=neighbours, plot_name=png.name,
                                provenance=provenance_markdown(prov), knobs=knobs)  # fmt: skip
         atomic_write(stage / "report.md", lambda p: p.write_text(text))
         doc: dict[str, Any] = {
@@ -155,8 +152,7 @@ def isolation(
             "neighbours": {n: {"clients": NEIGHBOURS[n].clients, "description": NEIGHBOURS[n].description}
                            for n in neighbours},
             "architectures": [{"name": a.name, "config": a.config, "adapters": a.adapters,
-                               "description": a.description, "measured": a in archs} for a in ARCHITECTURES],
-            "skipped": {name: REAL_MULTI_ADAPTER_NOTE for name in skipped},
+                               "description": a.description} for a in ARCHITECTURES],
             "ratio": "with / without the neighbour: geometric mean of the paired passes' ratios (same seed), "
                      "95 % Student-t interval on their logarithms; 1.0 = perfect isolation",
             "rows": [r.as_dict() for r in rows], "plot": png.name,
@@ -169,7 +165,7 @@ def isolation(
         return
     from sim.compare.provenance import footer
 
-    for line in report.table_lines(rows, skipped=skipped):
+    for line in report.table_lines(rows):
         _out.print(line, markup=False, highlight=False, soft_wrap=True)
     _out.print(f"ratio = with / without the neighbour (geometric mean of paired passes [95% CI]); {how}",
                markup=False, highlight=False, soft_wrap=True)  # fmt: skip

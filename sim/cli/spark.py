@@ -1,16 +1,22 @@
-"""`coordsim replay`, `coordsim sweep` and `coordsim synth-trace`: the Spark
-side of coordsim. Exit codes as `coordsim check`: 0 every run valid, 1 some
-run invalid, 3 none invalid but some not fully judged (unknown), 2 bad input
-or Spark unavailable (one line on stderr)."""
+"""`coordsim spark replay`, `coordsim spark sweep` and `coordsim synth-trace`:
+the Spark side of coordsim. Exit codes as `coordsim check`: 0 every run valid,
+1 some run invalid, 3 none invalid but some not fully judged (unknown), 2 bad
+input or Spark unavailable (one line on stderr).
+
+`coordsim replay` and `coordsim sweep`, their names before issue 37 (where
+"replay" and "sweep" also named in-process things), still run them, with one
+line on stderr naming the new command, until `options.ACCEPTED_UNTIL`.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 from rich.console import Console
@@ -21,7 +27,7 @@ from sim.runtime.errors import CoordsimError, InvalidUsage
 from sim.runtime.outputs import claimed_dir, mark_latest, run_dir, staged_dir
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 __all__ = ["register"]
 
@@ -35,7 +41,7 @@ def _fail(exc: CoordsimError | str) -> typer.Exit:
     return typer.Exit(2)
 
 
-#: Seeds one `coordsim sweep` runs: each is a Spark task writing a trace.
+#: Seeds one `coordsim spark sweep` runs: each is a Spark task writing a trace.
 MAX_SWEEP_SEEDS: Final = 1_000_000
 #: `synth-trace`'s bounds: `sim.spark.synth`'s (imported only when it runs,
 #: as it imports pyarrow; tests/sim/test_help.py holds the two equal).
@@ -71,10 +77,11 @@ def _claim_out(out: str, command: str) -> Iterator[None]:
         yield
 
 
-def _latest(out: str) -> None:
-    """A run directory Spark wrote in place (not staged) becomes its runs root's `latest`."""
+def _latest(out: str, command: str) -> None:
+    """A run directory Spark wrote in place (not staged) becomes its runs
+    root's `latest` and `latest-<command>`."""
     if "://" not in out:
-        mark_latest(Path(out))
+        mark_latest(Path(out), command)
 
 
 def _check_master(option: str, master: str) -> None:
@@ -132,8 +139,8 @@ def replay(
     Every in-process checker runs per trace, a large trace cut into segments checked in parallel. Exit 0 every run valid (every operation judged), 1 some run invalid, 3 none invalid but some not fully judged (unknown).
 
     Examples:
-      coordsim replay coordsim-out/latest
-      coordsim replay coordsim-out --master local[2] -o replay-all
+      coordsim spark replay coordsim-out/latest
+      coordsim spark replay coordsim-out --master local[2] -o replay-all
     """
     from sim.spark.frames import expand_traces
     from sim.spark.job import replay as run_replay
@@ -145,11 +152,11 @@ def replay(
         _check_partitions(partitions)
         _check_master("--master", master)
         expand_traces(traces)  # bad paths fail here, before Spark starts
-        out = _target(output, old_out, "replay")
-        with _claim_out(out, "replay"):
+        out = _target(output, old_out, "spark replay")
+        with _claim_out(out, "spark replay"):
             spark = _session(master, verbose, partitions)
             res = run_replay(spark, traces, out)
-        _latest(out)
+        _latest(out, "spark replay")
     except CoordsimError as exc:
         raise _fail(exc) from exc
     _summary(res)
@@ -159,7 +166,8 @@ def replay(
 
 def sweep(
     seeds: Annotated[int, typer.Option("--seeds", metavar="N", help=options.SEEDS_HELP.format(maximum=MAX_SWEEP_SEEDS))],
-    scenario: options.Scenario,
+    scenario: options.ScenarioArg = None,
+    scenario_opt: options.ScenarioOpt = None,
     config: options.Config = None,
     master: options.Master = options.DEFAULT_MASTER,
     old_spark: options.OldSpark = None,
@@ -171,15 +179,16 @@ def sweep(
 ) -> None:
     """Run N seeds of an anomaly scenario as Spark tasks (virtual mode, one seed per task), write their traces to OUTPUT/traces, then replay them all into OUTPUT; prints the directory last.
 
-    Exit 0 every run valid (every operation judged), 1 some run invalid, 3 none invalid but some not fully judged (unknown).
+    `coordsim anomalies sweep` runs the same seeds in process, without Spark. Exit 0 every run valid (every operation judged), 1 some run invalid, 3 none invalid but some not fully judged (unknown).
 
     Examples:
-      coordsim sweep --scenario seed001 --seeds 100
-      coordsim sweep --scenario split-brain --config event-loop --seeds 1000 --master local[2]
+      coordsim spark sweep seed001 --seeds 100
+      coordsim spark sweep split-brain --config event-loop --seeds 1000 --master local[2]
     """
     import os
 
-    from sim.nemesis.anomalies import SCENARIOS, default_spec, parse_known_bad
+    from coordinator.config import check_known_bad
+    from sim.nemesis.anomalies import SCENARIOS, coordinator_config, default_spec, parse_known_bad
     from sim.spark.job import replay as run_replay
     from sim.spark.sweep import simulate
 
@@ -187,15 +196,16 @@ def sweep(
         if old_spark is not None:
             options.deprecated("--spark", "--master")
             master = old_spark
-        scenario = options.kebab(scenario, SCENARIOS)
+        scenario = options.kebab(options.scenario(scenario, scenario_opt), SCENARIOS)
         config = config or options.DEFAULT_CONFIG
         # Bad names and numbers fail here, before Spark starts.
         check_int("--seeds", seeds, low=1, high=MAX_SWEEP_SEEDS, unit="seeds")
         check_int("--first-seed", first_seed, low=-MAX_SEED, high=MAX_SEED - seeds)
-        default_spec(scenario, config, first_seed, known_bad=parse_known_bad(known_bad or []))
+        spec = default_spec(scenario, config, first_seed, known_bad=parse_known_bad(known_bad or []))
+        check_known_bad(coordinator_config(config).with_overrides(known_bad=spec.known_bad))
         _check_master("--master", master)
-        out = _target(output, old_out, "sweep")
-        with _claim_out(out, "sweep"):
+        out = _target(output, old_out, "spark sweep")
+        with _claim_out(out, "spark sweep"):
             spark = _session(master, verbose, None)
             traces = f"{out.rstrip('/')}/traces"
             if "://" not in traces:
@@ -205,7 +215,7 @@ def sweep(
             _out.print(f"simulated {len(rows)} seeds ({sum(r[2] for r in rows)} operations) "
                        f"in {time.perf_counter() - t0:.1f}s")  # fmt: skip
             res = run_replay(spark, [r[1] for r in rows], out)
-        _latest(out)
+        _latest(out, "spark sweep")
     except CoordsimError as exc:
         raise _fail(exc) from exc
     _summary(res)
@@ -249,8 +259,30 @@ def synth_trace(
     options.wrote(out)
 
 
+spark_app = typer.Typer(
+    help="Spark: re-verify traces at scale (replay) and run many seeds as Spark tasks (sweep).",
+    no_args_is_help=True,
+)
+
+
+def _deprecated(command: Callable[..., None], old: str, new: str) -> Callable[..., None]:
+    """`command` under its old name: the same options, one line on stderr first."""
+
+    @functools.wraps(command)
+    def alias(*args: Any, **kwargs: Any) -> None:
+        options.deprecated(old, new)
+        command(*args, **kwargs)
+
+    first, _, rest = (command.__doc__ or "").partition("\n")
+    alias.__doc__ = f"Deprecated name of `{new}` (accepted until {options.ACCEPTED_UNTIL}): {first}\n{rest}"
+    return alias
+
+
 def register(app: typer.Typer) -> None:
     """Adds the Spark commands to the `coordsim` app (sim/cli/main.py calls this)."""
-    app.command("replay")(replay)
-    app.command("sweep")(sweep)
+    spark_app.command("replay")(replay)
+    spark_app.command("sweep")(sweep)
+    app.add_typer(spark_app, name="spark")
+    app.command("replay", hidden=True)(_deprecated(replay, "coordsim replay", "coordsim spark replay"))
+    app.command("sweep", hidden=True)(_deprecated(sweep, "coordsim sweep", "coordsim spark sweep"))
     app.command("synth-trace")(synth_trace)

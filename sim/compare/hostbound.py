@@ -89,9 +89,18 @@ class HostProbe:
     backends are its children, counted with it; None: not measurable, an
     external server)."""
 
-    def __init__(self, rt: Runtime, postgres_pids: Callable[[], Sequence[int]] | None) -> None:
+    def __init__(
+        self,
+        rt: Runtime,
+        postgres_pids: Callable[[], Sequence[int]] | None,
+        *,
+        own_children: Sequence[int] = (),
+    ) -> None:
         self._rt = rt
         self._postgres_pids = postgres_pids
+        #: Processes whose CPU is coordsim's own: the adapter processes of a
+        #: real-mode deployment with several adapters.
+        self._children = tuple(own_children)
         self._lags: list[float] = []
         self._t0 = 0.0
         self._cpu0 = 0.0
@@ -102,7 +111,7 @@ class HostProbe:
         from sim.compare.host import HostSampler
 
         self._t0 = self._rt.now()
-        self._cpu0 = time.process_time()
+        self._cpu0 = self._own_cpu()
         self._pg0 = self._postgres_cpu()
         self._sampler = HostSampler(also_own=self._postgres_pids or tuple)
         self._sampler.start()
@@ -116,7 +125,7 @@ class HostProbe:
 
     def stop(self) -> HostFigures:
         wall = max(1e-9, self._rt.now() - self._t0)
-        own = (time.process_time() - self._cpu0) / wall
+        own = (self._own_cpu() - self._cpu0) / wall
         pg1 = self._postgres_cpu()
         pg = (pg1 - self._pg0) / wall if pg1 is not None and self._pg0 is not None else None
         usage = self._sampler.stop() if self._sampler is not None else None
@@ -126,6 +135,14 @@ class HostProbe:
         host = usage.host_busy_cores if usage is not None else None
         usable = usage.usable_cores if usage is not None else 1
         return HostFigures(wall, own, mean * 1000, p99 * 1000, pg, host, int(usable or 1))
+
+    def _own_cpu(self) -> float:
+        """This process's CPU seconds and its adapter processes' (each tree)."""
+        if not self._children:
+            return time.process_time()
+        from sim.compare.host import process_tree_cpu_s
+
+        return time.process_time() + sum(process_tree_cpu_s(pid) or 0.0 for pid in self._children)
 
     def _postgres_cpu(self) -> float | None:
         if self._postgres_pids is None:

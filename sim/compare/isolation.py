@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Final, final
 import anyio
 
 from coordinator.adapters import MultiAdapterCoordinator
+from coordinator.process_adapters import ProcessAdaptersCoordinator
 from sim.compare.stats import Estimate, estimate, percentile_shown
 from sim.history.recorder import HistoryRecorder
 from sim.load.deployment import Deployment
@@ -47,7 +48,6 @@ __all__ = [
     "ARCHITECTURES",
     "BASELINE",
     "NEIGHBOURS",
-    "REAL_MULTI_ADAPTER_NOTE",
     "Architecture",
     "IsolationRow",
     "Neighbour",
@@ -73,8 +73,6 @@ BASELINE: Final = "none"
 #: serving layer this experiment is about (seed 004 isolates compute with
 #: clusters, which are out of scope here).
 HEAVY_PEEK_CLIENTS: Final = 64
-#: Why the two-adapter row has no real-mode figures.
-REAL_MULTI_ADAPTER_NOTE: Final = "virtual only (real multi-process adapters not built yet)"
 
 
 @final
@@ -138,20 +136,11 @@ def parse_neighbours(spec: str | None) -> tuple[str, ...]:
 
 
 def isolation_config(cfg: Config) -> Config:
-    """`cfg` with the experiment's configurations: those of `ARCHITECTURES`
-    that its mode can run (real mode: not the two-adapter one)."""
-    archs = architectures(cfg.mode)
-    variants = {**cfg.variants}
-    if any(a.adapters > 1 for a in archs):
-        variants["decoupled-2-adapters"] = {"base": "decoupled", "adapters": 2}
-    return cfg.with_overrides(configurations=[a.config for a in archs], variants=variants,
+    """`cfg` with the experiment's configurations, those of `ARCHITECTURES`
+    (in real mode the two adapters are two OS processes)."""
+    variants = {**cfg.variants, "decoupled-2-adapters": {"base": "decoupled", "adapters": 2}}
+    return cfg.with_overrides(configurations=[a.config for a in ARCHITECTURES], variants=variants,
                               workloads=[VICTIM_WORKLOAD])  # fmt: skip
-
-
-def architectures(mode: str) -> tuple[Architecture, ...]:
-    """The architectures `mode` can run: real mode has one process, so no
-    two-adapter row (`REAL_MULTI_ADAPTER_NOTE`)."""
-    return tuple(a for a in ARCHITECTURES if mode == "virtual" or a.adapters == 1)
 
 
 # --- one run ---------------------------------------------------------------------------
@@ -185,7 +174,7 @@ class PassResult:
 def _connect(coord: Coordinator, adapter: int | None) -> Session:
     if adapter is None:
         return coord.connect()
-    if not isinstance(coord, MultiAdapterCoordinator):
+    if not isinstance(coord, MultiAdapterCoordinator | ProcessAdaptersCoordinator):
         raise InvalidUsage(f"pinning a session to adapter {adapter} needs a multi-adapter coordinator")
     return coord.connect(adapter=adapter)
 

@@ -12,7 +12,7 @@ import csv
 import math
 from typing import TYPE_CHECKING, Final
 
-from sim.compare.isolation import ARCHITECTURES, NEIGHBOURS, REAL_MULTI_ADAPTER_NOTE
+from sim.compare.isolation import ARCHITECTURES, NEIGHBOURS
 from sim.compare.plots import DPI, save_figure, style
 from sim.runtime.outputs import atomic_write
 
@@ -59,7 +59,7 @@ def _pair(r: Ratio, fmt: str) -> str:
     return f"{format(r.without.mean, fmt)} → {format(r.with_.mean, fmt)}"
 
 
-def table_lines(rows: Sequence[IsolationRow], *, skipped: Sequence[str] = ()) -> list[str]:
+def table_lines(rows: Sequence[IsolationRow]) -> list[str]:
     """The short table printed on stdout: per row the victim's p50, p99 and
     throughput without → with the neighbour, and the with/without ratios."""
     cells = [("architecture", "neighbour", "p50 ms", "p50 ratio [95% CI]", "p99 ms", "p99 ratio [95% CI]",
@@ -71,7 +71,6 @@ def table_lines(rows: Sequence[IsolationRow], *, skipped: Sequence[str] = ()) ->
     widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]))]
     lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
              for row in cells]  # fmt: skip
-    lines.extend(f"{name:<{widths[0]}}  {REAL_MULTI_ADAPTER_NOTE}" for name in skipped)
     if any(r.thin_tail for r in rows):
         lines.append("* some pass had fewer than 1,000 victim operations: its p99 is among its few slowest")
     return lines
@@ -81,7 +80,7 @@ _CSV_FIELDS: Final = ("architecture", "neighbour", "passes", "seeds")
 _METRICS: Final = (("p50_ms", "p50"), ("p99_ms", "p99"), ("throughput_ops_s", "throughput"))
 
 
-def write_csv(path: Path, rows: Sequence[IsolationRow], *, skipped: Sequence[str] = ()) -> None:
+def write_csv(path: Path, rows: Sequence[IsolationRow]) -> None:
     """`isolation.csv`: a row per (architecture, neighbour): for each victim
     metric its mean without and with the neighbour, the ratio and its 95 %
     interval; the neighbour's achieved rate; a `note` (the two-adapter row in
@@ -107,8 +106,6 @@ def write_csv(path: Path, rows: Sequence[IsolationRow], *, skipped: Sequence[str
                 out |= {"neighbour_ops_s": round(r.neighbour_ops_s.mean, 3), "victim_errors": r.victim_errors,
                         "neighbour_errors": r.neighbour_errors, "p99_thin_tail": r.thin_tail, "note": r.note}  # fmt: skip
                 w.writerow(out)
-            for name in skipped:
-                w.writerow({"architecture": name, "note": REAL_MULTI_ADAPTER_NOTE})
 
     atomic_write(path, write)
 
@@ -192,7 +189,7 @@ def plot(directory: Path, rows: Sequence[IsolationRow], *, subtitle: str) -> Pat
 
 def markdown(
     rows: Sequence[IsolationRow], *, header: str, victim: str, neighbours: Sequence[str], plot_name: str,
-    skipped: Sequence[str], provenance: Sequence[str], knobs: str,
+    provenance: Sequence[str], knobs: str,
 ) -> str:
     """`report.md`: what was measured, the ratios (the measure seed 004
     defines) per architecture and neighbour, the plot, the raw means, and
@@ -211,7 +208,6 @@ def markdown(
         thin = "\\*" if r.thin_tail else ""
         lines.append(f"| {r.architecture} | {r.neighbour} | {ratio_text(r.p50)} | {ratio_text(r.p99)}{thin} | "
                      f"{ratio_text(r.throughput)} | {r.passes} |")  # fmt: skip
-    lines += [f"| {name} | — | {REAL_MULTI_ADAPTER_NOTE} | | | |" for name in skipped]
     if any(r.thin_tail for r in rows):
         lines.append("\n\\* some pass had fewer than 1,000 victim operations in its window: that p99 is among "
                      "its few slowest operations.")  # fmt: skip

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import anyio
 
 from sim.compare.host import usable_cores as _usable_cores
+from sim.compare.timer import probe_timer
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.urls import driver_url, redact_text
 
@@ -152,6 +153,9 @@ async def finish_provenance(
     load_end = _load_1m()
     postgres = None if postgres_url is None else await postgres_settings(postgres_url)
     reason = busy_reason(host, start.load_avg_1m_start, load_end, start.usable_cores)
+    # Real mode: how this host's loop realized the run's timers (after the
+    # run, so its load does not inflate them; `sim.compare.timer`).
+    timer = None if postgres_url is None else await probe_timer()
     return {
         **asdict(start),
         "ended_utc": ended_utc,
@@ -163,6 +167,7 @@ async def finish_provenance(
         "other_cpu_cores": _cores(None if host is None else host.other_cores),
         "busy": reason is not None,
         "busy_reason": reason,
+        "timer": timer,
     }
 
 
@@ -250,6 +255,13 @@ def markdown(prov: Mapping[str, Any]) -> list[str]:
                 f"- Postgres {pg['version']}: fsync {pg['fsync']}, synchronous_commit "
                 f"{pg['synchronous_commit']}, default isolation {pg['default_transaction_isolation']}"
             )
+    timer = prov.get("timer")
+    if isinstance(timer, dict):
+        lines.append(
+            f"- Timers (real mode's modeled latencies): {timer['selector']} rounds up to "
+            f"{timer['granularity_ms']:g} ms, then {timer['overshoot_ms']:g} ms late (median of {timer['n']} "
+            f"sleeps of {timer['probe_ms']:g} ms: {timer['median_ms']:g} ms)"
+        )
     lines.append(
         f"- Host: **busy** ({prov['busy_reason']})" if prov["busy"] else f"- Host: {_quiet(prov)}"
     )

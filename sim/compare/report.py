@@ -50,6 +50,7 @@ COLUMNS: Final = (
     "workload",
     "config",
     "adapters",  # issue 36: serving processes of the configuration
+    "cores",  # modeled cores of the whole configuration (every adapter's)
     "mode",
     "concurrency",
     "repeats",
@@ -70,6 +71,8 @@ COLUMNS: Final = (
     "oracle_queries_per_op",
     "loop_busy_fraction",
     "loop_messages_per_op",
+    "lost_races_per_commit",
+    "group_commits_per_op",
     "verdict",
     # issue 33: every operation started in the window, steady state, the host
     "mean_ms",
@@ -511,6 +514,9 @@ def write_markdown(
         lines.append(f"| {pk.workload} | {pk.config} | {tput_text(pk.row)}{_flag(pk.row)} | {pk.row.concurrency} | "
                      f"{_ms(top.p50_ms)} / {_ms(top.p99_ms)} at {top.concurrency}{_flag(top)} | {_mean_sd(top)} | "
                      f"{errors_text(pk.row)} | {pk.verdict or '—'} |")  # fmt: skip
+    from sim.compare.scaleout import markdown_lines as scaleout_lines
+
+    lines.extend(scaleout_lines(rows))
     if verdicts:
         lines.append("\n## Correctness\n")
         lines.extend(f"- {v}" for v in verdicts)

@@ -190,6 +190,16 @@ class LevelRow:
     #: The configuration's adapters (serving processes sharing oracle, catalog,
     #: shards and controllers); 1 for the event loop.
     adapters: int = 1
+    #: Modeled cores of the whole configuration (every adapter's pool); 1
+    #: for the event loop. The scale-out table tells adapters from cores by it.
+    cores: int = 1
+    #: Of the level's group commits, the retries after another adapter's
+    #: append won (a shared-shard contention figure; 0 with one adapter).
+    lost_races_per_commit: float | None = None
+    #: Group commits per statement over the level (periodic ones included):
+    #: its inverse is how many writes a commit carried, and the per-commit
+    #: work (oracle calls, appends) is spread over that many statements.
+    group_commits_per_op: float | None = None
 
     @property
     def error_rate(self) -> float:
@@ -341,7 +351,11 @@ async def _level(
         return factory(f"bg/L{level}/{bg_n[0]}")
 
     results: list[LevelResult] = []
-    probe = HostProbe(rt, postmaster_pids(cfg)) if cfg.mode == "real" and level else None
+    probe = (
+        HostProbe(rt, postmaster_pids(cfg), own_children=factory.coord.child_pids())
+        if cfg.mode == "real" and level
+        else None
+    )
     async with anyio.create_task_group() as tg:
         tg.start_soon(functools.partial(wl.background, bg_session, cfg.tables, rt, tag=str(level)))
         if probe is not None:
@@ -406,6 +420,8 @@ def level_row(
     oracle_per_op: float | None = None
     busy_fraction: float | None = None
     messages_per_op: float | None = None
+    lost_races: float | None = None
+    commits_per_op: float | None = None
     if before is not None and after is not None:
         # Both over the level's whole span, warm-up included (the counters are
         # read before and after it): a ratio, so the span cancels out.
@@ -415,6 +431,9 @@ def level_row(
             messages_per_op = (after.loop_messages - before.loop_messages) / statements
         busy = after.loop_busy_s - before.loop_busy_s
         busy_fraction = busy / span / max(1, after.loop_cores) if span > 0 else 0.0
+        commits = after.group_commits - before.group_commits
+        lost_races = (after.lost_races - before.lost_races) / commits if commits > 0 else None
+        commits_per_op = commits / statements
     per_result = [r.percentiles_ms((50, 99)) for r in res]
     open_loop = cfg.open_loop_rate is not None and not script
     little = (moments.mean * tput.mean / c if moments.n and c and not open_loop and not script else None)
@@ -462,6 +481,9 @@ def level_row(
         first_half_samples=tuple(steady.Slices(tuple(r.slices), r.elapsed_s).first_rate for r in res),
         second_half_samples=tuple(steady.Slices(tuple(r.slices), r.elapsed_s).second_rate for r in res),
         adapters=cfg.coordinator(config_name).adapters,
+        cores=max(1, after.loop_cores) if after is not None else 1,
+        lost_races_per_commit=lost_races,
+        group_commits_per_op=commits_per_op,
         **_backend_fields(cfg, backend),
     )
 

@@ -57,7 +57,9 @@ class Kind(StrEnum):
     `add` inserts rows, `read` returns them (or, with `args.count`, counts
     them: COUNT), `update`/`delete` change the rows matching `args.where`;
     the rest is DDL. `add`/`read` with each value inserted once is the set
-    workload the black-box checker reasons about."""
+    workload the black-box checker reasons about. `subscribe` is a
+    SUBSCRIBE: a read that streams (its `args` hold what it received, see
+    `Op`); only `sim.history.checker.subscribe` judges it."""
 
     CREATE_TABLE = "create-table"
     DROP_TABLE = "drop-table"
@@ -71,6 +73,7 @@ class Kind(StrEnum):
     READ = "read"
     UPDATE = "update"
     DELETE = "delete"
+    SUBSCRIBE = "subscribe"
 
 
 class Status(StrEnum):
@@ -108,6 +111,7 @@ UPDATE: Final = KIND_CODE[Kind.UPDATE]
 DELETE: Final = KIND_CODE[Kind.DELETE]
 CREATE_TABLE: Final = KIND_CODE[Kind.CREATE_TABLE]
 DROP_TABLE: Final = KIND_CODE[Kind.DROP_TABLE]
+SUBSCRIBE: Final = KIND_CODE[Kind.SUBSCRIBE]
 OK: Final = 0
 FAIL: Final = 1
 INFO: Final = 2
@@ -115,7 +119,7 @@ INFO: Final = 2
 #: seed 001 are about.
 UNKNOWN_TABLE: Final = "42P01"
 DDL_KINDS: Final = frozenset(
-    KIND_CODE[k] for k in KINDS if k not in (Kind.ADD, Kind.READ, Kind.UPDATE, Kind.DELETE)
+    KIND_CODE[k] for k in KINDS if k not in (Kind.ADD, Kind.READ, Kind.UPDATE, Kind.DELETE, Kind.SUBSCRIBE)
 )
 
 
@@ -137,7 +141,18 @@ class Op:
     `elements` are the values an `add` inserts; `result` the set a `read`
     returned (None unless an ok read); `count` the rows an update/delete
     touched; `args` the statement's other arguments (JSON-able: `where`,
-    `set`, `add`, `on`, …)."""
+    `set`, `add`, `on`, …).
+
+    A `subscribe` records its stream in `args` when it ends: `as_of` (absent
+    if it never started), `batches` as received, each `[upper, [[ts, value,
+    diff], …]]` (the first is the snapshot; a batch's lower bound is the
+    previous batch's upper, the first's is `as_of`; `value` is the row's
+    first column), and the statement's options `snapshot: false`, `as_of`
+    given by the client (`explicit: true`) and `up_to`. Its status says how
+    the stream ended: `ok` when the client closed it or `UP TO` was reached,
+    `fail` with the SQLSTATE that ended it (what it received before still
+    counts). Its `catalog_ts` is the catalog it planned on; `read_ts` is
+    left empty, as a subscription reads at many times."""
 
     op_id: int
     process: int

@@ -126,6 +126,7 @@ class HistoryRecorder:
         read_ts: int | None,
         write_ts: int | None,
         catalog_ts: int | None,
+        args: Mapping[str, Any] | None = None,
     ) -> list[Any]:
         process = self._pending.pop(oid, None)
         if process is None:
@@ -136,6 +137,8 @@ class HistoryRecorder:
         row = self._ops[oid]
         row[5], row[6] = self._now(), status
         row[13], row[14], row[15] = raw(read_ts), raw(write_ts), raw(catalog_ts)
+        if args is not None:  # what the op learnt as it ran (a subscription's stream)
+            row[10] = encode_args(args)
         return row
 
     def ok(
@@ -147,8 +150,10 @@ class HistoryRecorder:
         read_ts: int | None = None,
         write_ts: int | None = None,
         catalog_ts: int | None = None,
+        args: Mapping[str, Any] | None = None,
     ) -> None:
-        row = self._complete(oid, OK, read_ts=read_ts, write_ts=write_ts, catalog_ts=catalog_ts)
+        """Completes `oid` ok; `args`, if given, replace the invocation's."""
+        row = self._complete(oid, OK, read_ts=read_ts, write_ts=write_ts, catalog_ts=catalog_ts, args=args)
         if row[2] == READ:
             if result is None:
                 raise HistoryError(f"op {oid}: an ok read needs its result")
@@ -164,8 +169,9 @@ class HistoryRecorder:
         read_ts: int | None = None,
         write_ts: int | None = None,
         catalog_ts: int | None = None,
+        args: Mapping[str, Any] | None = None,
     ) -> None:
-        row = self._complete(oid, FAIL, read_ts=read_ts, write_ts=write_ts, catalog_ts=catalog_ts)
+        row = self._complete(oid, FAIL, read_ts=read_ts, write_ts=write_ts, catalog_ts=catalog_ts, args=args)
         row[11], row[12] = code, message
 
     def info(

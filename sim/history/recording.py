@@ -7,28 +7,43 @@ A statement's outcome maps onto a history status as DESIGN.md §9 says: ok;
 `fail` with its SQLSTATE when it certainly did not take effect; `info` when it
 may have (SQLSTATE 08007, or the coordinator went away mid-statement), after
 which the client continues as a fresh process (Jepsen's convention).
+
+A SUBSCRIBE (`RecordingSession.subscribe`) is one `subscribe` operation,
+invoked when its client enters it and completed when it ends, with what it
+received in its `args` (`sim.history.model.Op` says how).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Self, final
 
 from coordinator.sql import parse
-from coordinator.statements import Select, SqlState
+from coordinator.statements import Select, SqlError, SqlState, Subscribe
 from sim.history.model import HistoryError, Kind, Status
 from sim.history.recorder import encode_args
 from sim.runtime.lru import Lru
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+    from types import TracebackType
 
     from coordinator.events import CoordinatorEvent
     from coordinator.session import Result, Session
     from coordinator.statements import Statement
+    from coordinator.subscribe import SubscribeBatch, Subscription
     from sim.history.recorder import HistoryRecorder
 
-__all__ = ["Prepared", "PreparedStatements", "RecordingSession", "StatementOp", "event_sink", "prepare", "statement_op"]
+__all__ = [
+    "Prepared",
+    "PreparedStatements",
+    "RecordedSubscription",
+    "RecordingSession",
+    "StatementOp",
+    "event_sink",
+    "prepare",
+    "statement_op",
+]
 
 #: Failures that may have taken effect, recorded as `info`.
 _INDETERMINATE = frozenset({SqlState.INDETERMINATE.value, SqlState.ADMIN_SHUTDOWN.value})
@@ -64,6 +79,8 @@ def statement_op(stmt: Statement) -> StatementOp | None:
 
     if isinstance(stmt, st.SelectConstant):
         return None  # reads no object: nothing for a checker
+    if isinstance(stmt, Subscribe):
+        return StatementOp(Kind.SUBSCRIBE, stmt.table, (), _subscribe_options(stmt) or None)
     if isinstance(stmt, st.Insert):
         els = []
         for row in stmt.rows:
@@ -186,6 +203,14 @@ class RecordingSession:
         self.session = session
         self.process = self.recorder.fresh_process()
 
+    def prepared(self, statement: Statement | str) -> Prepared:
+        """`statement` prepared for recording (texts once per run)."""
+        return self._prepared(statement) if isinstance(statement, str) else prepare(statement)
+
+    def subscribe(self, statement: Statement | str) -> RecordedSubscription:
+        """A SUBSCRIBE on this session, recorded (`RecordedSubscription`)."""
+        return RecordedSubscription(self, statement)
+
     async def execute(self, statement: Statement | str) -> Result:
         prepared = self._prepared(statement) if isinstance(statement, str) else prepare(statement)
         stmt, op = prepared.statement, prepared.op
@@ -214,6 +239,104 @@ class RecordingSession:
                 oid, result.error.code.value, result.error.message, read_ts=rts, write_ts=wts, catalog_ts=cts
             )
         return result
+
+
+@final
+class RecordedSubscription:
+    """A `Subscription` recorded as one `subscribe` operation: invoked when
+    entered, completed when its stream ends (`UP TO`: ok; an error: fail
+    with its code) or when its client leaves it (ok, whatever the reason,
+    cancellation included: a subscription changes nothing, and what it
+    received is evidence either way). Used like a `Subscription`."""
+
+    def __init__(self, owner: RecordingSession, statement: Statement | str) -> None:
+        prepared = owner.prepared(statement)
+        self._owner = owner
+        self._op = prepared.op
+        self._args_json = prepared.args_json
+        stmt = prepared.statement
+        self._options = _subscribe_options(stmt) if isinstance(stmt, Subscribe) else {}
+        self._sub: Subscription = owner.session.subscribe(stmt)
+        self._oid: int | None = None
+        self._batches: list[list[Any]] = []
+
+    @property
+    def as_of(self) -> int | None:
+        return self._sub.as_of
+
+    async def __aenter__(self) -> Self:
+        op, owner = self._op, self._owner
+        if op is None or op.kind is not Kind.SUBSCRIBE:
+            await self._sub.__aenter__()  # refused: not a SUBSCRIBE
+            return self
+        self._oid = owner.recorder.invoke(
+            owner.process, op.kind, op.obj, args_json=self._args_json, client=owner.client
+        )
+        try:
+            await self._sub.__aenter__()
+        except SqlError as exc:
+            self._end(exc)
+            raise
+        except BaseException:
+            self._end(None)
+            raise
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._sub.close()
+        self._end(None)
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> SubscribeBatch:
+        try:
+            batch = await self._sub.__anext__()
+        except StopAsyncIteration:
+            self._end(None)
+            raise
+        except SqlError as exc:
+            self._end(exc)
+            raise
+        self._batches.append([batch.upper, [[ts, _first(row), diff] for ts, row, diff in batch.updates]])
+        return batch
+
+    def _end(self, error: SqlError | None) -> None:
+        """Completes the operation (once): ok, or fail with `error`."""
+        oid, self._oid = self._oid, None
+        if oid is None:
+            return
+        args: dict[str, Any] = dict(self._options)
+        sub = self._sub
+        if sub.as_of is not None:
+            args["as_of"] = sub.as_of
+            args["batches"] = self._batches
+        rec = self._owner.recorder
+        if error is None:
+            rec.ok(oid, catalog_ts=sub.catalog_ts, args=args)
+        else:
+            rec.fail(oid, error.code.value, error.message, catalog_ts=sub.catalog_ts, args=args)
+
+
+def _subscribe_options(stmt: Subscribe) -> dict[str, Any]:
+    """A SUBSCRIBE's options as its op's `args` record them (defaults left out)."""
+    out: dict[str, Any] = {}
+    if not stmt.snapshot:
+        out["snapshot"] = False
+    if stmt.as_of is not None:
+        out["as_of"], out["explicit"] = stmt.as_of, True
+    if stmt.up_to is not None:
+        out["up_to"] = stmt.up_to
+    return out
+
+
+def _first(row: tuple[Any, ...]) -> int | None:
+    """A received row as a history value: its first column, an integer
+    (None otherwise: `sim.history.checker.subscribe` cannot judge it)."""
+    v = row[0] if row else None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _elements(stmt: Statement, result: Result) -> list[int]:

@@ -37,14 +37,16 @@ from coordinator.config import (
     OracleCalls,
     OracleKind,
     PeekStages,
+    PersistListen,
     check_applies,
+    check_known_bad,
     knobs,
     named,
 )
 from sim.load.loadgen import DEFAULT_DRAIN_S, Window
 from sim.load.workloads import workload
 from sim.runtime.errors import InvalidUsage
-from sim.runtime.latency import LatencyModel, LatencySpecError
+from sim.runtime.latency import Distribution, LatencyModel, LatencySpecError, TimerRealized
 from sim.runtime.urls import redact_mapping
 
 __all__ = [
@@ -112,13 +114,33 @@ MAX_CORES: Final = 1_024
 #: Serving processes of one decoupled deployment (issue 36): each is a set of
 #: tasks and its own core pool; 64 is beyond where one oracle row saturates.
 MAX_ADAPTERS: Final = 64
-#: Real mode runs one process: several adapters as OS processes are a later
-#: increment of issue 36.
-REAL_ADAPTERS_REFUSAL: Final = "real mode with adapters > 1 is not built yet (issue 36)"
+#: Real mode runs each adapter as an OS process with its own Postgres
+#: connections (oracle, catalog, Consensus, write lock: about ten), so a
+#: server's default `max_connections` of 100 bounds it well below
+#: `MAX_ADAPTERS`.
+MAX_REAL_ADAPTERS: Final = 8
 MAX_BATCH: Final = 1_000_000
 #: A config file or latency profile: an empirical profile of 10^6 samples is
 #: ~20 MB; reading stops here, so `/dev/zero` is refused instead of eating RAM.
 MAX_FILE_BYTES: Final = 64 * 2**20
+
+
+def check_real_adapters(name: str, coordinator: CoordinatorConfig) -> None:
+    """Refuses a real-mode configuration whose adapters cannot run as OS
+    processes: more than `MAX_REAL_ADAPTERS`, or an oracle that lives in one
+    process (the in-memory oracle cannot be shared).
+
+    Raises:
+        InvalidUsage: with the reason.
+    """
+    n = coordinator.adapters
+    if n > MAX_REAL_ADAPTERS:
+        raise InvalidUsage(
+            f"{name}: real mode runs at most {MAX_REAL_ADAPTERS} adapters (each is an OS process "
+            f"with about ten Postgres connections), got {n}"
+        )
+    if n > 1 and coordinator.oracle is OracleKind.MEMORY:
+        raise InvalidUsage(f"{name}: {n} adapter processes need a shared oracle; the in-memory oracle lives in one process")
 
 
 def read_text_file(path: Path, what: str) -> str:
@@ -261,8 +283,9 @@ class Config:
                 raise InvalidUsage(f"cost {name} must be a number of seconds, got {cost!r}")
             check_float(f"cost {name}", cost, low=0, high=MAX_DURATION_S, unit="seconds")
         for name in self.configurations:
-            if self.coordinator(name).adapters > 1 and self.mode == "real":  # validates overrides
-                raise InvalidUsage(REAL_ADAPTERS_REFUSAL)
+            coordinator = self.coordinator(name)  # validates overrides
+            if self.mode == "real":
+                check_real_adapters(name, coordinator)
 
     # --- building ---------------------------------------------------------------------
 
@@ -335,10 +358,12 @@ class Config:
                 base = base.with_overrides(name=name, **own)
             except TypeError as exc:
                 raise InvalidUsage(f"bad variant {name!r}: {exc}") from exc
+            for k in own:  # a field the variant's architecture ignores is a mistake, as in [overrides]
+                check_applies(base, k)
         else:
             base = named(name)
-        for k in self.overrides:
-            check_applies(base, k)
+        for k, v in self.overrides.items():
+            check_applies(base, k, _coerce(k, v))
         if "cores" not in self.overrides and (variant is None or "cores" not in variant):
             base = with_profile_cores(base, self.latency_profile or DEFAULT_PROFILE)
         if self.mode == "virtual" and self.latency_profile:
@@ -357,9 +382,11 @@ class Config:
             except (TypeError, ValueError) as exc:
                 raise InvalidUsage(f"bad cost override: {exc}") from exc
         try:
-            return base.with_overrides(**changes) if changes else base
+            resolved = base.with_overrides(**changes) if changes else base
         except TypeError as exc:
             raise InvalidUsage(f"bad configuration override: {exc}") from exc
+        check_known_bad(resolved)
+        return resolved
 
     def window(self) -> Window:
         """How each concurrency level is measured (see `DEFAULT_DURATION_S`)."""
@@ -450,6 +477,7 @@ _ENUMS: Final = {
     "oracle_calls": OracleCalls,
     "peek_stages": PeekStages,
     "frontend": Frontend,
+    "persist_listen": PersistListen,
 }
 
 
@@ -470,7 +498,7 @@ def _coerce(key: str, v: Any) -> Any:
         if isinstance(v, bool) or not isinstance(v, int):
             raise InvalidUsage(f"override {key} must be an integer (0: no bound), got {v!r}")
         check_int(f"override {key}", v, low=0, high=MAX_BATCH)
-    elif key == "group_commit_interval_s":
+    elif key in ("group_commit_interval_s", "persist_poll_s"):
         if isinstance(v, bool) or not isinstance(v, int | float):
             raise InvalidUsage(f"override {key} must be a number of seconds, got {v!r}")
         check_float(f"override {key}", v, low=0, high=MAX_DURATION_S, unit="seconds", strict_low=True)
@@ -539,7 +567,35 @@ def load_profile(path: str | Path) -> LatencyModel:
         raise InvalidUsage(f"bad latency profile {p}: {exc}") from exc
     for name, dist in model.to_dict().items():
         _check_distribution(p, name, dist)
-    return model
+    timer = data.get("timer")
+    return model if timer is None else _timer_realized(p, model, timer)
+
+
+def _timer_realized(path: Path, model: LatencyModel, timer: object) -> LatencyModel:
+    """`model` with the latencies real mode realizes as timers rounded as the
+    profile's `[timer]` says its run's host did (`TimerRealized`)."""
+    from controllers.replica import REPLICA_LATENCIES
+    from sim.model.unmeasured import PROFILE_LATENCIES, REAL_MODE_TIMERS
+
+    if not isinstance(timer, dict) or set(timer) != {"granularity_ms", "overshoot_ms"}:
+        raise InvalidUsage(f"latency profile {path}: [timer] must set granularity_ms and overshoot_ms, and only them")
+    values = {}
+    for k, v in timer.items():
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise InvalidUsage(f"latency profile {path}: [timer] {k} must be a number of milliseconds, got {v!r}")
+        check_float(f"latency profile {path}: [timer] {k}", v, low=0, high=1000.0, unit="ms")
+        values[k] = float(v) / 1000
+    # A name the profile leaves out keeps the model's own default (as
+    # `sim.load.deployment.switchable_latency` does), rounded likewise.
+    defaults = {**REPLICA_LATENCIES, **PROFILE_LATENCIES}
+
+    def base(name: str) -> Distribution:
+        return model.distribution(name) if model.configures(name) else defaults[name]
+
+    return model.with_overrides({
+        name: TimerRealized(base(name), values["granularity_ms"], values["overshoot_ms"])
+        for name in REAL_MODE_TIMERS
+    })  # fmt: skip
 
 
 def profile_cores(path: str | Path) -> int:

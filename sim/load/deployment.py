@@ -19,6 +19,7 @@ from coordinator.factory import build_coordinator
 from persist.faults import UnreliableBlob, UnreliableConsensus
 from sim.history.recording import event_sink
 from sim.load.harness import Stores, open_stores
+from sim.runtime.core import ProcessClock
 from sim.runtime.errors import CoordsimError
 from sim.runtime.latency import Distribution, LatencyModel
 
@@ -95,6 +96,8 @@ def switchable_latency(base: LatencyModel) -> tuple[LatencyModel, LatencySwitch]
 class _Host:
     name: str
     coord: Coordinator
+    #: The process's own wall clock (`with_clock`), which the time faults move.
+    clock: ProcessClock
     #: The process is gone: its clients' connections drop (set before `stop`).
     killed: anyio.Event = field(default_factory=anyio.Event)
     stop: anyio.Event = field(default_factory=anyio.Event)
@@ -132,7 +135,8 @@ class Deployment:
         #: Real mode: the run's own database (pg-kill terminates its backends).
         self.database_url = stores.database_url
         self.env = Environment(
-            rt, blob=self.blob, consensus=self.consensus, postgres_url=stores.database_url
+            rt, blob=self.blob, consensus=self.consensus, postgres_url=stores.database_url,
+            blob_url=stores.blob_url,
         )
         self.live: list[_Host] = []
         self._tg = tg
@@ -235,13 +239,14 @@ class Deployment:
         await host.exited.wait()
 
     async def _host(self, name: str, *, task_status: TaskStatus[None]) -> None:
-        rt = self.rt if name == "a" else self.rt.derive(f"coordinator-{name}")
+        clock = ProcessClock()  # a process of its own: a clock of its own (issue 38)
+        rt = (self.rt if name == "a" else self.rt.derive(f"coordinator-{name}")).with_clock(clock)
         host: _Host | None = None
         try:
             async with build_coordinator(
                 self.config, self.env, rt, events=event_sink(self.recorder), actor=name
             ) as coord:
-                host = _Host(name, coord)
+                host = _Host(name, coord, clock)
                 self.live.append(host)
                 task_status.started()
                 await host.stop.wait()

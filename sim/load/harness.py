@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import tempfile
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, final
@@ -18,6 +17,7 @@ import anyio
 
 from persist.mem import MemBlob, MemConsensus
 from sim.load.latent import LatentBlob, LatentConsensus
+from sim.runtime.owners import private_tmpdir
 from sim.runtime.urls import driver_url, with_query_param
 
 if TYPE_CHECKING:
@@ -99,6 +99,8 @@ class Stores:
     consensus: Consensus
     #: Real mode: the run's database (oracle, stashes, Consensus); None: virtual.
     database_url: str | None = None
+    #: Real mode: where `blob` is (adapter processes open it themselves).
+    blob_url: str | None = None
 
 
 @contextlib.asynccontextmanager
@@ -122,14 +124,15 @@ async def open_stores(
     from persist.open import open_blob, open_consensus
 
     db = await fresh_database(postgres_url)
-    tmp = tempfile.mkdtemp(prefix="coordsim-blob-")
+    tmp = str(private_tmpdir("coordsim-blob-", "blob"))  # claimed: reclaimed after a SIGKILL
     try:
-        blob = await open_blob(blob_url or f"file://{tmp}?fsync=false")
+        blob_url = blob_url or f"file://{tmp}?fsync=false"
+        blob = await open_blob(blob_url)
         try:
             # Named, so a pg-kill's event says whose backends it killed.
             consensus = await open_consensus(with_query_param(db, "application_name", "coordsim-consensus"))
             try:
-                yield Stores(blob, consensus, db)
+                yield Stores(blob, consensus, db, blob_url)
             finally:
                 await consensus.close()
         finally:

@@ -4,7 +4,8 @@ mix where DDL and writers run beside the readers being measured (seed 001's
 isolation question).
 
 A workload is a schema `setup`, one measured `op` per client call, and an
-optional `background` load that runs while a level is measured. Every op draws
+optional `background` load that runs while a level is measured (`subscribe`'s
+subscribers run there, each SUBSCRIBE recorded as one history operation). Every op draws
 whatever it needs from its context (never from global state), so the same seed
 gives the same statements.
 """
@@ -12,20 +13,23 @@ gives the same statements.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Protocol, final
+from typing import TYPE_CHECKING, Final, Protocol, final, runtime_checkable
 
 import anyio
 
+from coordinator.statements import SqlError
 from sim.runtime.errors import CoordsimError, InvalidUsage
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
+    from contextlib import AbstractAsyncContextManager
 
     from coordinator.session import Result
     from coordinator.statements import Statement
+    from coordinator.subscribe import SubscribeBatch
     from sim.runtime.core import Runtime
 
-__all__ = ["WORKLOADS", "Executor", "OpContext", "SetupFailed", "Workload", "workload"]
+__all__ = ["WORKLOADS", "Executor", "OpContext", "SetupFailed", "Subscriber", "Workload", "workload"]
 
 #: Rows each table starts with (select-star reads them all).
 ROWS: Final = 10
@@ -35,6 +39,15 @@ class Executor(Protocol):
     """What a workload drives: a `Session` or a `RecordingSession`."""
 
     def execute(self, statement: Statement | str) -> Awaitable[Result]: ...
+
+
+@runtime_checkable
+class Subscriber(Executor, Protocol):
+    """An `Executor` that can also SUBSCRIBE (a `Session`, a `RecordingSession`)."""
+
+    def subscribe(
+        self, statement: Statement | str
+    ) -> AbstractAsyncContextManager[AsyncIterator[SubscribeBatch]]: ...
 
 
 class SetupFailed(CoordsimError):
@@ -233,6 +246,56 @@ class Mixed(Workload):
             tg.start_soon(writer)
 
 
+@final
+class SubscribeWorkload(Workload):
+    """Writers are measured (per client, in turn: INSERT a new value, UPDATE
+    the counter, DELETE the values older than the newest `KEEP`, each on
+    the client's next table) while, in the background, two subscribers per
+    table follow `t<i>` (with progress) and `c<i>` (without), each for a
+    random while (`HOLD_S`) at a time, then again from a fresh `as_of`.
+    Subscribers connect like any client, so with several adapters they
+    spread over them. Every SUBSCRIBE is recorded, what it received
+    included, for `sim.history.checker.subscribe`."""
+
+    name = "subscribe"
+    description = "INSERT/UPDATE/DELETE measured while SUBSCRIBE clients follow every table"
+    ops_scale = 1.5
+
+    #: Values of `t<i>` a DELETE leaves (the newest ones), so that snapshots stay small.
+    KEEP: Final = 30
+    #: How long (s) each subscription is held before it is closed and taken anew.
+    HOLD_S: Final = (0.05, 0.5)
+
+    async def op(self, s: Executor, ctx: OpContext) -> Result:
+        step = ctx.seq % 3
+        if step == 0:
+            return await s.execute(f"INSERT INTO t{ctx.table()} VALUES ({ctx.unique()})")
+        if step == 1:
+            return await s.execute(f"UPDATE c{ctx.table()} SET a = a + 1")
+        newest = ROWS + ctx.counter[0]
+        return await s.execute(f"DELETE FROM t{ctx.table()} WHERE a <= {newest - self.KEEP}")
+
+    async def background(self, s: Callable[[], Executor], tables: int, rt: Runtime, *, tag: str = "") -> None:
+        async def follow(table: str, options: str, index: int) -> None:
+            session = s()
+            if not isinstance(session, Subscriber):
+                raise InvalidUsage(f"workload {self.name!r} needs sessions that can SUBSCRIBE, got {session!r}")
+            rng = rt.derive(f"subscriber-{tag}-{index}").rng
+            while True:
+                try:
+                    async with session.subscribe(f"SUBSCRIBE TO {table}{options}") as sub:
+                        with anyio.move_on_after(rng.uniform(*self.HOLD_S)):
+                            async for _ in sub:
+                                pass
+                except SqlError:
+                    await rt.sleep(0.01)  # recorded as failed; try again, as a client would
+
+        async with anyio.create_task_group() as tg:
+            for i in range(tables):
+                tg.start_soon(follow, f"t{i}", " WITH (PROGRESS)", 2 * i)
+                tg.start_soon(follow, f"c{i}", "", 2 * i + 1)
+
+
 WORKLOADS: Final[dict[str, Workload]] = {
     w.name: w
     for w in (
@@ -246,6 +309,7 @@ WORKLOADS: Final[dict[str, Workload]] = {
         InsertAndSelect(),
         DdlChurn(),
         Mixed(),
+        SubscribeWorkload(),
     )
 }
 

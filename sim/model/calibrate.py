@@ -30,7 +30,6 @@ import math
 import os
 import platform
 import statistics
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -40,6 +39,7 @@ from urllib.parse import urlsplit
 
 from sim.model.unmeasured import PROFILE_LATENCIES, unmeasured
 from sim.runtime.errors import InvalidUsage
+from sim.runtime.owners import owned_tmpdir
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -349,7 +349,7 @@ async def _blob_ops(stack: contextlib.AsyncExitStack, s3_url: str | None, sample
         blob = await open_blob(s3_url)
     else:
         # As real mode's default Blob (sim/compare/runner.py): files, fsync=false.
-        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="coordsim-calibrate-"))
+        tmp = stack.enter_context(owned_tmpdir("coordsim-calibrate-", "blob"))  # reclaimed after a SIGKILL
         blob = FileBlob(tmp, fsync=False)
     stack.push_async_callback(blob.close)
     keys = [f"calibrate-k{i}" for i in range(_BLOB_KEYS)]

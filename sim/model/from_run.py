@@ -199,6 +199,9 @@ class RunProfile:
     meta: dict[str, Any]
     #: configuration -> workload -> `coordinator.config.Interpreter` fields.
     interpreter: dict[str, dict[str, dict[str, float]]] | None = None
+    #: How the run's host realized a timer (`sim.compare.timer`): the
+    #: selector's granularity and the overshoot, in ms; None if not recorded.
+    timer: dict[str, Any] | None = None
 
 
 def profile_from_run(
@@ -297,7 +300,14 @@ def profile_from_run(
                                    "warmup_s", "wall_s", "pg_isolation") if doc.get(k) is not None},
         "provenance": prov,
     }
-    return RunProfile(latency, sources, costs, cost_sources, cores, meta, interpreter or None)
+    timer = prov.get("timer") if isinstance(prov.get("timer"), dict) else None
+    if timer is not None:
+        timer = {k: timer[k] for k in ("granularity_ms", "overshoot_ms") if k in timer}
+        meta["timer_source"] = (f"{where}: its provenance's timer probe (sim.compare.timer; "
+                            f"{prov['timer'].get('n')} sleeps of {prov['timer'].get('probe_ms')} ms, "
+                            f"{prov['timer'].get('selector')}); applied to the latencies real mode "
+                            "realizes as timers (sim.model.unmeasured.REAL_MODE_TIMERS)")  # fmt: skip
+    return RunProfile(latency, sources, costs, cost_sources, cores, meta, interpreter or None, timer)
 
 
 def interpreter_from_cells(cells: Sequence[Mapping[str, Any]], python_share: float) -> dict[str, float] | None:
@@ -376,6 +386,8 @@ def render_run_profile(profile: RunProfile, *, json_format: bool = False) -> str
                            "latency": profile.latency}  # fmt: skip
     if profile.interpreter:
         doc["interpreter"] = profile.interpreter
+    if profile.timer:
+        doc["timer"] = profile.timer
     if json_format:
         return json.dumps(doc, indent=2) + "\n"
     m = profile.meta
@@ -388,7 +400,7 @@ def render_run_profile(profile: RunProfile, *, json_format: bool = False) -> str
     if m["host_busy"]:
         head.append(f"# THE RUN'S HOST WAS BUSY ({m['busy_reason']}): these numbers carry its load.")
     lines = [*head, ""]
-    for key in ("meta", "cpu", "costs", "interpreter"):
+    for key in ("meta", "cpu", "costs", "interpreter", "timer"):
         if key in doc:
             lines += [*_tables(key, doc[key]), ""]
     for name, spec in profile.latency.items():

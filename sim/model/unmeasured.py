@@ -31,6 +31,7 @@ __all__ = [
     "FRONTEND_PGWIRE",
     "LATENCY_SOURCES",
     "PROFILE_LATENCIES",
+    "REAL_MODE_TIMERS",
     "Unmeasured",
     "describe",
     "render",
@@ -54,6 +55,12 @@ PROFILE_LATENCIES: Final[Mapping[str, Distribution]] = {
     "controller.catalog_feed": CATALOG_FEED,
     "frontend.pgwire": FRONTEND_PGWIRE,
 }
+
+#: The latencies real mode realizes as timers of the stock loop (the simulated
+#: replica's hops and the profile-only latencies): what a profile's `[timer]`
+#: rounds (`sim.runtime.latency.TimerRealized`). Everything else real mode
+#: measures: round trips to Postgres, which are I/O, not timers.
+REAL_MODE_TIMERS: Final[tuple[str, ...]] = (*REPLICA_LATENCIES, *PROFILE_LATENCIES)
 
 #: Where each unmeasured latency's value comes from.
 LATENCY_SOURCES: Final[Mapping[str, str]] = {

@@ -26,12 +26,17 @@ from sim.load.driver import drive
 from sim.load.scenarios.builtin import PROGRAMS
 from sim.nemesis.nemesis import Nemesis
 from sim.nemesis.plan import (
+    CLOCK_SHIFTS_MS,
     MODES,
+    PAST_LEASE_SHIFTS_MS,
+    SINGLE_COORDINATOR_FAULTS,
+    Fault,
     FaultKind,
     FaultPlan,
     Mode,
     check_adapters,
     check_plan,
+    check_single_coordinator,
     kinds_for,
 )
 from sim.runtime.core import Runtime, run
@@ -56,6 +61,7 @@ __all__ = [
     "default_spec",
     "latency_model",
     "parse_known_bad",
+    "rollout_config",
     "run_scenario",
     "run_spec",
 ]
@@ -139,6 +145,11 @@ class Scenario:
     faults: str | None = None
     #: The longest fault a drawn plan holds.
     max_duration_s: float = 0.02
+    #: With one adapter, a second coordinator starts at once (`split-brain@0ms`,
+    #: added to the drawn plan), so that two processes call `write_ts`.
+    two_processes: bool = False
+    #: The steps a drawn clock-jump or clock-skew picks from (either way).
+    shifts_ms: tuple[int, ...] = CLOCK_SHIFTS_MS
 
     @property
     def program(self) -> str:
@@ -212,6 +223,75 @@ SCENARIOS: Final[dict[str, Scenario]] = {
                 (FaultKind.ADAPTER_PAUSE, "one stops the world (nothing on it runs), then resumes"),
             )
         ),
+        # Issue 38: ddl-dml while one process's clock jumps, two processes'
+        # clocks are skewed, or one clock stalls. Up to 100 ms of a run of
+        # ~0.1-0.3 s: many group commits, catalog appends and lease renewals
+        # (appends, since downgrades) happen on the moved clock.
+        *(
+            Scenario(
+                kind.value,
+                f"ddl-dml while {what}",
+                4,
+                10,
+                fault_kinds=(kind,),
+                fault_count=2,
+                runs="ddl-dml",
+                max_duration_s=0.1,
+                two_processes=kind is FaultKind.CLOCK_SKEW,
+            )
+            for kind, what in (
+                (FaultKind.CLOCK_JUMP, "the coordinator's clock (one adapter's) jumps forward or back, then back"),
+                (FaultKind.CLOCK_SKEW, "two processes that call write_ts (a second coordinator beside the first, "
+                                       "or two adapters) have clocks apart"),
+                (FaultKind.CLOCK_STALL, "the coordinator's clock (one adapter's) runs slow or stops while it "
+                                        "renews its leases, then steps to the right time"),
+            )
+        ),
+        # Issue 36, item 6: seed 000's rollout. Two switches of up to 100 ms
+        # each, in the first 50 ms of a run of ~0.1-0.3 s: the oracle flips to
+        # the other implementation and back (overlapping switches flip in
+        # turn) while group commits, peeks and DDL are in flight. The run keeps
+        # confirm_leadership() on, as the rollout did (`rollout_config`).
+        Scenario(
+            "oracle-switch",
+            "ddl-dml while the coordinator's timestamp oracle is switched live between the in-memory and "
+            "the distributed implementation and back (seed 000's rollout; single-coordinator configurations)",
+            4,
+            10,
+            fault_kinds=(FaultKind.ORACLE_SWITCH,),
+            fault_count=2,
+            runs="ddl-dml",
+            max_duration_s=0.1,
+        ),
+        # The same while the coordinator also crashes and restarts: its
+        # successor starts on the configured oracle, above what either
+        # implementation holds (`coordinator.oracle_switch`, rule 3). Three
+        # faults drawn from the two kinds.
+        Scenario(
+            "oracle-switch-restart",
+            "oracle-switch while the coordinator also crashes and restarts, so that a coordinator starts "
+            "after the oracle was switched (on the configured implementation)",
+            4,
+            10,
+            fault_kinds=(FaultKind.ORACLE_SWITCH, FaultKind.CRASH_RESTART),
+            fault_count=3,
+            runs="ddl-dml",
+            max_duration_s=0.1,
+        ),
+        # A step past persist's 60 s lease: the process's next state
+        # transition expires its own writers' and readers' leases.
+        Scenario(
+            "clock-jump-past-lease",
+            "ddl-dml while the coordinator's clock (one adapter's) steps 90 s forward or back, past "
+            "persist's 60 s lease, then back",
+            4,
+            10,
+            fault_kinds=(FaultKind.CLOCK_JUMP,),
+            fault_count=2,
+            runs="ddl-dml",
+            max_duration_s=0.1,
+            shifts_ms=PAST_LEASE_SHIFTS_MS,
+        ),
         Scenario(
             "busy-reads",
             "background readers keep the read_ts batcher busy; insert n, then read it",
@@ -261,6 +341,17 @@ def coordinator_config(name: str) -> CoordinatorConfig:
         return named(name)
     except InvalidUsage as exc:
         raise InvalidUsage(f"{exc}, or <configuration>-<N>-adapters (e.g. {ADAPTER_CONFIG_NAMES[0]})") from None
+
+
+def rollout_config(config: CoordinatorConfig, plan: FaultPlan) -> CoordinatorConfig:
+    """`config` as seed 000's rollout ran it while `plan` flips the oracle: with
+    `confirm_leadership()` kept on the distributed oracle too ("we could
+    produce linearization anomalies when switching in either direction"),
+    though `event-loop+pg-oracle`, the rollout's end state, drops it. Other
+    plans, and configurations that confirm already, are left as they are."""
+    if config.confirm_leadership or not any(f.kind in SINGLE_COORDINATOR_FAULTS for f in plan.faults):
+        return config
+    return config.with_overrides(confirm_leadership=True)
 
 
 def parse_known_bad(names: list[str] | tuple[str, ...]) -> KnownBad:
@@ -313,6 +404,7 @@ class Spec:
         check_plan(self.faults, self.mode)
         if self.faults.faults:
             check_adapters(self.faults, coordinator_config(self.config).adapters)
+            check_single_coordinator(self.faults, coordinator_config(self.config).architecture.value)
         object.__setattr__(self, "schedule", parse_schedule(self.schedule))  # canonical spelling
         if self.stuck_after_s is not None:
             if self.mode == "virtual":
@@ -393,8 +485,10 @@ def default_spec(
     else:
         plan = FaultPlan.random(
             _plan_rng(seed), kinds_for(mode, sc.fault_kinds), count=sc.fault_count,
-            horizon_s=sc.horizon_s, max_duration_s=sc.max_duration_s,
+            horizon_s=sc.horizon_s, max_duration_s=sc.max_duration_s, shifts_ms=sc.shifts_ms,
         )  # fmt: skip
+    if sc.two_processes and coordinator_config(config_name).adapters == 1:
+        plan = FaultPlan((Fault(0.0, FaultKind.SPLIT_BRAIN), *plan.faults))
     return Spec(name, config_name, seed, known_bad or KnownBad(), sc.clients, sc.size, plan, mode, schedule)
 
 
@@ -491,7 +585,7 @@ def _run(spec: Spec, postgres_url: str | None) -> tuple[History, list[Event]]:
     sc = _scenario(spec.scenario)
     if spec.clients < 1 or spec.size < 1:
         raise InvalidUsage(f"a scenario needs clients >= 1 and size >= 1: {spec}")
-    cfg = coordinator_config(spec.config).with_overrides(known_bad=spec.known_bad)
+    cfg = rollout_config(coordinator_config(spec.config).with_overrides(known_bad=spec.known_bad), spec.faults)
     base = latency_model()
     if sc.oracle_spread is not None:
         base = base.with_overrides({"oracle.pg": LogNormal(0.0008, sc.oracle_spread)})

@@ -126,6 +126,67 @@ _ADAPTER_ROWS: Final[tuple[Entry, ...]] = (
     ),
 )  # fmt: skip
 
+_REGRESSION: Final = frozenset({"timestamp-regression"})
+
+#: Issue 38: the faults of time. The known-bad oracle that takes the caller's
+#: clock without `GREATEST`'s floor is caught by checker 4 (timestamps never
+#: regress) under each fault; the correct design stays clean under each, on
+#: every configuration (but clock-skew on event-loop+pg-oracle, whose split
+#: brain shows that configuration's finding below whatever the clocks do); a
+#: step past persist's lease is a finding of its own.
+_TIME_ROWS: Final[tuple[Entry, ...]] = (
+    *(
+        _caught("unguarded_wall_clock", sc, c, _REGRESSION, bound, why)
+        for sc, why, bounds in (
+            ("clock-jump", "a clock stepped back (or back from a step forward) allocates below write_ts",
+             (("event-loop", 2), ("event-loop+pg-oracle", 2), ("decoupled", 1))),
+            ("clock-skew", "the process whose clock is behind allocates below the other's timestamps",
+             (("event-loop", 2), ("event-loop+pg-oracle", 2), ("decoupled", 2), ("decoupled-2-adapters", 1))),
+            ("clock-stall", "a stopped or slow clock repeats or undercuts the timestamps it just allocated",
+             (("event-loop", 1), ("event-loop+pg-oracle", 4), ("decoupled", 1), ("decoupled-2-adapters", 1))),
+        )
+        for c, bound in bounds
+    ),
+    *(
+        Entry(None, sc, c, frozenset(), 0, "not-caught", f"the correct design under {sc}: write_ts = GREATEST(write_ts + 1, clock)")
+        for sc, configs in (
+            ("clock-jump", ("event-loop", "event-loop+pg-oracle", "decoupled", "decoupled-2-adapters")),
+            ("clock-skew", ("event-loop", "decoupled", "decoupled-2-adapters")),
+            ("clock-stall", ("event-loop", "event-loop+pg-oracle", "decoupled", "decoupled-2-adapters")),
+        )
+        for c in configs
+    ),
+    *(
+        _caught(None, "clock-jump-past-lease", c, frozenset({STUCK}), bound,
+                "persist's leases run on the process's clock: after a 90 s step its next state transition "
+                "expires its own table writers' leases, and the storage controller's append fails "
+                "LeaseExpiredError, which ends the coordinator")
+        for c, bound in (("event-loop", 2), ("event-loop+pg-oracle", 2), ("decoupled", 2))
+    ),
+)  # fmt: skip
+
+#: Issue 36, item 6: seed 000's live oracle switch-over on the
+#: single-coordinator configurations (`coordinator.oracle_switch`). The correct
+#: switch (the old oracle's calls drained, the new one fast-forwarded to its
+#: timestamps before it serves, confirm_leadership kept; a successor started
+#: above both implementations) stays clean, also across crash-restarts; the
+#: switch that neither drains nor fast-forwards hands out timestamps below
+#: those already handed out, and reads that miss acknowledged writes.
+_SWITCH_ROWS: Final[tuple[Entry, ...]] = (
+    *(
+        _caught("unsynced_oracle_switch", "oracle-switch", c, _STALE | {"not-linearizable"}, bound,
+                "the new oracle serves from its own state (the distributed oracle's row where the last switch "
+                "left it, or 0; the in-memory one's persisted upper) while the old one's calls finish there")
+        for c, bound in (("event-loop", 1), ("event-loop+pg-oracle", 1))
+    ),
+    *(
+        Entry(None, sc, c, frozenset(), 0, "not-caught", f"the correct switch under {sc}: old calls drained, "
+              "the new oracle fast-forwarded to the old one's read_ts and write_ts before it serves")
+        for sc in ("oracle-switch", "oracle-switch-restart")
+        for c in ("event-loop", "event-loop+pg-oracle")
+    ),
+)  # fmt: skip
+
 MATRIX: Final[tuple[Entry, ...]] = (
     *(
         _caught("peeks_ignore_catalog_ts", sc, "decoupled", _UNKNOWN_TABLE, bound,
@@ -194,6 +255,8 @@ MATRIX: Final[tuple[Entry, ...]] = (
     _caught(None, "split-brain", "event-loop+pg-oracle", frozenset({"not-strict-serializable"}), 4,
             "without confirm_leadership the deposed coordinator stamps a stale catalog_ts"),
     *_ADAPTER_ROWS,
+    *_TIME_ROWS,
+    *_SWITCH_ROWS,
 )  # fmt: skip
 
 

@@ -5,7 +5,23 @@ The adapter faults (issue 36) act on one adapter of the newest coordinator,
 chosen from the nemesis's own random stream: `adapter-crash` stops it while
 the others run (never the last one serving) and starts a fresh one in its
 place after `duration`; `adapter-partition` and `adapter-pause` turn its
-process's switches (`oracle.gated.ProcessGate`) for `duration`."""
+process's switches (`oracle.gated.ProcessGate`) for `duration`.
+
+The time faults (issue 38) move what one process believes is wall time (its
+`ProcessClock`: each coordinator's, or each adapter's of one with several),
+never the simulation's clock, and heal with an NTP step back to true time:
+`clock-jump` steps the newest coordinator's clock (one of its adapters') by
+`shift` and back after `duration`; `clock-skew` puts two live processes that
+call `write_ts` `shift` apart (half each way); `clock-stall` runs one
+`factor` times slow (10^4: stopped) for `duration` while it keeps appending,
+compacting and renewing its persist leases. A clock some fault already moved
+is left alone. Victims come from a random stream of their own.
+
+`oracle-switch` (issue 36, item 6) flips the newest coordinator's oracle flag
+(`coordinator.oracle_switch`: in-memory <-> distributed, every timeline) and
+flips it back after `duration` if that coordinator still runs; faults that
+overlap flip in turn. Its plans need the event-loop architecture
+(`check_single_coordinator`)."""
 
 from __future__ import annotations
 
@@ -16,16 +32,26 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from coordinator.adapters import MultiAdapterCoordinator
+from oracle.stash import Fenced as OracleFenced
 from sim.history.model import EventKind, Status
-from sim.nemesis.plan import ADAPTER_FAULTS, Fault, FaultKind, FaultPlan, check_adapters, check_plan
+from sim.nemesis.plan import (
+    ADAPTER_FAULTS,
+    TIME_FAULTS,
+    Fault,
+    FaultKind,
+    FaultPlan,
+    check_adapters,
+    check_plan,
+    check_single_coordinator,
+)
 from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
 
 
     from coordinator.session import Coordinator
-    from sim.load.deployment import Deployment
-    from sim.runtime.core import Runtime
+    from sim.load.deployment import Deployment, _Host
+    from sim.runtime.core import ProcessClock, Runtime
     from sim.services.postgres import EmbeddedPostgres
 
 __all__ = ['DEFAULT_CLUSTER', 'Nemesis']
@@ -50,6 +76,7 @@ class Nemesis:
         """Raises `InvalidUsage` if a fault cannot act on `dep` (`check_plan`)."""
         check_plan(plan, "virtual" if dep.database_url is None else "real")
         check_adapters(plan, dep.config.adapters)
+        check_single_coordinator(plan, dep.config.architecture.value)
         if any(f.kind is FaultKind.PG_SIGKILL for f in plan.faults):
             _embedded(dep.database_url)
         self.dep = dep
@@ -58,6 +85,8 @@ class Nemesis:
         #: Which adapter an adapter fault hits (a stream of its own: plans
         #: without adapter faults draw nothing from it).
         self._victims = dep.rt.derive("nemesis-adapters").rng
+        #: Whose clock a time fault moves (likewise a stream of its own).
+        self._clock_victims = dep.rt.derive("nemesis-clocks").rng
 
     async def run(self) -> None:
         rt, t0 = self.dep.rt, self.dep.rt.now()
@@ -118,6 +147,10 @@ class Nemesis:
             self._record(fault, start, replica=f"{cluster}.{replica}")
         elif fault.kind in ADAPTER_FAULTS:
             await self._adapter_fault(fault, start)
+        elif fault.kind in TIME_FAULTS:
+            await self._time_fault(fault, start)
+        elif fault.kind is FaultKind.ORACLE_SWITCH:
+            await self._oracle_switch(fault, start)
         elif fault.kind is FaultKind.PG_KILL:
             assert dep.database_url is not None  # check_plan: real mode only
             rounds, killed, apps = await _kill_backends(rt, dep.database_url, fault.duration_s)
@@ -173,6 +206,78 @@ class Nemesis:
         self._record(fault, start, adapter=i + 1)
 
 
+    async def _oracle_switch(self, fault: Fault, start: int) -> None:
+        dep, rt = self.dep, self.dep.rt
+        host = dep.live[-1] if dep.live else None
+        if host is None:
+            return  # the deployment is between coordinators
+        inc = _incarnation(host.coord)
+        flips: list[dict[str, Any]] = []
+        try:
+            flips.append((await inc.switch_oracle()).as_detail())
+            if fault.duration_s:
+                await rt.sleep(fault.duration_s)
+                # Replaced meanwhile (crash-restart): its successor started on
+                # the configured oracle, above both implementations.
+                if dep.is_live(host.coord):
+                    flips.append((await inc.switch_oracle()).as_detail())
+        except OracleFenced:
+            pass  # its stash epoch moved on: it stops serving at its next oracle call
+        except Exception:
+            if dep.is_live(host.coord):
+                raise
+            # It stopped under the switch (crash-restart): nothing left to switch.
+        if flips:
+            self._record(fault, start, coordinator=host.name, flips=flips)
+
+    def _clocks(self) -> list[tuple[str, ProcessClock]]:
+        """The clocks of the live processes that call `write_ts`, oldest
+        coordinator first: each coordinator's, or each adapter's of one with
+        several (its shared process allocates no timestamps)."""
+        return [p for h in self.dep.live for p in _processes(h)]
+
+    async def _time_fault(self, fault: Fault, start: int) -> None:
+        dep, rt = self.dep, self.dep.rt
+        live = self._clocks()
+        if fault.kind is FaultKind.CLOCK_SKEW:
+            if len(live) < 2:
+                return  # one process has nothing to be skewed against
+            i = self._clock_victims.randrange(len(live))
+            j = self._clock_victims.randrange(len(live) - 1)
+            pair = [live[i], live[j + (j >= i)]]
+        else:
+            # The newest coordinator's process (one of its adapters').
+            if not dep.live:
+                return  # the deployment is between coordinators
+            own = _processes(dep.live[-1])
+            pair = [own[self._clock_victims.randrange(len(own))]]
+        if any(c.moved for _, c in pair):
+            return  # another time fault has it: one at a time per clock
+        now = rt.true_wall_ms()
+        detail: dict[str, Any] = {"processes": [name for name, _ in pair]}
+        if fault.kind is FaultKind.CLOCK_STALL:
+            rate = 1.0 / fault.factor
+            pair[0][1].set_rate(rate, now_ms=now)
+            detail["rate"] = rate
+        elif fault.kind is FaultKind.CLOCK_JUMP:
+            pair[0][1].step(fault.shift_ms, now_ms=now)
+            detail["shift_ms"] = fault.shift_ms
+        else:
+            # Half each way: the first ends `shift` ahead of the second.
+            ahead = fault.shift_ms - fault.shift_ms // 2
+            pair[0][1].step(ahead, now_ms=now)
+            pair[1][1].step(ahead - fault.shift_ms, now_ms=now)
+            detail["offsets_ms"] = [ahead, ahead - fault.shift_ms]
+        try:
+            await rt.sleep(fault.duration_s)
+        finally:
+            end = rt.true_wall_ms()
+            detail["healed_from_ms"] = [c.offset_ms(end) for _, c in pair]
+            for _, c in pair:
+                c.reset()
+        self._record(fault, start, **detail)
+
+
 #: Every other backend of the run's database (the nemesis's own survives).
 _TERMINATE: Final = """
 SELECT application_name, pg_terminate_backend(pid) FROM pg_stat_activity
@@ -208,6 +313,13 @@ async def _kill_backends(
     finally:
         await conn.close(timeout=5)
     return rounds, killed, sorted(apps)
+
+
+def _processes(host: _Host) -> list[tuple[str, ProcessClock]]:
+    """A coordinator's processes that call `write_ts`, with their clocks."""
+    if isinstance(host.coord, MultiAdapterCoordinator):
+        return [(f"{host.name}/adapter-{i + 1}", c) for i, c in enumerate(host.coord.clocks)]
+    return [(host.name, host.clock)]
 
 
 def _embedded(database_url: str | None) -> EmbeddedPostgres:

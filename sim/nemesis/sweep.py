@@ -40,6 +40,7 @@ __all__ = [
     "SeedTask",
     "Summary",
     "SweepWriter",
+    "crash_line",
     "run_seed",
     "sweep",
     "tasks",
@@ -164,8 +165,7 @@ def run_seed(task: SeedTask) -> SeedResult:
     try:
         history, events = run_spec(spec)
     except Exception as exc:  # the system under test crashed: that is a finding
-        line = " ".join(f"{type(exc).__name__}: {exc}".split())
-        return SeedResult(task.seed, 0, CRASHED, replay, error=line[:500])
+        return SeedResult(task.seed, 0, CRASHED, replay, error=crash_line(exc))
     report = check_history(history, events, checkers=CHECKERS)
     counts: dict[str, int] = {}
     for v in report.verdicts:
@@ -183,6 +183,28 @@ def run_seed(task: SeedTask) -> SeedResult:
     if not result.failing:
         return result
     return replace(result, report=report, history=history, events=events)
+
+
+def crash_line(exc: BaseException) -> str:
+    """One line naming a crash: the exception, or for a task group's
+    `ExceptionGroup` the exceptions it holds (what actually went wrong; the
+    first few, each once), at most 500 characters."""
+    leaves: list[str] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for inner in e.exceptions:
+                walk(inner)
+        else:
+            text = " ".join(f"{type(e).__name__}: {e}".split())
+            if text not in leaves:
+                leaves.append(text)
+
+    walk(exc)
+    if not isinstance(exc, BaseExceptionGroup):
+        return leaves[0][:500]
+    shown = "; ".join(leaves[:3]) + (f"; and {len(leaves) - 3} more" if len(leaves) > 3 else "")
+    return f"{type(exc).__name__} of {shown}"[:500]
 
 
 def sweep(

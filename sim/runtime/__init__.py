@@ -2,6 +2,7 @@
 
 Every layer may import it; it imports nothing else of coordsim. `core` (the
 `Runtime`), `loop` (the virtual event loop), `latency`, `cpu`, `tasks`,
-`errors`, `retry`, `urls` (parsing and the one redaction), `pg` (Postgres
-failure classification), `logs`, `outputs` (files coordsim may write), `interrupts`.
+`errors`, `retry`, `urls` (parsing), `redact` (the one redaction), `pg`
+(Postgres failure classification), `logs`, `outputs` (files coordsim may write),
+`owners` (owner records of temporary directories), `interrupts`.
 """

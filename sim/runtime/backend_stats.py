@@ -100,6 +100,18 @@ class BackendStats:
         ends, however it ends (see the module docstring); await it once."""
         return _Steps(coro, self, kind)
 
+    def absorb(self, window: BackendWindow) -> None:
+        """Adds what another process recorded (an adapter process's share of
+        a run: `coordinator.process_adapters`)."""
+        for kind, samples in window.samples.items():
+            self._samples.setdefault(kind, array("d")).extend(samples)
+        for key, n in window.retries.items():
+            self._retries[key] = self._retries.get(key, 0) + n
+        for kind, (n, t) in window.cpu.items():
+            acc = self._cpu.setdefault(kind, [0, 0.0])
+            acc[0] += n
+            acc[1] += t
+
     def mark(self) -> Mark:
         return Mark({k: len(v) for k, v in self._samples.items()}, dict(self._retries),
                     {k: (int(n), t) for k, (n, t) in self._cpu.items()})  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import functools
 import gc
 import hashlib
@@ -24,12 +25,89 @@ from sim.runtime.loop import VirtualEventLoop, wake
 from sim.runtime.patches import get_running_loop
 from sim.runtime.schedule import parse_schedule
 
-__all__ = ["Runtime", "WallClock", "run"]
+__all__ = ["ProcessClock", "Runtime", "WallClock", "run"]
 
 T = TypeVar("T")
 
 #: A wall clock in milliseconds since the Unix epoch (a one-method seam).
 WallClock = Callable[[], int]
+
+
+# --- one process's wall clock -------------------------------------------------------------
+
+
+@final
+class ProcessClock:
+    """What one simulated process believes the wall time is: the true wall
+    clock, unless a time fault (`sim.nemesis`, issue 38) stepped, slowed or
+    stopped it.
+
+    A reading is `seen + rate * (true - since)` floored to a millisecond, with
+    `since` the true time of the last change and `seen` the reading then;
+    untouched, it is the true clock itself. Each change is told the true time
+    at which it happens (`Runtime.true_wall_ms()`), never reads a clock of its
+    own, so a virtual run stays a function of its seed. Every Runtime derived
+    from one shares its clock (one process, one clock); `Runtime.with_clock`
+    gives a process a clock of its own.
+    """
+
+    def __init__(self) -> None:
+        self._true = True  # the fast path: no fault ever touched it
+        self._since = 0
+        self._seen = 0.0
+        self._rate = 1.0
+        self.changes = 0
+
+    def read(self, true_ms: int) -> int:
+        """This process's reading when the true wall clock reads `true_ms`."""
+        if self._true:
+            return true_ms
+        return math.floor(self._seen + self._rate * (true_ms - self._since))
+
+    @property
+    def moved(self) -> bool:
+        """A fault stepped or slowed it since it was made or last reset."""
+        return not self._true
+
+    @property
+    def rate(self) -> float:
+        """Milliseconds this clock advances per true millisecond (0: stopped)."""
+        return self._rate
+
+    def offset_ms(self, true_ms: int) -> int:
+        """How far ahead of the true clock this one reads (negative: behind)."""
+        return self.read(true_ms) - true_ms
+
+    def step(self, by_ms: int, *, now_ms: int) -> None:
+        """Jumps the reading by `by_ms` (negative: backwards) at true time `now_ms`."""
+        self._anchor(now_ms)
+        self._seen += by_ms
+
+    def set_rate(self, rate: float, *, now_ms: int) -> None:
+        """From true time `now_ms` on, the clock advances `rate` ms per true ms
+        (0: it stands still; below 1: it runs slow).
+
+        Raises:
+            InvalidUsage: a negative or non-finite rate (a clock never runs backwards).
+        """
+        if not (math.isfinite(rate) and rate >= 0):
+            raise InvalidUsage(f"a clock's rate must be finite and >= 0, got {rate}")
+        self._anchor(now_ms)
+        self._rate = rate
+
+    def reset(self) -> None:
+        """Back to the true clock (what an NTP step does), from either side."""
+        self._true, self._since, self._seen, self._rate = True, 0, 0.0, 1.0
+        self.changes += 1
+
+    def _anchor(self, now_ms: int) -> None:
+        if self._true:
+            self._seen = float(now_ms)
+        else:
+            self._seen += self._rate * (now_ms - self._since)
+        self._since = now_ms
+        self._true = False
+        self.changes += 1
 
 
 
@@ -42,12 +120,14 @@ class Runtime:
 
     Works on either loop: on `VirtualEventLoop` the clock is virtual and the wall
     clock starts at the loop's epoch; on any other loop both are real. A wall
-    clock may be injected (tests of the oracle's wall-clock tracking).
+    clock may be injected (tests of the oracle's wall-clock tracking). `wall_ms`
+    reads it through `clock`, this process's own (see `ProcessClock`).
 
     Args:
         seed: seeds `rng`; `derive` gives sub-components their own streams.
         latency: the latency model `delay` samples from (default: all zero).
-        wall_clock: overrides `wall_ms`.
+        wall_clock: overrides the true wall clock (`true_wall_ms`).
+        clock: this process's clock (default: a fresh one, reading true time).
     """
 
     def __init__(
@@ -56,6 +136,7 @@ class Runtime:
         seed: int = 0,
         latency: LatencyModel | None = None,
         wall_clock: WallClock | None = None,
+        clock: ProcessClock | None = None,
         _name: str = "",
     ) -> None:
         self.seed = seed
@@ -63,12 +144,23 @@ class Runtime:
         self.rng = random.Random(_stream_seed(seed, _name))
         self.latency = latency if latency is not None else LatencyModel(default=Constant(0.0))
         self._wall_clock = wall_clock
+        self.clock = clock if clock is not None else ProcessClock()
 
     def derive(self, name: str) -> Runtime:
-        """A Runtime sharing clock and models, with an independent RNG stream named
+        """A Runtime sharing clocks and models, with an independent RNG stream named
         `name`, so one component's draws never shift another's."""
         full = f"{self.name}/{name}" if self.name else name
-        return Runtime(seed=self.seed, latency=self.latency, wall_clock=self._wall_clock, _name=full)
+        return Runtime(seed=self.seed, latency=self.latency, wall_clock=self._wall_clock, clock=self.clock,
+                       _name=full)  # fmt: skip
+
+    def with_clock(self, clock: ProcessClock) -> Runtime:
+        """This Runtime read through `clock`: a simulated process of its own,
+        whose wall clock a time fault moves without moving any other's. Its
+        random stream is this one's very object, so the draws of a run that
+        moves no clock interleave exactly as before."""
+        view = copy.copy(self)
+        view.clock = clock
+        return view
 
     # Clock.
 
@@ -94,7 +186,13 @@ class Runtime:
         return round(self._loop().time() * 1e9)
 
     def wall_ms(self) -> int:
-        """Milliseconds since the Unix epoch, the clock the timestamp oracle tracks."""
+        """Milliseconds since the Unix epoch as this process's clock reads them:
+        the clock the timestamp oracle tracks and persist's leases run on."""
+        return self.clock.read(self.true_wall_ms())
+
+    def true_wall_ms(self) -> int:
+        """Milliseconds since the Unix epoch, whatever any process's clock reads
+        (what a time fault measures its changes against)."""
         if self._wall_clock is not None:
             return self._wall_clock()
         loop = self._loop()

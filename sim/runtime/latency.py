@@ -13,7 +13,16 @@ if TYPE_CHECKING:
     import random
     pass
 
-__all__ = ['Constant', 'Distribution', 'Empirical', 'LatencyModel', 'LatencySpecError', 'LogNormal', 'Uniform']
+__all__ = [
+    'Constant',
+    'Distribution',
+    'Empirical',
+    'LatencyModel',
+    'LatencySpecError',
+    'LogNormal',
+    'TimerRealized',
+    'Uniform',
+]
 
 # --- Latency model ----------------------------------------------------------------------
 
@@ -170,6 +179,41 @@ class Empirical(Distribution):
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "empirical", "samples_ms": [s * 1000 for s in self.samples]}
+
+
+@final
+@dataclass(frozen=True)
+class TimerRealized(Distribution):
+    """A modeled delay as real mode realizes it: a timer of the stock asyncio
+    loop, which wakes no earlier than the selector's timeout granularity
+    allows and then `overshoot_s` late. CPython's epoll and poll selectors
+    round every timeout up to whole milliseconds (`selectors.EpollSelector
+    .select`: `math.ceil(timeout * 1e3) * 1e-3`), so on Linux a 0.1 ms sleep
+    on an idle loop takes about 1.1 ms. Virtual mode uses this only to
+    predict a real run, from a profile built from one (`coordsim calibrate
+    --from` records the run's `[timer]`); the published system has no such
+    floor. (The loop's own CPU costs already sleep in whole quanta:
+    `sim.runtime.cpu.CorePool.owe`.)"""
+
+    base: Distribution
+    granularity_s: float
+    overshoot_s: float
+
+    def sample(self, rng: random.Random) -> float:
+        d = self.base.sample(rng)
+        if not d > 0:
+            return d
+        g = self.granularity_s
+        rounded = math.ceil(d / g - 1e-9) * g if g > 0 else d
+        return rounded + self.overshoot_s
+
+    def mean(self) -> float:
+        # Each draw rounds up by half a granule on average (the base spans many).
+        return self.base.mean() + self.granularity_s / 2 + self.overshoot_s
+
+    def to_dict(self) -> dict[str, Any]:
+        # The profile's `[timer]` table carries the rounding; the latency stays the base's.
+        return self.base.to_dict()
 
 
 @final

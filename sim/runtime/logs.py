@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from sim.runtime.urls import is_secret_name, redact_mapping, redact_text
+from sim.runtime.redact import is_secret_name, redact_error, redact_mapping, redact_text
 
 if TYPE_CHECKING:
     from collections.abc import MutableMapping
@@ -30,6 +30,8 @@ __all__ = ["StdlibToStructlog", "configure_logging", "redact_processor"]
 
 # Rendered by the renderer from the exception itself (see `_redacted_traceback`).
 _LEAVE_ALONE = frozenset({"exc_info"})
+#: Fields holding an error's text: `error` (ours), `exception` (a formatted traceback).
+_ERRORS = frozenset({"error", "exception"})
 
 
 def redact_processor(_logger: object, _name: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
@@ -47,6 +49,10 @@ def redact_processor(_logger: object, _name: str, event: MutableMapping[str, Any
 def _redact(key: str, value: object) -> object:
     if value is None or isinstance(value, bool | int | float):
         return value
+    if key in _ERRORS and isinstance(value, str | BaseException):
+        # An error's text (a traceback too) may echo a piece of a password
+        # that no pattern recognizes: the one function for driver errors.
+        return redact_error(value)
     if isinstance(value, str | Mapping | list | tuple) or is_secret_name(key):
         return redact_mapping({key: value})[key]
     text = repr(value)
@@ -58,7 +64,7 @@ def _redacted_traceback(sio: TextIO, exc_info: ExcInfo) -> None:
     """The console renderer's plain traceback, redacted."""
     buf = io.StringIO()
     structlog.dev.plain_traceback(buf, exc_info)
-    sio.write(redact_text(buf.getvalue()))
+    sio.write(redact_error(buf.getvalue()))
 
 
 class StdlibToStructlog(logging.Handler):
@@ -72,7 +78,7 @@ class StdlibToStructlog(logging.Handler):
             fields: dict[str, Any] = {"logger": record.name}
             if record.exc_info and record.exc_info[1] is not None:
                 exc = record.exc_info[1]
-                fields["error"] = " ".join(f"{type(exc).__name__}: {exc}".split())
+                fields["error"] = redact_error(exc)  # a driver's error: the one redaction for them
                 fields["tier"] = "determinate" if _is_connect_failure(exc) else "indeterminate"
             log = structlog.get_logger()
             message = " ".join(record.getMessage().split())

@@ -26,10 +26,12 @@ rename. Files are written under a temporary name and renamed, and are private
 
 Without `-o/--output`, a command keeps history the way Jepsen's `store/`
 does: each run gets a new directory `ROOT/<command>-<UTC time>-<id>/` under a
-runs root (`coordsim-out/`, or `$COORDSIM_OUTPUT_ROOT`), and `ROOT/latest`
-links to the newest (a link made under a temporary name and renamed over the
-old one, so it is never missing nor dangling), so a quick run never replaces a
-long one.
+runs root (`coordsim-out/`, or `$COORDSIM_OUTPUT_ROOT`), `ROOT/latest`
+links to the newest, and `ROOT/latest-<command>` (`latest-compare`,
+`latest-anomalies-run`) to the newest of that command, so `compare --baseline
+coordsim-out/latest-compare` still names a comparison after a `check` ran. Each
+link is made under a temporary name and renamed over the old one, so it is
+never missing nor dangling, and a quick run never replaces a long one.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from sim.runtime import owners
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.interrupts import temporary_path
 
@@ -69,7 +72,9 @@ __all__ = [
     "claimed_dir",
     "digest",
     "is_coordsim_output",
+    "latest_name",
     "mark_latest",
+    "output_command",
     "run_dir",
     "runs_root",
     "staged_dir",
@@ -90,7 +95,8 @@ DIR_MODE: Final = 0o700
 #: The runs root when neither `-o` nor `$COORDSIM_OUTPUT_ROOT` says otherwise.
 RUNS_ROOT: Final = "coordsim-out"
 ROOT_ENV: Final = "COORDSIM_OUTPUT_ROOT"
-#: The link in a runs root to its newest run directory.
+#: The link in a runs root to its newest run directory; `latest-<command>`
+#: (`latest_name`) links to the newest of one command.
 LATEST: Final = "latest"
 #: The marker's `command` for a runs root: its run directories are coordsim's
 #: (each has its own marker), so the root lists no files of its own.
@@ -191,6 +197,14 @@ def _proven(data: dict[str, Any] | None, key: str = "files") -> dict[str, list[E
             if isinstance(e, dict) and isinstance(e.get("sha256"), str) and isinstance(e.get("size"), int):
                 out.setdefault(str(rel), []).append(e)
     return out
+
+
+def output_command(path: Path) -> str | None:
+    """The command that wrote output directory `path` (its marker's `command`:
+    `compare`, `anomalies run`, …), or None if `path` is not a coordsim output."""
+    data = _marker(path) if path.is_dir() else None
+    command = data.get("command") if data is not None else None
+    return command if isinstance(command, str) else None
 
 
 def is_coordsim_output(path: Path) -> bool:
@@ -420,7 +434,7 @@ def staged_dir(output: Path, command: str) -> Iterator[Path]:
         _refuse_foreign_files(output, "output directory")
         stage = output.parent / f".{output.name}.tmp-{os.getpid()}"
         try:
-            _mkdir(stage)
+            owners.make_dir(stage, "stage", mode=DIR_MODE, inside=False)  # reclaimed after a SIGKILL
         except OSError as exc:
             raise InvalidUsage(f"output directory {output} is not writable: {exc.strerror or exc}") from exc
         _STAGES.add(stage)
@@ -432,11 +446,12 @@ def staged_dir(output: Path, command: str) -> Iterator[Path]:
                 _refuse_foreign_files(output, "output directory")
                 _publish(stage, output, command)
                 if _is_runs_root(output.parent):
-                    _link_latest(output)
+                    _link_latest(output, command)
             finally:
                 _STAGES.discard(stage)
                 # Ours: created above, emptied if published.
                 shutil.rmtree(stage, ignore_errors=True)
+                owners.release(stage)
 
 
 def _make_private(root: Path) -> None:
@@ -632,13 +647,19 @@ def run_dir(output: Path | str | None, command: str, *, root: Path | None = None
             return candidate
 
 
-def mark_latest(run: Path) -> None:
-    """Points the runs root's `latest` at `run` if `run` is one of its run
-    directories: for an output written in place (Spark's) rather than through
-    `staged_dir`, which does this itself."""
+def latest_name(command: str) -> str:
+    """The name of the link to `command`'s newest run directory in a runs
+    root: `latest-compare`, `latest-anomalies-run`, `latest-spark-replay`."""
+    return f"{LATEST}-{'-'.join(command.split())}"
+
+
+def mark_latest(run: Path, command: str) -> None:
+    """Points the runs root's `latest` and `latest-<command>` at `run` if `run`
+    is one of its run directories: for an output written in place (Spark's)
+    rather than through `staged_dir`, which does this itself."""
     run = run.absolute()
     if run.is_dir() and _is_runs_root(run.parent):
-        _link_latest(run)
+        _link_latest(run, command)
 
 
 def _is_runs_root(path: Path) -> bool:
@@ -674,18 +695,24 @@ def _claim_root(root: Path) -> bool:
     return created
 
 
-def _link_latest(run: Path) -> None:
-    """Points `latest` beside `run` at it: a relative link made under a
-    temporary name and renamed over the old one, so `latest` is never missing
-    and never names a directory that does not exist. A `latest` that is not a
+def _link_latest(run: Path, command: str) -> None:
+    """Points `latest-<command>`, then `latest`, beside `run` at it."""
+    for name in (latest_name(command), LATEST):
+        _link(run, name)
+
+
+def _link(run: Path, name: str) -> None:
+    """Points link `name` beside `run` at it: a relative link made under a
+    temporary name and renamed over the old one, so the link is never missing
+    and never names a directory that does not exist. A `name` that is not a
     link is someone else's: left alone."""
-    link = run.parent / LATEST
+    link = run.parent / name
     if link.exists() and not link.is_symlink():
         print(f"coordsim: note: {link} is not a link; left as it is", file=sys.stderr)  # noqa: T201
         return
     if not _is_dir(run):
         return  # never point it at nothing
-    tmp = run.parent / f".{LATEST}.tmp-{os.getpid()}-{secrets.token_hex(3)}"
+    tmp = run.parent / f".{name}.tmp-{os.getpid()}-{secrets.token_hex(3)}"
     try:
         os.symlink(run.name, tmp)
         os.replace(tmp, link)

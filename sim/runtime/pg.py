@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import enum
 from typing import Final, Literal, TypeAlias
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlunsplit
 
 import asyncpg
 
 from sim.runtime.errors import Determinate, ExternalError, Indeterminate, InvalidUsage
-from sim.runtime.urls import redact_text, redact_url
+from sim.runtime.redact import redact_error, redact_url
+from sim.runtime.urls import split_url
 
 __all__ = [
     "DETERMINATE_SQLSTATES",
@@ -134,17 +135,15 @@ def classify_failure(exc: BaseException, *, write: bool) -> type[ExternalError]:
 
 
 def describe_failure(exc: BaseException) -> str:
-    """One line naming the failure: type, SQLSTATE if any, message (redacted)."""
-    sqlstate = getattr(exc, "sqlstate", None)
-    code = f" [SQLSTATE {sqlstate}]" if isinstance(sqlstate, str) else ""
-    message = " ".join(str(exc).split()) or "(no message)"
-    return redact_text(f"{type(exc).__name__}{code}: {message}")
+    """One line naming the failure: type, SQLSTATE if any, message — redacted
+    by the one function every driver error passes (`redact_error`)."""
+    return redact_error(exc)
 
 
 def split_connect_timeout(url: str) -> tuple[str, float | None]:
     """Removes libpq's `connect_timeout` from `url` (asyncpg would send it to the
     server as a setting, which rejects it) and returns it in seconds."""
-    parts = urlsplit(url)
+    parts = split_url(url)
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     timeout: float | None = None
     kept: list[tuple[str, str]] = []
@@ -167,7 +166,7 @@ def split_isolation(url: str) -> tuple[str, Isolation]:
     """Removes the `isolation` parameter from `url` (asyncpg would send it to
     the server as a setting, which rejects it) and returns the level it names,
     SERIALIZABLE when absent."""
-    parts = urlsplit(url)
+    parts = split_url(url)
     pairs = parse_qsl(parts.query, keep_blank_values=True)
     found = [v for k, v in pairs if k == ISOLATION_PARAM]
     if not found:
@@ -190,6 +189,6 @@ def with_isolation(url: str, isolation: Isolation) -> str:
     bare, _ = split_isolation(url)
     if isolation is Isolation.SERIALIZABLE:
         return bare
-    parts = urlsplit(bare)
+    parts = split_url(bare)
     pairs = [*parse_qsl(parts.query, keep_blank_values=True), (ISOLATION_PARAM, isolation.value)]
     return urlunsplit(parts._replace(query=urlencode(pairs)))

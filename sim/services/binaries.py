@@ -7,7 +7,8 @@ Protects: one answer, shared by the embedded server, the Spark session and
 `coordsim doctor`, so what doctor reports is what then runs. The PostgreSQL
 search of the system itself is `sim.services.postgres.find_postgres_bindir`.
 Made here, in private temporary directories removed at exit (and by a
-watchdog on SIGKILL): a copy of the packaged PostgreSQL that an unprivileged
+watchdog on SIGKILL; claimed by an owner record, for the next start should
+the watchdog die too): a copy of the packaged PostgreSQL that an unprivileged
 account can reach, and a `java` that lets Spark start the packaged runtime.
 """
 
@@ -21,11 +22,11 @@ import re
 import shlex
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, Literal, final
 
+from sim.runtime import owners
 from sim.services.errors import BackendUnavailable
 from sim.services.pg_processes import Watchdog
 from sim.services.processes import run_group
@@ -258,7 +259,7 @@ def _own_dir(prefix: str, what: str) -> Path:
         BackendUnavailable: it could not be made (`what` says what it was for).
     """
     try:
-        parent = Path(tempfile.mkdtemp(prefix=prefix)).resolve()
+        parent = owners.private_tmpdir(prefix, "staged")
     except OSError as exc:
         raise BackendUnavailable(f"cannot make {what}: {exc}") from exc
     try:
@@ -402,7 +403,7 @@ def remove_staged() -> None:
     """Deletes every directory `_own_dir` made (Java shims, staged PostgreSQL
     copies) and dismisses its watchdog (at interpreter exit)."""
     for d, watchdog in _OWN_DIRS:
-        shutil.rmtree(d, ignore_errors=True)  # made by `_own_dir`: ours
+        owners.remove_tree(d)  # made by `_own_dir`: ours; its owner record last
         watchdog.dismiss()
     _OWN_DIRS.clear()
     _SHIMS.clear()

@@ -14,10 +14,9 @@ import hmac
 import os
 import secrets
 import shutil
-import tempfile
-from pathlib import Path
 from typing import TYPE_CHECKING, Final, Protocol
 
+from sim.runtime import owners
 from sim.services.errors import BackendUnavailable
 from sim.services.pg_processes import Watchdog
 from sim.services.processes import run_group
@@ -26,6 +25,7 @@ if TYPE_CHECKING:
     import pwd
     import subprocess
     from collections.abc import Sequence
+    from pathlib import Path
 
 __all__ = [
     "SUPERUSER",
@@ -68,7 +68,7 @@ def template(bindir: Path, run_as: pwd.struct_passwd | None, run: RunBinary) -> 
     made = _TEMPLATES.get(key)
     if made is not None and made.is_dir():
         return made
-    parent = Path(tempfile.mkdtemp(prefix="coordsim-pg-template-")).resolve()
+    parent = owners.private_tmpdir("coordsim-pg-template-", "postgres-template")
     made = parent / "data"
     try:
         watchdog = Watchdog(parent, [made])
@@ -131,7 +131,7 @@ def copy_template(made: Path, datadir: Path) -> None:
 def remove_templates() -> None:
     """Deletes every template and dismisses its watchdog (at interpreter exit)."""
     for d, watchdog in TEMPLATE_DIRS:
-        shutil.rmtree(d, ignore_errors=True)
+        owners.remove_tree(d)  # its owner record last
         watchdog.dismiss()
     TEMPLATE_DIRS.clear()
     _TEMPLATES.clear()

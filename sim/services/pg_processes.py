@@ -158,6 +158,31 @@ def take_down(datadir):
         time.sleep(0.05)
         pids = members(datadir)
 
+def remove(root):
+    # The owner record last: should something still write here (a postmaster
+    # starting as we delete), what is left stays claimed, and the next start
+    # of coordsim reclaims it (sim.services.leftovers).
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        if name == ".coordsim-owner":
+            continue
+        path = os.path.join(root, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    try:
+        if set(os.listdir(root)) <= {".coordsim-owner"}:
+            shutil.rmtree(root, ignore_errors=True)
+    except OSError:
+        pass
+
 def main():
     fd, root, datadirs = int(sys.argv[1]), sys.argv[2], sys.argv[3:]
     got = b""
@@ -175,9 +200,10 @@ def main():
         return
     for datadir in datadirs:
         take_down(datadir)
-    shutil.rmtree(root, ignore_errors=True)
+    remove(root)
     for datadir in datadirs:
         take_down(datadir)
+    remove(root)
 
 for s in (signal.SIGINT, signal.SIGHUP):
     signal.signal(s, signal.SIG_IGN)

@@ -27,12 +27,12 @@ import shlex
 import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, final
 from urllib.parse import urlsplit
 
+from sim.runtime import owners
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.urls import redact_url
 from sim.services import binaries, pg_initdb, pg_processes
@@ -234,7 +234,11 @@ class EmbeddedPostgres:
     which only `url` carries (never `repr`, logs or files). `stop()` (or
     leaving the `with` block, or process exit) stops it and deletes the
     directory; if the process dies without doing so (SIGKILL), a watchdog
-    process started with the cluster does it.
+    process started with the cluster does it (the postmaster, daemonized by
+    pg_ctl, does not die with us); should the watchdog die too, the
+    directory's owner record (`sim.runtime.owners`) lets the next start of
+    coordsim stop the orphaned postmaster and reclaim it
+    (`sim.services.leftovers`).
 
     `kill_server()` (pg_ctl's immediate shutdown) and `sigkill_postmaster()` (a
     real SIGKILL: no shutdown at all) crash the server; `restart()` starts it
@@ -356,7 +360,9 @@ class EmbeddedPostgres:
             self._bindir = binaries.runnable_pg_bindir(self._found, self._run_as)
             # Resolved: the watchdog and `cluster_pids` compare it with /proc's
             # view of the server's working directory.
-            self._tmp = Path(tempfile.mkdtemp(prefix="coordsim-pg-")).resolve()
+            # Claimed (an owner record): should both this process and its
+            # watchdog die, the next start of coordsim reclaims it.
+            self._tmp = owners.private_tmpdir("coordsim-pg-", "postgres")
             _LIVE.add(self)
             try:
                 self._watchdog = pg_processes.Watchdog(self._tmp, [self.datadir])
@@ -404,7 +410,7 @@ class EmbeddedPostgres:
                     self._wait_cluster_exited()
             finally:
                 self._unwatch.set()
-                shutil.rmtree(self._tmp, ignore_errors=True)
+                owners.remove_tree(self._tmp)  # its owner record last
                 if self._watchdog is not None:
                     self._watchdog.dismiss()
                 self._watchdog = None

@@ -51,7 +51,7 @@ NATIVE: Final = ("named", "replay")
 #: Checkers run in-process per run (an anomaly of them is kept unless
 #: `COVERED` says the native plans produce it). With the native plans,
 #: checker 3 runs in-process too, for its coverage only (`check_run`).
-INPROC: Final = ("named", "blackbox", "oracle", "linear", "table")
+INPROC: Final = ("named", "blackbox", "oracle", "linear", "table", "subscribe")
 #: Three kinds of row. One per anomaly (`anomaly` not null); one per checker
 #: that ran on the slice (`anomaly` null, `checker` set: `outcome`, `skipped`
 #: and `count` = its anomalies in all, including those the checker only
@@ -157,6 +157,7 @@ def check_segment(
     from sim.history.checker import check_blackbox, check_named, check_oracle_events, check_replay
     from sim.history.checker.multiset import check_multiset
     from sim.history.checker.run import LINEAR_MAX_OPS, Report, coverage_of
+    from sim.history.checker.subscribe import check_subscribe, remap, without_subscriptions
     from sim.history.checker.verdict import Collector, combine, nothing_judged
     from sim.history.model import validate
 
@@ -164,7 +165,15 @@ def check_segment(
         raise ValueError(f"run {run}: {run_ops} operations, within checker 5's limit: cut runs are larger")
     validate(h)
     append_carries(h, carries)
-    verdicts = [check_named(h), check_blackbox(h), check_replay(h)]
+    # As `check_history`: the checkers but "subscribe" see the history without
+    # its SUBSCRIBE rows, their coverage mapped back (a cut keeps a table's
+    # subscriptions in its group, with the writes they must have received).
+    rest, rows = without_subscriptions(h)
+
+    def back(v: Verdict) -> Verdict:
+        return v if rows is None else remap(v, rows)
+
+    verdicts = [back(check_named(rest)), back(check_blackbox(rest)), back(check_replay(rest))]
     if grp == 0:
         verdicts.append(check_oracle_events(events))
     # As `check_history` on the whole run: checker 5 is exponential, skipped
@@ -175,7 +184,8 @@ def check_segment(
         skipped=True, seconds=time.perf_counter() - t0)  # fmt: skip
     verdicts.append(replace(skip, coverage=nothing_judged(f"over the limit of {LINEAR_MAX_OPS} operations",
                                                           range(h.n))))  # fmt: skip
-    verdicts.append(check_multiset(h, time_limit_s=linear_time_limit_s))
+    verdicts.append(back(check_multiset(rest, time_limit_s=linear_time_limit_s)))
+    verdicts.append(check_subscribe(h))
     tables, not_tables = coverage_of(h, verdicts)
     rep = Report(combine(verdicts, complete=all(t.complete for t in tables)), tuple(verdicts), tables, not_tables)
     return [*_rows(run, verdicts, native=False), _coverage_row(run, rep)]

@@ -66,7 +66,9 @@ def test_every_toggle_has_an_entry_and_the_finding_is_one() -> None:
     # Issue 36's clean adapter rows have no variant either, but expect nothing.
     finding = [e for e in MATRIX if e.variant is None and e.expect == "caught"]
     assert [(e.scenario, e.config, e.expect) for e in finding] == [
-        ("split-brain", "event-loop+pg-oracle", "caught")
+        ("split-brain", "event-loop+pg-oracle", "caught"),
+        # Issue 38: a clock step past persist's lease ends the coordinator.
+        *(("clock-jump-past-lease", c, "caught") for c in ("event-loop", "event-loop+pg-oracle", "decoupled")),
     ]
 
 

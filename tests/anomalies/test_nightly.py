@@ -23,8 +23,8 @@ pytestmark = [pytest.mark.virtual, pytest.mark.slow]
 
 #: The scenarios of the nightly figure: crash/restart of the coordinator; a
 #: second coordinator beside the first; random replica crashes, oracle and
-#: store (Blob, Consensus) errors.
-NIGHTLY = ("crash-restart", "split-brain", "ddl-dml")
+#: store (Blob, Consensus) errors; and the faults of time (issue 38).
+NIGHTLY = ("crash-restart", "split-brain", "ddl-dml", "clock-jump", "clock-skew", "clock-stall")
 
 
 @pytest.mark.parametrize("scenario", NIGHTLY)

@@ -139,7 +139,8 @@ def test_fifo_event_loop_stays_valid(scenario: str, config: str, seeds: range) -
 def test_only_the_matrix_finding_is_left_out_of_the_fifo_evidence() -> None:
     """The one pair not swept above is the correct design's own finding (seed
     3 of split-brain on event-loop+pg-oracle is caught without any variant)."""
-    assert {("split-brain", "event-loop+pg-oracle")} == _FINDINGS
+    # Issue 38's clock-jump-past-lease findings (a crash) are no fifo scenario.
+    assert {("split-brain", "event-loop+pg-oracle")} == {f for f in _FINDINGS if f[0] != "clock-jump-past-lease"}
 
 
 @pytest.mark.parametrize(

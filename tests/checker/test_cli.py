@@ -35,7 +35,7 @@ def test_invalid_edn_exits_1_and_explains(tmp_path: Path) -> None:
 def test_unknown_exits_3(tmp_path: Path) -> None:
     # Checker 5 out of time before it finishes a table: unknown, not valid.
     write_trace(tmp_path, generate(GenConfig(ops=1500, p_info=0.05, seed=1)))
-    r = runner.invoke(app, ["check", str(tmp_path), "-c", "linear", "--linear-limit", "0"])
+    r = runner.invoke(app, ["check", str(tmp_path), "--checker", "linear", "--linear-limit", "0"])
     assert r.exit_code == 3, r.output
     assert "verdict: unknown" in r.output
 
@@ -57,7 +57,7 @@ def test_bad_input_exits_2_with_one_line() -> None:
 
 
 def test_unknown_checker_name_is_bad_input() -> None:
-    r = runner.invoke(app, ["check", str(DATA / "seed001-valid.edn"), "-c", "nope"])
+    r = runner.invoke(app, ["check", str(DATA / "seed001-valid.edn"), "--checker", "nope"])
     assert r.exit_code == 2
 
 

@@ -97,7 +97,7 @@ def test_the_issue_reproduction_is_no_longer_valid(tmp_path: Path) -> None:
     # With every checker it is invalid, never valid.
     report = check_history(h, events)
     assert report.outcome is Outcome.INVALID, report
-    r = runner.invoke(app, ["check", str(path), *[a for c in OLD for a in ("-c", c)]])
+    r = runner.invoke(app, ["check", str(path), *[a for c in OLD for a in ("--checker", c)]])
     assert r.exit_code == 3, r.output
     assert "verdict: unknown" in r.stdout
     assert f"replay: {replay.NO_TIMESTAMPS} (3)" in r.stdout
@@ -334,7 +334,7 @@ def _histories(d: Path) -> dict[str, Path]:
 
 def test_check_a_directory_on_two_workers(tmp_path: Path) -> None:
     paths = _histories(tmp_path / "h")
-    args = ["check", str(tmp_path / "h"), "--jobs", "2", "-c", "replay", "-c", "table"]
+    args = ["check", str(tmp_path / "h"), "--jobs", "2", "--checker", "replay", "--checker", "table"]
     r = runner.invoke(app, [*args, "--json"])
     assert r.exit_code == 1, r.output  # the worst: invalid
     docs = json.loads(r.stdout)
@@ -345,7 +345,7 @@ def test_check_a_directory_on_two_workers(tmp_path: Path) -> None:
     progress = [ln for ln in r.stderr.splitlines() if ln.startswith("check: [")]
     assert len(progress) == 3, r.stderr
     # Without the table checker, b and c are unknown; the summary table has a row each.
-    r = runner.invoke(app, ["check", str(tmp_path / "h"), "-c", "replay", "-c", "blackbox"])
+    r = runner.invoke(app, ["check", str(tmp_path / "h"), "--checker", "replay", "--checker", "blackbox"])
     rows = [[c.strip() for c in ln.split("|")] for ln in r.stdout.splitlines() if "|" in ln][1:]
     assert [row[2] for row in rows] == ["valid", "unknown", "unknown"], r.stdout
     assert r.stdout.strip().splitlines()[-1] == "verdict: unknown (3 histories: 1 valid, 2 unknown)"

@@ -188,3 +188,40 @@ def test_ablate_lists_more_cores_as_its_own_step() -> None:
                  variants={st.name: st.variant for st in steps if st.variant is not None})  # fmt: skip
     cores = [cfg.coordinator(st.name).cores for st in steps]
     assert cores[-2:] == [1, 2]  # decoupling on one core, then the profile's cores
+
+
+@pytest.mark.parametrize("name", ["event-loop", "decoupled"])
+def test_persist_listen_poll_delays_a_read_after_a_write_by_up_to_the_poll(name: str) -> None:
+    """`persist_listen = poll`: a replica's index learns of an appended write
+    at its listen's next poll, so an indexed SELECT right after an INSERT
+    waits up to `persist_poll_s` for the index's frontier; with PubSub the
+    new state is pushed at once. (A peek without an index opens a reader,
+    whose registration reads the current state: it does not wait.)"""
+    from dataclasses import replace
+
+    from coordinator.config import PersistListen
+
+    def read_after_write_s(listen: PersistListen) -> list[float]:
+        async def main(rt: Runtime) -> list[float]:
+            cfg = replace(config(name), persist_listen=listen, persist_poll_s=0.5)
+            async with build_coordinator(cfg, virtual_env(rt), rt) as coord:
+                s = coord.connect()
+                assert (await s.execute("CREATE TABLE t (a int)")).ok
+                assert (await s.execute("CREATE DEFAULT INDEX ON t")).ok
+                waits = []
+                for k in range(8):
+                    assert (await s.execute(f"INSERT INTO t VALUES ({k})")).ok
+                    t0 = rt.now()
+                    r = await s.execute("SELECT count(*) FROM t")
+                    assert r.rows == ((k + 1,),)
+                    waits.append(rt.now() - t0)
+                return waits
+
+        result = run(main, seed=1, latency=_latency(replica_command=0.5, replica_response=0.5))
+        assert isinstance(result, list)
+        return result
+
+    pubsub, poll = read_after_write_s(PersistListen.PUBSUB), read_after_write_s(PersistListen.POLL)
+    assert max(pubsub) < 0.01
+    assert max(poll) <= 0.5 + 0.01
+    assert sum(poll) / len(poll) > 0.05, poll  # waits for polls, spread over the interval

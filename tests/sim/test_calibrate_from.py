@@ -23,6 +23,7 @@ from sim.cli.main import app, main
 from sim.load.config import Config, load_profile, profile_costs, profile_interpreter
 from sim.model.from_run import DESCRIBES, costs_from_handlers, interpreter_from_cells
 from sim.runtime.backend_stats import BackendStats
+from sim.runtime.latency import TimerRealized
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -105,8 +106,14 @@ def test_calibrate_from_a_real_run(real_run: Path, tmp_path: Path) -> None:
             assert set(fit) == {"python_share", "base_cores", "per_op_s"}
             assert 0 < fit["python_share"] < 1
             assert meta["cost_sources"][f"interpreter.{config}.{wl}"].startswith(f"run {real_run.resolve()}: ")
+    # How the run's host realized timers (its provenance's probe), applied to
+    # the latencies real mode realizes as timers.
+    assert set(data["timer"]) == {"granularity_ms", "overshoot_ms"}
+    assert meta["timer_source"].startswith(f"run {real_run.resolve()}: ")
     # Virtual mode reads it: latencies, cores, and each configuration's costs.
-    load_profile(profile)
+    model = load_profile(profile)
+    assert isinstance(model.distribution("replica.command"), TimerRealized)
+    assert not isinstance(model.distribution("oracle.pg.read_ts"), TimerRealized)
     cfg = Config(mode="virtual", configurations=("event-loop", "decoupled"), latency_profile=str(profile))
     assert cfg.coordinator("event-loop").costs.parse_plan == pytest.approx(data["costs"]["event-loop"]["parse_plan"])
     assert cfg.coordinator("decoupled").cores == data["cpu"]["cores"]

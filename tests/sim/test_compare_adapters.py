@@ -44,28 +44,39 @@ def test_compare_adapters_writes_the_adapters_column(
     assert code == 0, err  # the checkers judged every history (update spans both adapters) valid
     with (out / "results.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert {(r["config"], r["adapters"]) for r in rows} == {
-        ("decoupled", "1"),
-        ("decoupled-2-adapters", "2"),
+    per = Config().coordinator("decoupled").cores
+    # Two adapters, and one adapter with their cores (more processes vs more cores).
+    assert {(r["config"], r["adapters"], r["cores"]) for r in rows} == {
+        ("decoupled", "1", str(per)),
+        ("decoupled-2-adapters", "2", str(2 * per)),
+        (f"decoupled-1-adapter-{2 * per}-cores", "1", str(2 * per)),
     }
     cells = json.loads((out / "summary.json").read_text())["cells"]
     assert sorted({c["adapters"] for c in cells}) == [1, 2]
     assert {c["verdict"] for c in cells} == {"valid"}
     assert "adapters = 2" in (out / "config.toml").read_text()
+    # The scale-out section: its table per workload, where scaling stops, its plot.
+    report = (out / "report.md").read_text()
+    assert "## Scale-out: adapters" in report
+    assert f"| 1 (cores of 2) | {2 * per} |" in report
+    assert "4 clients: 1 → 2 adapters gives" in report
+    for wl in ("select-one", "update"):
+        assert (out / f"{wl}-scaleout.png").stat().st_size > 10_000
+        assert f"![{wl}-scaleout]({wl}-scaleout.png)" in report
 
 
-def test_real_mode_refuses_more_than_one_adapter(
+def test_real_mode_refuses_more_adapters_than_processes_allow(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = tmp_path / "out"
     code, _, err = _coordsim(
-        capsys, monkeypatch, "compare", "--mode", "real", "--configs", "decoupled", "--adapters", "1,2",
+        capsys, monkeypatch, "compare", "--mode", "real", "--configs", "decoupled", "--adapters", "1,9",
         "-w", "select-one", "-o", str(out),
     )  # fmt: skip
     assert code == 2, err
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
-    assert "real mode with adapters > 1 is not built yet (issue 36)" in lines[0], err
+    assert "real mode runs at most 8 adapters (each is an OS process), got 9" in lines[0], err
     assert not out.exists()
 
 
@@ -106,3 +117,27 @@ def test_same_seed_same_trace_with_two_adapters(tmp_path: Path) -> None:
         assert pq.read_table(tmp_path / "a" / name).equals(pq.read_table(tmp_path / "b" / name))
     actors = set(pq.read_table(tmp_path / "a" / "events.parquet").column("actor").to_pylist())
     assert {"a/adapter-1", "a/adapter-2"} <= actors, actors
+
+
+@pytest.mark.postgres
+def test_real_mode_runs_each_adapter_as_a_process_and_records_their_backends(
+    tmp_path: Path, pg_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real mode with 2 adapters: two OS processes on one database; the
+    histories they serve (update spans both) are judged valid, and the
+    backend round trips each process made reach the cell's figures."""
+    monkeypatch.setenv("COORDSIM_POSTGRES_URL", pg_url)
+    out = tmp_path / "out"
+    code, _, err = _coordsim(
+        capsys, monkeypatch, "compare", "--mode", "real", "--configs", "decoupled", "--adapters", "2",
+        "-w", "insert,update", "--concurrency", "4", "--ops", "20", "--repeat", "1", "-o", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    doc = json.loads((out / "summary.json").read_text())
+    assert {(c["workload"], c["adapters"], c["verdict"]) for c in doc["cells"]} == {
+        ("insert", 2, "valid"),
+        ("update", 2, "valid"),
+    }
+    for cell in doc["cells"]:
+        assert cell["oracle_write_ts_n"] > 0, cell["workload"]
+        assert cell["backend"]["consensus.*"]["count"] > 0

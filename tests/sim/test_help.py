@@ -49,7 +49,7 @@ COMMANDS = _commands()
 
 def test_the_walk_finds_every_command() -> None:
     names = {n for n, _ in COMMANDS}
-    assert {"compare", "run", "check", "export", "replay", "sweep", "synth-trace", "validate", "calibrate",
+    assert {"compare", "run", "check", "export", "spark replay", "spark sweep", "synth-trace", "validate", "calibrate",
             "anomalies run", "anomalies sweep", "anomalies matrix", "shrink", "config show",
             "catalog dump"} <= names  # fmt: skip
 
@@ -137,7 +137,7 @@ def test_every_count_option_documents_its_bounds() -> None:
     refused with one line above it: tests/sim/test_bad_input.py)."""
     counts = _count_options()
     assert {("anomalies sweep", "--seeds"), ("synth-trace", "--planted"), ("compare", "--ops"),
-            ("sweep", "--seeds"), ("calibrate", "--samples")} <= {(n, o) for n, o, _ in counts}  # fmt: skip
+            ("spark sweep", "--seeds"), ("calibrate", "--samples")} <= {(n, o) for n, o, _ in counts}  # fmt: skip
     missing = [f"coordsim {n} {o}" for n, o, p in counts if o != "--adapters" and not _BOUNDS.search(p.help or "")]
     assert missing == []
 
@@ -158,9 +158,9 @@ def test_the_documented_bounds_are_the_enforced_ones() -> None:
         ("compare", "--jobs"): (1, MAX_JOBS), ("anomalies sweep", "--seeds"): (1, MAX_SEEDS),
         ("anomalies matrix", "--seeds"): (1, MAX_SEEDS), ("anomalies run", "--clients"): (1, MAX_CLIENTS),
         ("anomalies run", "--size"): (1, MAX_SIZE), ("calibrate", "--samples"): (MIN_SAMPLES, MAX_SAMPLES),
-        ("sweep", "--seeds"): (1, spark.MAX_SWEEP_SEEDS), ("synth-trace", "--ops"): (1, synth.MAX_SYNTH_OPS),
+        ("spark sweep", "--seeds"): (1, spark.MAX_SWEEP_SEEDS), ("synth-trace", "--ops"): (1, synth.MAX_SYNTH_OPS),
         ("synth-trace", "--planted"): (0, synth.MAX_SYNTH_OPS // synth.CHUNK),
-        ("replay", "--shuffle-partitions"): (1, spark.MAX_PARTITIONS),
+        ("spark replay", "--shuffle-partitions"): (1, spark.MAX_PARTITIONS),
     }  # fmt: skip
     shown = {}
     for name, opt, p in _count_options():

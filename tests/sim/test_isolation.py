@@ -20,7 +20,6 @@ from sim.compare.isolation import (
     ARCHITECTURES,
     BASELINE,
     PassResult,
-    architectures,
     isolation_config,
     isolation_rows,
     ratio_estimate,
@@ -90,10 +89,10 @@ def test_rows_pair_each_neighbour_run_with_its_baseline_at_the_same_pass() -> No
     assert rows[1].p99.low is None
 
 
-def test_real_mode_has_no_two_adapter_row() -> None:
-    assert [a.name for a in architectures("virtual")] == [a.name for a in ARCHITECTURES]
-    assert [a.name for a in architectures("real")] == ["event-loop", "decoupled"]
-    assert isolation_config(Config(mode="real")).configurations == ("event-loop", "decoupled")
+def test_both_modes_have_the_two_adapter_row() -> None:
+    names = tuple(a.config for a in ARCHITECTURES)
+    assert isolation_config(Config(mode="real")).configurations == names
+    assert isolation_config(Config(mode="real")).coordinator("decoupled-2-adapters").adapters == 2
     virtual = isolation_config(Config())
     assert virtual.coordinator("decoupled-2-adapters").adapters == 2
 

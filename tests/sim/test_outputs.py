@@ -29,6 +29,8 @@ from sim.runtime.outputs import (
     claim_file,
     claimed_dir,
     is_coordsim_output,
+    latest_name,
+    output_command,
     run_dir,
     staged_dir,
     write_owned,
@@ -191,7 +193,8 @@ def test_successive_runs_keep_their_directories_and_latest_names_the_newest(tmp_
     assert latest.is_symlink()
     assert os.readlink(latest) == made[1].name  # relative: the root can be moved
     assert (latest / "results.csv").read_text() == "second\n"
-    assert sorted(p.name for p in root.iterdir()) == sorted([MARKER, LATEST, *(d.name for d in made)])
+    assert os.readlink(root / f"{LATEST}-compare") == made[1].name
+    assert sorted(p.name for p in root.iterdir()) == sorted([MARKER, LATEST, f"{LATEST}-compare", *(d.name for d in made)])
 
 
 def test_a_failed_run_leaves_no_run_directory_and_latest_unchanged(tmp_path: Path) -> None:
@@ -211,6 +214,31 @@ def test_a_failed_run_leaves_no_run_directory_and_latest_unchanged(tmp_path: Pat
         fail_midway()
     assert not bad.exists()
     assert (root / LATEST).resolve() == good.resolve()
+    assert (root / latest_name("anomalies sweep")).resolve() == good.resolve()
+
+
+def test_each_command_keeps_its_own_latest(tmp_path: Path) -> None:
+    """Issue 37: `latest` is the newest run of any command, `latest-<command>`
+    the newest of that one, so `--baseline coordsim-out/latest-compare` still
+    names a comparison after a `check` or a `run`."""
+    root = tmp_path / "runs"
+    made = {}
+    for command in ("compare", "anomalies run", "compare", "check"):
+        out = run_dir(None, command, root=root)
+        with staged_dir(out, command) as stage:
+            _write(stage, text=f"{command}\n")
+        made[command] = out
+    assert latest_name("anomalies run") == "latest-anomalies-run"
+    assert (root / LATEST).resolve() == made["check"].resolve()
+    for command, out in made.items():
+        link = root / latest_name(command)
+        assert link.is_symlink()
+        assert os.readlink(link) == out.name  # relative, as `latest`
+    assert (root / "latest-compare" / "results.csv").read_text() == "compare\n"
+    assert output_command(root / "latest-compare") == "compare"
+    assert output_command(made["check"]) == "check"
+    assert output_command(tmp_path) is None
+    assert not [p for p in os.listdir(root) if p.startswith(".latest")]  # no temporary link left
 
 
 def test_an_explicit_output_is_used_exactly(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ KEYS: Final = {
     "started_utc", "ended_utc", "command", "coordsim_version", "git_commit", "git_dirty",
     "python", "os", "cpu_model", "cores", "usable_cores", "memory_gib",
     "load_avg_1m_start", "load_avg_1m_end", "postgres", "wall_s", "host_busy_cores",
-    "own_cpu_cores", "other_cpu_cores", "busy", "busy_reason",
+    "own_cpu_cores", "other_cpu_cores", "busy", "busy_reason", "timer",
 }  # fmt: skip
 
 STARTED: Final = datetime(2025, 3, 4, 5, 6, 7, tzinfo=timezone(timedelta(hours=2)))
@@ -193,6 +193,8 @@ def _prov(**changes: Any) -> dict[str, Any]:
                      "default_transaction_isolation": "read committed"},
         "wall_s": 180.0, "host_busy_cores": 1.9, "own_cpu_cores": 1.1, "other_cpu_cores": 0.8,
         "busy": True, "busy_reason": "other processes used 0.80 cores on average",
+        "timer": {"selector": "EpollSelector", "granularity_ms": 1.0, "overshoot_ms": 0.13, "median_ms": 1.13,
+                  "probe_ms": 0.2, "n": 100},
     }  # fmt: skip
     assert set(prov) == KEYS
     return prov | changes

@@ -43,7 +43,10 @@ def test_two_compare_runs_leave_two_run_directories_and_latest(two_runs: tuple[P
     assert all(re.fullmatch(r"compare-\d{8}T\d{6}Z-[0-9a-f]{6}", d.name) and d.is_dir() for d in runs)
     assert (root / LATEST).is_symlink()
     assert os.readlink(root / LATEST) == runs[1].name
-    assert {p.name for p in root.iterdir() if not p.name.startswith(".")} == {LATEST, *(d.name for d in runs)}
+    assert os.readlink(root / f"{LATEST}-compare") == runs[1].name
+    assert {p.name for p in root.iterdir() if not p.name.startswith(".")} == {
+        LATEST, f"{LATEST}-compare", *(d.name for d in runs)
+    }
 
 
 @pytest.mark.parametrize("which", ["run", "latest"])

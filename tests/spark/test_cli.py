@@ -1,4 +1,4 @@
-"""`coordsim replay` on what `coordsim compare` writes: every trace of the
+"""`coordsim spark replay` on what `coordsim compare` writes: every trace of the
 sweep is found under the output folder, verified (valid, as the in-process
 checkers say) and measured per (configuration, workload, concurrency); bad
 input is one line and exit 2, before Spark starts."""
@@ -30,7 +30,7 @@ def test_replay_the_output_of_compare(spark: Any, tmp_path: Path) -> None:
     traces = sorted(p.parent for p in (cmp / "traces").rglob("meta.json"))
     assert len(traces) == 2 * 2  # one per (workload, configuration), every level in it
     out = tmp_path / "replay"
-    res = CliRunner().invoke(app, ["replay", str(cmp), "--master", "local[2]", "-o", str(out)])
+    res = CliRunner().invoke(app, ["spark", "replay", str(cmp), "--master", "local[2]", "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert f"{len(traces)} runs: {len(traces)} valid" in res.output
     assert spark_rows(out) == set().union(*(in_process(t) for t in traces)) == set()
@@ -55,7 +55,7 @@ def test_replay_the_output_of_compare(spark: Any, tmp_path: Path) -> None:
 
 
 def test_replay_of_a_missing_path_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    res = CliRunner().invoke(app, ["replay", str(tmp_path / "nope"), "--master", "local[2]"])
+    res = CliRunner().invoke(app, ["spark", "replay", str(tmp_path / "nope"), "--master", "local[2]"])
     assert res.exit_code == 2
     lines = res.output.strip().splitlines()
     assert len(lines) == 1

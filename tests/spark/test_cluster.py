@@ -1,6 +1,6 @@
 """The replay job on a real Spark standalone cluster (a master and two
 workers started by the `spark_cluster` fixture, separate executor JVMs and
-Python workers): `coordsim replay --master spark://…` and the documented
+Python workers): `coordsim spark replay --master spark://…` and the documented
 `spark-submit` recipe give the verdicts local mode gives."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def test_replay_on_a_standalone_cluster(
     local = _verdicts(golden_out)
     out = tmp_path / "cli"
     res = subprocess.run(
-        [str(Path(sys.executable).parent / "coordsim"), "replay", *traces, "--master", spark_cluster, "--out", str(out)],
+        [str(Path(sys.executable).parent / "coordsim"), "spark", "replay", *traces, "--master", spark_cluster, "--out", str(out)],
         # No PYSPARK_PYTHON: sim.spark.session must give the executors this
         # interpreter by itself.
         cwd=ROOT, env=_env(python=False), capture_output=True, text=True, timeout=600, check=False,

@@ -1,6 +1,7 @@
 """Anomaly checkers over histories (DESIGN.md §7): named anomalies, black-box
-strict serializability, white-box timestamp replay, oracle guarantees and a
-per-table linearizability search; verdicts explain anomalies in words.
+strict serializability, white-box timestamp replay, oracle guarantees, a
+per-table linearizability search and SUBSCRIBE streams; verdicts explain
+anomalies in words.
 
 Re-exports the checkers' entry points, which most callers want together; the
 EDN and Porcupine interchange lives in `sim.history.interchange`.
@@ -12,6 +13,7 @@ from sim.history.checker.named import check_named
 from sim.history.checker.oracle_events import check_oracle_events
 from sim.history.checker.replay import check_replay
 from sim.history.checker.run import CHECKERS, Report, check_history
+from sim.history.checker.subscribe import check_subscribe
 from sim.history.checker.verdict import ANOMALY_NAMES, Anomaly, Outcome, Verdict
 
 __all__ = [
@@ -27,4 +29,5 @@ __all__ = [
     "check_named",
     "check_oracle_events",
     "check_replay",
+    "check_subscribe",
 ]

@@ -115,9 +115,11 @@ def _realtime(h: History, e: array[int], col: Collector, stats: dict[str, int]) 
     rts, wts, cts = h.read_ts, h.write_ts, h.catalog_ts
     n = h.n
     # Data timeline: an ok op's read_ts (reads) or write_ts (writes), whichever it has.
+    # An UPDATE/DELETE that matched no row wrote nothing: it has only its
+    # read_ts, and is a read there (not held to a write's strictly greater).
     dts = list(map(max, rts, wts))
     d_rows = [i for i in range(n) if dts[i] != NONE and status[i] == OK]
-    d_write = [kind[i] != READ for i in d_rows]
+    d_write = [kind[i] != READ and wts[i] != NONE for i in d_rows]
     # Catalog timeline: DDL writes at its catalog_ts; other ops read the catalog at theirs.
     c_rows = [i for i in range(n) if cts[i] != NONE and status[i] != INFO]
     c_write = [kind[i] in DDL_KINDS for i in c_rows]
@@ -133,7 +135,7 @@ def _realtime(h: History, e: array[int], col: Collector, stats: dict[str, int]) 
 
 
 def _tsname(h: History, i: int) -> str:
-    return "read_ts" if h.kind[i] == READ else "write_ts"
+    return "read_ts" if h.kind[i] == READ or h.write_ts[i] == NONE else "write_ts"
 
 
 def _sweep(

@@ -3,15 +3,19 @@ they covered (DESIGN.md §7, fail closed): `valid` only when every operation
 to judge is in some checker's `Coverage.judged`, else `unknown` with, per
 table, what was not judged and why; `invalid` on any anomaly.
 
+A `subscribe` is an operation on its table, judged by checker `subscribe`
+alone; the others run on the history without them.
+
 The operations to judge are the operations on a table (not a view, index or
 cluster: what a view returns depends on its query, which a history does not
 carry) that are evidence about it:
 
 - every `ok` create-table, drop-table, add, read, update and delete: its
   result is an observation to explain;
-- every `info` one except a read: an indeterminate write may have taken
-  effect, which changes what later reads may see, so a checker that cannot
-  model it has not judged its table (an indeterminate read observed nothing);
+- every `info` one except a read or subscribe: an indeterminate write may
+  have taken effect, which changes what later reads may see, so a checker
+  that cannot model it has not judged its table (an indeterminate read
+  observed nothing);
 - every failure that observed the catalog: 42P01 (unknown table) of an add,
   read, update, delete or drop-table, and 42P07 (duplicate table) of a
   create-table.
@@ -34,6 +38,7 @@ from sim.history.checker.multiset import check_multiset
 from sim.history.checker.named import check_named
 from sim.history.checker.oracle_events import check_oracle_events
 from sim.history.checker.replay import check_replay
+from sim.history.checker.subscribe import check_subscribe, remap, without_subscriptions
 from sim.history.checker.tables import pauses_gc
 from sim.history.checker.verdict import (
     MAX_REPORTED,
@@ -54,6 +59,7 @@ from sim.history.model import (
     OK,
     READ,
     STATUSES,
+    SUBSCRIBE,
     UNKNOWN_TABLE,
     UPDATE,
     Status,
@@ -68,8 +74,10 @@ if TYPE_CHECKING:
 __all__ = ["CHECKERS", "LINEAR_MAX_OPS", "Report", "TableCoverage", "check_history", "coverage_of", "rows_to_judge"]
 
 #: "table" is the timestamp-free linearizability checker of tables as
-#: multisets of rows (`sim.history.checker.multiset`, issue 34).
-CHECKERS: Final = ("named", "blackbox", "replay", "oracle", "linear", "table")
+#: multisets of rows (`sim.history.checker.multiset`, issue 34); "subscribe"
+#: judges SUBSCRIBE streams (`sim.history.checker.subscribe`, issue 36), the
+#: one kind of operation the others do not see.
+CHECKERS: Final = ("named", "blackbox", "replay", "oracle", "linear", "table", "subscribe")
 #: Checker 5 is exponential; above this many ops it is skipped unless forced
 #: (its operations then count as not judged by it).
 LINEAR_MAX_OPS: Final = 2_000
@@ -219,32 +227,46 @@ def check_history(
         raise ValueError(f"unknown checkers {unknown}; choose from {list(CHECKERS)}")
     validate(h)
     out: list[Verdict] = []
+    # The other checkers do not see SUBSCRIBE rows (nothing they model);
+    # their coverage is mapped back to `h`'s rows.
+    rest, rows = without_subscriptions(h)
     for name in CHECKERS:
         if name not in checkers:
             continue
-        if name == "named":
-            out.append(check_named(h))
-        elif name == "blackbox":
-            out.append(check_blackbox(h))
-        elif name == "replay":
-            out.append(check_replay(h))
-        elif name == "oracle":
-            out.append(check_oracle_events(events))
-        elif name == "table":
-            # The same time limit as checker 5's, and its own search bound.
-            out.append(check_multiset(h, time_limit_s=linear_time_limit_s))
-        elif h.n <= linear_max_ops:
-            out.append(check_linear(h, time_limit_s=linear_time_limit_s))
+        if name == "subscribe":
+            out.append(check_subscribe(h))
+        elif rows is None:
+            out.append(_run_one(name, h, events, linear_time_limit_s, linear_max_ops))
         else:
-            t0 = time.perf_counter()
-            v = Collector("linear").verdict(
-                unknown=f"{h.n} operations exceed checker 5's limit of {linear_max_ops}",
-                skipped=True, seconds=time.perf_counter() - t0)  # fmt: skip
-            cov = nothing_judged(f"over the limit of {linear_max_ops} operations", range(h.n))
-            out.append(replace(v, coverage=cov))
+            out.append(remap(_run_one(name, rest, events, linear_time_limit_s, linear_max_ops), rows))
     tables, not_tables = coverage_of(h, out)
     outcome = combine(out, complete=all(t.complete for t in tables))
     return Report(outcome, tuple(out), tables, not_tables)
+
+
+def _run_one(
+    name: str, h: History, events: Sequence[Event], linear_time_limit_s: float, linear_max_ops: int
+) -> Verdict:
+    """Checker `name` (any but "subscribe") on `h`."""
+    if name == "named":
+        return check_named(h)
+    if name == "blackbox":
+        return check_blackbox(h)
+    if name == "replay":
+        return check_replay(h)
+    if name == "oracle":
+        return check_oracle_events(events)
+    if name == "table":
+        # The same time limit as checker 5's, and its own search bound.
+        return check_multiset(h, time_limit_s=linear_time_limit_s)
+    if h.n <= linear_max_ops:
+        return check_linear(h, time_limit_s=linear_time_limit_s)
+    t0 = time.perf_counter()
+    v = Collector("linear").verdict(
+        unknown=f"{h.n} operations exceed checker 5's limit of {linear_max_ops}",
+        skipped=True, seconds=time.perf_counter() - t0)  # fmt: skip
+    cov = nothing_judged(f"over the limit of {linear_max_ops} operations", range(h.n))
+    return replace(v, coverage=cov)
 
 
 @pauses_gc
@@ -305,7 +327,7 @@ _STATUS_WORDS: Final = {Status.OK: "an ok", Status.FAIL: "a failed", Status.INFO
 #: SQLSTATE of CREATE TABLE on a name that exists.
 DUPLICATE_TABLE: Final = "42P07"
 #: The kinds of operation on a table (the others name views, indexes, clusters).
-_TABLE_KINDS: Final = frozenset({ADD, READ, UPDATE, DELETE, CREATE_TABLE, DROP_TABLE})
+_TABLE_KINDS: Final = frozenset({ADD, READ, UPDATE, DELETE, CREATE_TABLE, DROP_TABLE, SUBSCRIBE})
 #: Failures that observed the catalog: (kind, SQLSTATE).
 _OBSERVED: Final = frozenset(
     {(k, UNKNOWN_TABLE) for k in (ADD, READ, UPDATE, DELETE, DROP_TABLE)} | {(CREATE_TABLE, DUPLICATE_TABLE)}
@@ -322,7 +344,7 @@ def rows_to_judge(h: History) -> tuple[set[int], list[int], Counter[int], int]:
     want = {
         i for i, (o, k, st) in enumerate(zip(obj, kind, status, strict=True))
         if o >= 0 and o not in derived and (
-            st == OK or (st == INFO and k != READ) or (st == FAIL and (k, codes[i]) in _OBSERVED)
+            st == OK or (st == INFO and k not in (READ, SUBSCRIBE)) or (st == FAIL and (k, codes[i]) in _OBSERVED)
         )
     }  # fmt: skip
     named = Counter(o for o in obj if o >= 0)
