@@ -171,11 +171,17 @@ class Interpreter:
       tasks: the keepalive, persist maintenance, the replica's upkeep).
     - `per_op_s`: interpreter time per statement outside the handlers (the
       client, the driver's protocol work, the replica and persist).
+    - `slice_s`: how long one step of that background work holds the
+      interpreter. asyncio runs a task step to its next await, so a step
+      that becomes ready waits behind at most one such step: the run's
+      measured loop lag (a 1 ms timer's lateness, less the timer's own
+      overshoot) is about half a step.
     """
 
     python_share: float = 0.0
     base_cores: float = 0.0
     per_op_s: float = 0.0
+    slice_s: float = 0.01
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.python_share <= 1.0:
@@ -184,6 +190,8 @@ class Interpreter:
             raise InvalidUsage(f"interpreter base_cores must be in [0, 1), got {self.base_cores}")
         if not 0.0 <= self.per_op_s < 1.0:
             raise InvalidUsage(f"interpreter per_op_s must be in [0, 1) s, got {self.per_op_s}")
+        if not 1e-5 <= self.slice_s <= 0.1:
+            raise InvalidUsage(f"interpreter slice_s must be in [10 us, 100 ms], got {self.slice_s}")
 
 
 #: Loop time per SELECT, calibrated on fact `select-throughput-loop-bound`:

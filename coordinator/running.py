@@ -163,14 +163,16 @@ class RunningCoordinator(Coordinator):
 
     async def _interpreter_background(self) -> None:
         """`Interpreter.base_cores` of the interpreter, whatever the load: a
-        slice every 10 ms on a fixed schedule, so work delayed by contention
-        is caught up, not dropped (as a real background task's work is)."""
+        step of `Interpreter.slice_s` on a fixed schedule (every
+        `slice_s / base_cores`), so work delayed by contention is caught up,
+        not dropped (as a real background task's work is)."""
         assert self._interp is not None
         assert self.config.interpreter is not None
-        quantum = 0.01
-        busy = self.config.interpreter.base_cores * quantum
-        if busy <= 0:
+        base = self.config.interpreter.base_cores
+        if base <= 0:
             return
+        busy = self.config.interpreter.slice_s
+        quantum = busy / base
         due = self._rt.now()
         while True:
             await self._rt.cpu(busy, self._interp)

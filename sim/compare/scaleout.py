@@ -286,7 +286,13 @@ def scaleout_figure(g: Group) -> Figure:
     mode = g.by_adapters[counts[0]][0].mode
     ax.set_title(f"{g.workload}: scale-out of {g.base} ({mode} mode)")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    handles, labels = ax.get_legend_handles_labels()
+    if any(not r.concludable for rs in (*g.by_adapters.values(), *g.by_cores.values()) for r in rs):
+        from matplotlib.lines import Line2D
+
+        handles.append(Line2D([], [], linestyle="none", marker="o", color="grey", markerfacecolor="white"))
+        labels.append("hollow: not steady or host-bound")
+    ax.legend(handles, labels, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     return fig
 

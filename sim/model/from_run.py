@@ -255,6 +255,9 @@ def profile_from_run(
     cost_sources: dict[str, str] = {}
     interpreter: dict[str, dict[str, dict[str, float]]] = {}
     cores = 1
+    run_prov = doc["provenance"] if isinstance(doc.get("provenance"), dict) else {}
+    probe = run_prov.get("timer")
+    overshoot_ms = float(probe.get("overshoot_ms", 0.0)) if isinstance(probe, dict) else 0.0
     for name in doc.get("configurations", []):
         mine = [c for c in cells if c.get("config") == name]
         cpu: dict[str, tuple[int, float]] = {}
@@ -279,7 +282,8 @@ def profile_from_run(
         python, total = sum(extra.values()), sum(costs[name].values())
         share = python / total if total > 0 else 0.0
         for wl in sorted({str(c["workload"]) for c in mine}):
-            fitted = interpreter_from_cells([c for c in mine if c.get("workload") == wl], share)
+            fitted = interpreter_from_cells([c for c in mine if c.get("workload") == wl], share,
+                                            timer_overshoot_ms=overshoot_ms)  # fmt: skip
             if fitted is not None:
                 interpreter.setdefault(name, {})[wl] = fitted
                 cost_sources[f"interpreter.{name}.{wl}"] = (
@@ -310,7 +314,9 @@ def profile_from_run(
     return RunProfile(latency, sources, costs, cost_sources, cores, meta, interpreter or None, timer)
 
 
-def interpreter_from_cells(cells: Sequence[Mapping[str, Any]], python_share: float) -> dict[str, float] | None:
+def interpreter_from_cells(
+    cells: Sequence[Mapping[str, Any]], python_share: float, *, timer_overshoot_ms: float = 0.0
+) -> dict[str, float] | None:
     """`coordinator.config.Interpreter` fields for one (configuration,
     workload) of a real run, or None without two cells that measured the
     process's CPU.
@@ -321,7 +327,15 @@ def interpreter_from_cells(cells: Sequence[Mapping[str, Any]], python_share: flo
     spends whatever the load, and `per_op_s` is `k` less the handlers' own
     Python per statement (which the profile's costs already carry, with
     `python_share` of each cost on the interpreter). Both are clipped to
-    their ranges (0 <= base < 0.9, per-op >= 0)."""
+    their ranges (0 <= base < 0.9, per-op >= 0).
+
+    The split needs throughput that varies over the levels: where it varies
+    by less than `SPREAD_TO_SPLIT` (a workload whose rate a lock fixes, such
+    as UPDATE's), base and per-statement time cannot be told apart, and the
+    fit goes through the origin: all of it per statement, the load the
+    statements themselves bring (a flat line through few points would
+    otherwise call it all background and no statement would pay for it).
+    `slice_s` comes from the cells' loop lag (`Interpreter.slice_s`)."""
     pts: list[tuple[float, float]] = []
     handler_s = statements = 0.0
     for c in cells:
@@ -336,6 +350,9 @@ def interpreter_from_cells(cells: Sequence[Mapping[str, Any]], python_share: flo
                 statements += float(h.get("count", 0))
     if len(pts) < 2:
         return None
+    if max(x for x, _ in pts) < SPREAD_TO_SPLIT * min(x for x, _ in pts):
+        k = sum(x * y for x, y in pts) / sum(x * x for x, _ in pts)
+        return _interpreter(python_share, 0.0, k, handler_s, statements, cells, timer_overshoot_ms)
     mx = sum(x for x, _ in pts) / len(pts)
     my = sum(y for _, y in pts) / len(pts)
     sxx = sum((x - mx) ** 2 for x, _ in pts)
@@ -344,12 +361,31 @@ def interpreter_from_cells(cells: Sequence[Mapping[str, Any]], python_share: flo
     base = my - k * mx
     if base < 0:  # through the origin instead: all of it per statement
         base, k = 0.0, sum(x * y for x, y in pts) / sum(x * x for x, _ in pts)
+    return _interpreter(python_share, base, k, handler_s, statements, cells, timer_overshoot_ms)
+
+
+#: Throughput must vary over the levels by this factor for the CPU fit to
+#: tell background load from per-statement load (`interpreter_from_cells`).
+SPREAD_TO_SPLIT: Final = 1.5
+
+
+def _interpreter(
+    python_share: float, base: float, k: float, handler_s: float, statements: float,
+    cells: Sequence[Mapping[str, Any]], timer_overshoot_ms: float,
+) -> dict[str, float]:  # fmt: skip
     per_handler = handler_s / statements if statements else 0.0
-    return {
+    fitted = {
         "python_share": round(min(max(python_share, 0.0), 1.0), 4),
         "base_cores": round(min(base, 0.9), 4),
         "per_op_s": round(max(k - per_handler, 0.0), 7),
     }
+    # A ready step waits about half a background step: twice the median
+    # loop lag (less the probe timer's own overshoot) is the step.
+    lags = sorted(float(c["loop_lag_ms"]) for c in cells if isinstance(c.get("loop_lag_ms"), int | float))
+    if lags:
+        lag_ms = lags[len(lags) // 2] - timer_overshoot_ms
+        fitted["slice_s"] = round(min(max(2 * lag_ms / 1000, 2e-5), 0.1), 7)
+    return fitted
 
 
 def _load_table(path: Path) -> dict[str, Any]:

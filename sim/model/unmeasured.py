@@ -56,11 +56,15 @@ PROFILE_LATENCIES: Final[Mapping[str, Distribution]] = {
     "frontend.pgwire": FRONTEND_PGWIRE,
 }
 
-#: The latencies real mode realizes as timers of the stock loop (the simulated
-#: replica's hops and the profile-only latencies): what a profile's `[timer]`
-#: rounds (`sim.runtime.latency.TimerRealized`). Everything else real mode
+#: The latencies real mode realizes each as one timer of the stock loop (the
+#: simulated replica's two hops and the profile-only latencies): what a
+#: profile's `[timer]` rounds (`sim.runtime.latency.TimerRealized`). Not the
+#: replica's CPU (`replica.peek` and the per-row costs): those are summed and
+#: held on its core pool, which real mode sleeps off in whole quanta
+#: (`sim.runtime.cpu.CorePool.owe`), and a per-row draw rounded up to a
+#: millisecond would charge a millisecond per row. Everything else real mode
 #: measures: round trips to Postgres, which are I/O, not timers.
-REAL_MODE_TIMERS: Final[tuple[str, ...]] = (*REPLICA_LATENCIES, *PROFILE_LATENCIES)
+REAL_MODE_TIMERS: Final[tuple[str, ...]] = ("replica.command", "replica.response", *PROFILE_LATENCIES)
 
 #: Where each unmeasured latency's value comes from.
 LATENCY_SOURCES: Final[Mapping[str, str]] = {

@@ -103,8 +103,11 @@ def test_calibrate_from_a_real_run(real_run: Path, tmp_path: Path) -> None:
     for config in ("event-loop", "decoupled"):
         for wl in ("select-one", "insert"):
             fit = data["interpreter"][config][wl]
-            assert set(fit) == {"python_share", "base_cores", "per_op_s"}
+            assert set(fit) == {"python_share", "base_cores", "per_op_s", "slice_s"}
             assert 0 < fit["python_share"] < 1
+            # A background step, from the run's loop lag: well under the 10 ms
+            # a step was assumed to take before it was measured.
+            assert 2e-5 <= fit["slice_s"] < 0.005
             assert meta["cost_sources"][f"interpreter.{config}.{wl}"].startswith(f"run {real_run.resolve()}: ")
     # How the run's host realized timers (its provenance's probe), applied to
     # the latencies real mode realizes as timers.
@@ -267,6 +270,25 @@ def test_interpreter_fit_recovers_base_and_per_op_load() -> None:
     assert through["base_cores"] == 0.0
     assert through["per_op_s"] > 0
     assert interpreter_from_cells([_cell(100.0, 0.1, 0.0, 10)], python_share=0.5) is None
+
+
+def test_a_rate_that_does_not_vary_puts_the_cpu_on_the_statements() -> None:
+    """A workload whose rate a lock fixes (UPDATE at 90-100/s at every level)
+    cannot split base from per-statement load: all of it goes on the
+    statements, not into a background that no statement would wait for."""
+    cells = [_cell(thr, 0.65, handler_ms=0.0, ops=100) for thr in (92.0, 96.0, 93.0)]
+    fit = interpreter_from_cells(cells, python_share=0.4)
+    assert fit is not None
+    assert fit["base_cores"] == 0.0
+    assert fit["per_op_s"] == pytest.approx(0.65 / 93.7, rel=0.02)
+
+
+def test_the_background_step_is_twice_the_loop_lag_less_the_timer_overshoot() -> None:
+    cells = [{**_cell(thr, 0.2 + 0.0004 * thr, 0.0, 100), "loop_lag_ms": lag}
+             for thr, lag in ((100.0, 0.25), (400.0, 0.35), (1600.0, 0.3))]  # fmt: skip
+    fit = interpreter_from_cells(cells, python_share=0.5, timer_overshoot_ms=0.1)
+    assert fit is not None
+    assert fit["slice_s"] == pytest.approx(2 * (0.3 - 0.1) / 1000)
 
 
 def test_profile_interpreter_is_per_configuration_and_workload(tmp_path: Path) -> None:

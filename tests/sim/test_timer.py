@@ -74,3 +74,12 @@ def test_a_profiles_timer_rounds_exactly_the_timer_latencies(tmp_path: Path) -> 
 def test_a_bad_timer_table_is_refused(tmp_path: Path, timer: str) -> None:
     with pytest.raises(InvalidUsage, match=r"\[timer\]"):
         load_profile(_profile(tmp_path, timer))
+
+
+def test_only_latencies_slept_one_timer_each_are_rounded() -> None:
+    """The replica's CPU (a peek, and its rows: summed, then held on its
+    pool) is not a timer of its own; rounding a per-row draw up to a
+    millisecond would charge a millisecond per row."""
+    assert {"replica.command", "replica.response", "controller.catalog_feed", "frontend.pgwire"} == set(
+        REAL_MODE_TIMERS
+    )
