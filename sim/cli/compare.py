@@ -27,7 +27,7 @@ from coordinator.config import CONFIGURATIONS
 from sim.cli import options
 from sim.cli.pg import postgres_for
 from sim.cli.tables import print_tables
-from sim.compare.ablation import Step, chain, parse_ablate, waterfall_lines
+from sim.compare.ablation import Step, chain, parse_ablate, waterfall_lines, with_scale_out
 from sim.compare.conclusions import conclude
 from sim.compare.hgrm import write_hgrms
 from sim.compare.host import HostSampler, HostUsage
@@ -205,7 +205,7 @@ def compare(
     error_threshold: Annotated[float, typer.Option("--error-threshold", metavar="FRACTION", help="Largest error rate per cell that still exits 0.")] = DEFAULT_ERROR_THRESHOLD,
     no_check: Annotated[bool, typer.Option("--no-check", help="Skip the checkers (faster; no verdicts).")] = False,
     as_json: options.Json = False,
-    ablate: Annotated[str | None, typer.Option("--ablate", metavar="FROM..TO", help="Run the chain of configurations from FROM to TO that changes one mechanism at a time, and attribute the difference to each (e.g. event-loop..event-loop+pg-oracle).")] = None,
+    ablate: Annotated[str | None, typer.Option("--ablate", metavar="FROM..TO", help="Run the chain of configurations from FROM to TO that changes one mechanism at a time, and attribute the difference to each (e.g. event-loop..event-loop+pg-oracle). With --adapters N, a chain that ends decoupled gets two more steps: one adapter with N times the cores, then N adapters at those same total cores.")] = None,
     sensitivity: Annotated[bool, typer.Option("--sensitivity", help="For each conclusion, the break-even factor of every cost (coordinator CPU, and each latency family of the profile: oracle, stash, catalog, consensus, replica, …): how far it must be scaled, alone, before the conclusion reverses (searched within 1/64x-64x by short virtual reruns; a conclusion reversed within x/÷2 is fragile). Virtual mode only; tens of reruns.")] = False,
     jobs: options.Jobs = None,
     wide: options.Wide = False,
@@ -236,6 +236,14 @@ def compare(
         if configs is not None:
             raise InvalidUsage("--ablate chooses the configurations itself; leave out --configs")
         steps = chain(*parse_ablate(ablate))
+        if adapters is not None:
+            # The scale-out as two steps of the chain: more cores, then more
+            # processes at the same total cores (not a sweep of every step).
+            above = [n for n in parse_adapters(adapters) if n > 1]
+            if len(above) != 1:
+                raise InvalidUsage("--ablate with --adapters takes one count above 1 (e.g. --adapters 2)")
+            steps = with_scale_out(steps, above[0], cfg.coordinator(steps[-1].name).cores)
+            adapters = None
         cfg = cfg.with_overrides(
             configurations=[st.name for st in steps],
             variants={**cfg.variants, **{st.name: st.variant for st in steps if st.variant is not None}},

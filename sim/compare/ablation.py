@@ -27,13 +27,15 @@ if TYPE_CHECKING:
 
     from sim.compare.runner import LevelRow
 
-__all__ = ["ORDER", "Step", "chain", "parse_ablate", "waterfall_lines"]
+__all__ = ["ORDER", "Step", "chain", "parse_ablate", "waterfall_lines", "with_scale_out"]
 
 #: The order mechanisms are switched in: the oracle and how reads are
 #: guarded first, then how many commits may overlap (before the oracle's
 #: calls leave the loop: off it, only one may), where the oracle's calls run,
 #: then how writes are batched, then the catalog, then the
-#: architecture itself (on one core), then more cores.
+#: architecture itself (on one core), then more cores, then more serving
+#: processes at the same total cores (`with_scale_out`; the named
+#: configurations all have one adapter, so `chain` never steps it).
 ORDER: Final = (
     "oracle",
     "confirm_leadership",
@@ -48,6 +50,7 @@ ORDER: Final = (
     "catalog",
     "architecture",
     "cores",
+    "adapters",
     "costs",
 )
 
@@ -124,6 +127,28 @@ def chain(src_name: str, dst_name: str) -> list[Step]:
 
 #: Marks `cores` as the profile's in the chain's running state.
 _PROFILE: Final = "profile"
+
+
+def with_scale_out(steps: list[Step], adapters: int, cores: int) -> list[Step]:
+    """`steps` extended past its decoupled end by two steps (`compare --ablate
+    … --adapters N`, issue 36): one adapter with N times its `cores` (more
+    cores), then N adapters of `cores` each (more processes at the same total
+    cores), so that a reader can tell the two apart.
+
+    Raises:
+        InvalidUsage: the chain does not end decoupled, or N is below 2.
+    """
+    end = steps[-1].name
+    if named(end).architecture is not Architecture.DECOUPLED:
+        raise InvalidUsage(f"--ablate … --adapters: the chain must end at a decoupled configuration, not {end}")
+    if adapters < 2:
+        raise InvalidUsage(f"--ablate … --adapters: {adapters} adapter(s) add no step; give one count above 1")
+    total = adapters * cores
+    return [
+        *steps,
+        Step(f"{end} +cores={total}", "cores", {"base": end, "cores": total}),
+        Step(f"{end} +adapters={adapters}", "adapters", {"base": end, "adapters": adapters, "cores": cores}),
+    ]
 
 
 def _short(v: object) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pytest
+
 from sim.compare.runner import LevelRow
 from sim.compare.scaleout import (
     equal_cores_variant_name,
@@ -66,3 +68,46 @@ def test_scaling_stops_where_a_step_gains_too_little_and_says_why(tmp_path: Path
 
 def test_no_section_without_an_adapter_sweep() -> None:
     assert markdown_lines([_row("decoupled", 1, 2, 4, 100.0), _row("event-loop", 1, 1, 4, 50.0)]) == []
+
+
+def test_ablate_with_adapters_steps_more_cores_then_more_processes_at_the_same_cores() -> None:
+    from sim.compare.ablation import chain, with_scale_out
+    from sim.runtime.errors import InvalidUsage
+
+    steps = with_scale_out(chain("event-loop+pg-oracle", "decoupled"), 2, cores=2)
+    assert [s.name for s in steps[-3:]] == ["decoupled", "decoupled +cores=4", "decoupled +adapters=2"]
+    assert steps[-2].variant == {"base": "decoupled", "cores": 4}
+    assert steps[-1].variant == {"base": "decoupled", "adapters": 2, "cores": 2}
+    cfg = Config().with_overrides(variants={s.name: s.variant for s in steps if s.variant is not None})
+    one, two = cfg.coordinator("decoupled +cores=4"), cfg.coordinator("decoupled +adapters=2")
+    assert (one.adapters, one.cores) == (1, 4)
+    assert (two.adapters, two.adapters * two.cores) == (2, 4)  # the same total cores
+    with pytest.raises(InvalidUsage, match="must end at a decoupled"):
+        with_scale_out(chain("decoupled", "event-loop"), 2, cores=2)
+    with pytest.raises(InvalidUsage, match="one count above 1"):
+        with_scale_out(chain("event-loop", "decoupled"), 1, cores=2)
+
+
+def test_compare_ablate_with_adapters_runs_the_two_steps(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from sim.cli.main import main
+
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["coordsim", "compare", "--ablate", "event-loop+pg-oracle..decoupled",
+                                      "--adapters", "2", "-w", "select-one", "--concurrency", "4", "--ops", "3",
+                                      "--repeat", "2", "-o", str(out)])  # fmt: skip
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code == 0, capsys.readouterr().err
+    report = (out / "report.md").read_text()
+    assert "| decoupled +cores=4 (cores) |" in report
+    assert "| decoupled +adapters=2 (adapters) |" in report
+    monkeypatch.setattr(sys, "argv", ["coordsim", "compare", "--ablate", "event-loop+pg-oracle..decoupled",
+                                      "--adapters", "2,4", "-o", str(tmp_path / "o2")])  # fmt: skip
+    with pytest.raises(SystemExit) as exc:
+        main()
+    assert exc.value.code == 2
+    assert "takes one count above 1" in capsys.readouterr().err
