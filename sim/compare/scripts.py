@@ -43,6 +43,7 @@ def run_script_once(cfg: Config, config_name: str, sc: PythonScenario, *, seed: 
     scenario recorded until then."""
     from sim.load.deployment import Deployment
     from sim.load.driver import Sim
+    from sim.load.scenarios import raised_by_scenario
 
     holder: dict[str, Any] = {}
 
@@ -54,7 +55,9 @@ def run_script_once(cfg: Config, config_name: str, sc: PythonScenario, *, seed: 
             holder["sim"] = sim
             try:
                 await sc.main(sim)
-            except Exception as exc:  # the scenario's own bug
+            except BaseException as exc:  # the scenario's own bug, or its sys.exit
+                if not raised_by_scenario(exc):
+                    raise
                 holder["error"] = exc
 
     run(main, seed=seed, virtual=cfg.mode == "virtual", latency=cfg.latency())

@@ -281,6 +281,18 @@ CASES: Final = [
     _c("run-unknown-scenario", "run", "nosuch", expect="unknown scenario"),
     _c("run-scenario-raises", "run", "my.py", files={"my.py": _RAISES}, creates="coordsim-out",
        then=_partial_trace, expect="scenario my.py:4: ZeroDivisionError: division by zero", entry_point=True),
+    # A scenario's sys.exit, KeyboardInterrupt or BaseException of its own is
+    # its error, not coordsim's exit (issue 38 item 5).
+    _c("run-scenario-sys-exit", "run", "my.py", files={"my.py": b"import sys\nasync def scenario(sim):\n    sys.exit(3)\n"},
+       creates="coordsim-out", expect="scenario my.py:3: SystemExit: 3"),
+    _c("run-scenario-keyboard-interrupt", "run", "my.py",
+       files={"my.py": b"async def scenario(sim):\n    raise KeyboardInterrupt\n"}, creates="coordsim-out",
+       expect="scenario my.py:2: KeyboardInterrupt"),
+    _c("run-scenario-base-exception", "run", "my.py",
+       files={"my.py": b"class Boom(BaseException):\n    pass\nasync def scenario(sim):\n    raise Boom('x')\n"},
+       creates="coordsim-out", expect="scenario my.py:4: Boom: x"),
+    _c("run-scenario-sys-exit-on-import", "run", "my.py", files={"my.py": b"import sys\nsys.exit(0)\n"},
+       expect="scenario my.py:2: SystemExit: 0"),
     _c("run-scenario-raises-on-import", "run", "my.py", files={"my.py": b"x = 1\ny = x / 0\n"},
        expect="scenario my.py:2: ZeroDivisionError", entry_point=True),
     _c("run-scenario-imports-a-missing-module", "run", "my.py", files={"my.py": b"import no_such_module_xyz\n"},

@@ -36,6 +36,7 @@ __all__ = [
     "ScenarioError",
     "TomlScenario",
     "load",
+    "raised_by_scenario",
     "scenario_error",
     "shipped",
 ]
@@ -50,6 +51,23 @@ class ScenarioFailed(CoordsimError):
 class ScenarioError(CoordsimError):
     """A Python scenario raised (on import or while running): its own bug, told
     in one line with the scenario's file and line (`scenario_error`)."""
+
+
+def raised_by_scenario(exc: BaseException) -> bool:
+    """Whether `exc`, caught around a scenario's own code, is the scenario's
+    doing: any exception, and also `sys.exit`, a `KeyboardInterrupt` it
+    raised itself and any other `BaseException` subclass of its own. Not a
+    cancellation (the harness's), and not a signal coordsim received (its
+    `Interrupted`, which stops the run as any signal does)."""
+    import asyncio
+
+    from sim.runtime import interrupts
+
+    if isinstance(exc, BaseExceptionGroup):
+        return all(raised_by_scenario(e) for e in exc.exceptions)
+    if isinstance(exc, asyncio.CancelledError | GeneratorExit | interrupts.Interrupted):
+        return False
+    return interrupts.received() is None
 
 
 def scenario_error(path: Path, exc: BaseException) -> ScenarioError:
@@ -149,9 +167,12 @@ def load(spec: str) -> TomlScenario | PythonScenario:
         raise InvalidUsage(f"{path}: {' '.join(str(exc).split())}") from exc
     except OSError as exc:
         raise InvalidUsage(f"cannot read scenario {path}: {exc.strerror or exc}") from exc
-    except Exception as exc:
+    except BaseException as exc:
         # The scenario's own code failed on import (a bad import, a typo at
-        # module level): its error, where it happened, not our traceback.
+        # module level, a sys.exit): its error, where it happened, not our
+        # traceback, and never our exit code.
+        if not raised_by_scenario(exc):
+            raise
         raise scenario_error(path, exc) from exc
     finally:
         sys.dont_write_bytecode = wrote_bytecode
