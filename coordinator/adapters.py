@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Self, final
 
 import anyio
@@ -236,9 +236,7 @@ class MultiAdapterCoordinator(Coordinator, AdapterHost):
     def statistics(self) -> CoordinatorStatistics:
         """The adapters' counters summed (oracle calls are each adapter's own
         clients'; `loop_cores` is every adapter's pool together)."""
-        parts = [a.statistics() for a in self.adapters]
-        return CoordinatorStatistics(**{f.name: sum(getattr(p, f.name) for p in parts)
-                                        for f in fields(CoordinatorStatistics)})  # fmt: skip
+        return CoordinatorStatistics.summed(a.statistics() for a in self.adapters)
 
     def adapter_statistics(self) -> list[CoordinatorStatistics]:
         """Each adapter's own counters, in adapter order."""

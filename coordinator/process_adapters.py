@@ -37,7 +37,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import fields
 from typing import TYPE_CHECKING, Final, Self, final
 
 import anyio
@@ -351,11 +350,7 @@ class ProcessAdaptersCoordinator(Coordinator):
 
     def statistics(self) -> CoordinatorStatistics:
         """The adapters' counters summed, each as of its latest reply."""
-        parts = [s for s in self._stats if s is not None]
-        if not parts:
-            return CoordinatorStatistics(0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0, 0)
-        return CoordinatorStatistics(**{f.name: sum(getattr(p, f.name) for p in parts)
-                                        for f in fields(CoordinatorStatistics)})  # fmt: skip
+        return CoordinatorStatistics.summed(s for s in self._stats if s is not None)
 
 
 def _last_line(path: str) -> str:

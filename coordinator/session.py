@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Self, final
 
 from coordinator.sql import parse
@@ -25,7 +25,7 @@ from coordinator.subscribe import Subscription
 from sim.runtime.tasks import Ready
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable
+    from collections.abc import Awaitable, Iterable
     from types import TracebackType
 
     from controllers.transform import Row
@@ -99,6 +99,12 @@ class CoordinatorStatistics:
     loop_messages: int = 0  # messages the event loop handled (0: the decoupled design has no loop)
     empty_group_commits: int = 0  # of group_commits: periodic ones with no write (they advance idle tables)
     lost_races: int = 0  # of group_commits: several adapters (issue 36): retries after another adapter's append won
+
+    @classmethod
+    def summed(cls, parts: Iterable[CoordinatorStatistics]) -> CoordinatorStatistics:
+        """Several adapters' counters as one deployment's (all zero for none)."""
+        parts = list(parts)
+        return cls(**{f.name: sum(getattr(p, f.name) for p in parts) for f in fields(cls)})
 
 
 class Coordinator(ABC):
