@@ -85,7 +85,7 @@ def _measure(workload: str, config: str, ops: int, variant: str) -> float:
         [sys.executable, "-c", _MEASURE, str(ROOT), workload, config, str(ops), variant],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    )
     if done.returncode != 0:
         raise SystemExit(f"ablate: {workload}/{config} with {variant} off failed:\n{done.stderr[-2000:]}")
     value: float = json.loads(done.stdout.strip().splitlines()[-1])

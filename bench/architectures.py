@@ -25,7 +25,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from coordinator.config import named
 from coordinator.environment import Environment
 from coordinator.factory import build_coordinator
-from persist.mem import MemBlob, MemConsensus
 from sim.runtime.core import Runtime, run
 from tests.coordinator.harness import latency_model
 
@@ -43,7 +42,7 @@ def statement(workload: str, client: int, k: int) -> str:
 
 def measure(name: str, workload: str, clients: int, ops: int) -> dict[str, float]:
     async def main(rt: Runtime) -> dict[str, float]:
-        env = Environment(rt, blob=MemBlob(), consensus=MemConsensus())
+        env = Environment(rt)
         async with build_coordinator(named(name), env, rt) as coord:
             s = coord.connect()
             assert (await s.execute("CREATE TABLE t (a int)")).ok

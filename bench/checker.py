@@ -74,14 +74,14 @@ def main(argv: list[str] | None = None) -> None:
 
     started = time.perf_counter()
     h = generate(GenConfig(ops=n, processes=10, window=4, ops_per_table=50, p_read=0.4,
-                           p_info=0.02, seed=args.seed))  # fmt: skip
+                           p_info=0.02, seed=args.seed))
     gen_s = time.perf_counter() - started
     started = time.perf_counter()
     validate(h)
     validate_s = time.perf_counter() - started
     reads = sum(1 for k in h.kind if k == READ)
     print(f"{n:,} operations ({reads:,} reads, {len(h.res):,} elements read), seed {args.seed}; "
-          f"generated in {gen_s:.1f}s, validated in {validate_s:.1f}s")  # fmt: skip
+          f"generated in {gen_s:.1f}s, validated in {validate_s:.1f}s")
 
     gc.collect()
     hwm_reset = _reset_peak_rss()
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
     total = sum(times.values())
     scope = "while checking (history included)" if hwm_reset else "of the whole process"
     print(f"checkers 1-3 together: {total:.2f} cpu-s ({n / total:,.0f} ops/s); "
-          f"peak RSS {scope} {peak_mb:.0f} MB")  # fmt: skip
+          f"peak RSS {scope} {peak_mb:.0f} MB")
     print(
         f"RESULT ops={n} blackbox_s={times['blackbox']:.2f} replay_s={times['replay']:.2f} "
         f"named_s={times['named']:.2f} peak_mb={peak_mb:.0f}"

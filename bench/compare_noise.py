@@ -61,7 +61,7 @@ def main() -> None:
             # The default command as users run it (checkers included);
             # --allow-errors: this measures noise, errors are reported apart.
             proc = subprocess.run([str(coordsim), "compare", *extra, "--allow-errors", "-o", str(out)],
-                                  capture_output=True, text=True, check=False)  # fmt: skip
+                                  capture_output=True, text=True, check=False)
             took.append(time.perf_counter() - t0)
             if proc.returncode != 0:
                 print(proc.stdout[-2000:], proc.stderr[-2000:])
@@ -85,7 +85,7 @@ def main() -> None:
             ok = not checked.regressions
             passes += ok
             print(f"run {i} vs run 0: {'pass' if ok else 'FAIL'}: {checked.line()}"
-                  + "".join(f"\n  {x}" for x in checked.regressions))  # fmt: skip
+                  + "".join(f"\n  {x}" for x in checked.regressions))
         for a, b in itertools.pairwise(outs):
             pa, pb = _peaks(a), _peaks(b)
             for key in pa:
@@ -95,7 +95,7 @@ def main() -> None:
                 if not ok:
                     print(f"  peak {key[0]} {key[1]}: {pa[key][0]:.0f}±{pa[key][1]:.0f} vs {pb[key][0]:.0f}±{pb[key][1]:.0f}")
     print(f"RESULT runs={runs} baseline_passes={passes}/{runs - 1} peak_cells_overlapping={overlapping}/{cells} "
-          f"seconds_per_run={sum(took) / len(took):.0f}")  # fmt: skip
+          f"seconds_per_run={sum(took) / len(took):.0f}")
 
 
 class _Row:

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: and the large run, by pair: the slow pairs get fewer, so that a full run
 #: under valgrind (about 50 times slower than native) takes minutes.
 SIZES = {"select_one_dec": (100, 400), "select_one_el": (100, 400), "insert_dec": (100, 400),
-         "insert_el": (20, 60), "update_dec": (20, 60), "update_el": (20, 60)}  # fmt: skip
+         "insert_el": (20, 60), "update_dec": (20, 60), "update_el": (20, 60)}
 QUICK_SIZES = (50, 150)
 
 # A pass of `workload` under `config` at 64 clients, as simspeed.py measures
@@ -73,7 +73,7 @@ def _count(root: Path, workload: str, config: str, ops: int) -> tuple[int, int]:
         ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
          sys.executable, "-c", _RUN, str(root), workload, config, str(ops)],
         cwd=root, env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    )
     refs = _REFS.search(done.stderr)
     if done.returncode != 0 or refs is None:
         raise SystemExit(f"instructions: {workload}/{config} on {root} failed:\n{done.stderr[-2000:]}")
@@ -108,7 +108,7 @@ def main() -> None:
         for workload, config, key in pairs:
             sizes = QUICK_SIZES if args.quick else SIZES[key]
             counts = {name: [_per_op(pool, root, workload, config, sizes) for _ in range(args.rounds)]
-                      for name, root in trees.items()}  # fmt: skip
+                      for name, root in trees.items()}
             this = statistics.fmean(counts["this"])
             spread = f" ± {statistics.stdev(counts['this']) / 1e3:,.1f} k" if args.rounds > 1 else ""
             line = f"{workload:<10} {config:<10} c=64: {this / 1e6:.4f} M instructions/op{spread} (n={args.rounds})"

@@ -45,7 +45,7 @@ COMMANDS: Final = {
                 "--concurrency", "1", "--repeat", "1", "-T", "0.5", "--warmup", "0.2", "-o", "{out}"],
     "run": ["run", "seed001", "--mode", "real", "-o", "{out}"],
     "calibrate": ["calibrate", "--samples", "20", "--force", "--no-fsync", "-o", "{out}.toml"],
-}  # fmt: skip
+}
 
 
 def _env(tmp: Path) -> dict[str, str]:
@@ -59,7 +59,7 @@ def _trial(i: int, name: str, delay: float, tmp: Path, work: Path) -> bool:
     ended by itself first)."""
     argv = [a.format(out=work / f"{name}-{i}") for a in COMMANDS[name]]
     proc = subprocess.Popen([*_COORDSIM, *argv], env=_env(tmp), cwd=work,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         proc.wait(timeout=delay)
         return False
@@ -108,7 +108,7 @@ def _count(tmp: Path, work: Path, spare: set[Path]) -> list[str]:
 def _sentinel(tmp: Path) -> tuple[subprocess.Popen[bytes], list[Path]]:
     """A live `coordsim postgres start` in `tmp`, and its directories."""
     proc = subprocess.Popen([*_COORDSIM, "postgres", "start", "--no-fsync"], env=_env(tmp),
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     assert proc.stdout is not None
     line = proc.stdout.readline()  # `export COORDSIM_POSTGRES_URL=…` once it listens
     if not line.startswith(b"export "):
@@ -154,7 +154,7 @@ def main() -> None:
             left = _count(tmp, work, set())
             left_by_kills += len(left)
             print(f"kill {killed}/{trials}: {name} SIGKILLed at {delay:.2f} s; left by it: "
-                  f"{', '.join(Path(x).name for x in left) or 'nothing'}", flush=True)  # fmt: skip
+                  f"{', '.join(Path(x).name for x in left) or 'nothing'}", flush=True)
 
         sentinel, live = _sentinel(tmp)
         decoy = tmp / "coordsim-decoy-unowned"
@@ -179,7 +179,7 @@ def main() -> None:
             inside = sorted(q.name for q in Path(p).iterdir()) if Path(p).is_dir() else []
             print(f"left after the next start: {p} ({judged.get(p, 'not found by scan')}; holds {inside})")
         print(f"next start took {next_start_s:.2f} s; {killed} SIGKILLs, {ended} runs ended by themselves; "
-              f"{time.monotonic() - t0:.0f} s in all")  # fmt: skip
+              f"{time.monotonic() - t0:.0f} s in all")
         print(
             f"RESULT trials={killed} leftovers_after={len(after)} left_by_kills={left_by_kills} ended_by_themselves={ended} "
             f"live_kept={live_kept}/{len(live)} decoys_kept={decoys_kept}/2 next_start_s={next_start_s:.2f}"

@@ -86,7 +86,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `bench` as a pac
 from bench.checker import _reset_peak_rss  # noqa: E402
 from sim.history.checker.run import check_history  # noqa: E402
 from sim.history.checker.verdict import Outcome  # noqa: E402
-from sim.history.interchange import history_to_edn, history_to_porcupine  # noqa: E402
+from sim.history.export import history_to_edn, history_to_porcupine  # noqa: E402
 from sim.history.model import (  # noqa: E402
     ADD,
     DELETE,
@@ -220,7 +220,7 @@ def _stale_register(plan: _Plan) -> tuple[int, tuple[int, ...]] | None:
     """A read and the value it could not return (module docstring), or None."""
     ops = plan.ops
     writes = sorted((i for i, o in enumerate(ops) if o.kind in (ADD, UPDATE) and (o.kind == ADD or o.count == 1)),
-                    key=lambda i: ops[i].end)  # fmt: skip
+                    key=lambda i: ops[i].end)
     reads = [i for i, o in enumerate(ops) if o.kind == READ]
     for r in reads[len(reads) // 2 :] + reads[: len(reads) // 2]:
         done = [w for w in writes if ops[w].end < ops[r].inv]
@@ -270,15 +270,15 @@ def _build(plan: _Plan, stale: tuple[int, tuple[int, ...]] | None) -> History:
                 {"set": o.value} if o.where is None else {"set": o.value, "where": [["=", o.where]]}
             )
             b.add_row(i, o.client, UPDATE, o.table, o.inv, o.end, OK, count=o.count,
-                      args=json.dumps(args, sort_keys=True))  # fmt: skip
+                      args=json.dumps(args, sort_keys=True))
         elif o.kind == DELETE:
             b.add_row(i, o.client, DELETE, o.table, o.inv, o.end, OK, count=o.count,
-                      args=json.dumps({"where": [["=", o.value]]}))  # fmt: skip
+                      args=json.dumps({"where": [["=", o.value]]}))
         elif o.kind == READ:
             b.add_row(i, o.client, READ, o.table, o.inv, o.end, OK, result=result)
         else:
             b.add_row(i, o.client, READ, o.table, o.inv, o.end, OK, result=(), count=o.count,
-                      args=json.dumps({"count": True}))  # fmt: skip
+                      args=json.dumps({"count": True}))
     h = b.build()
     validate(h)
     return h
@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--emit", type=Path, default=None, metavar="DIR",
-                        help="write each history as DIR/NAME.edn and DIR/NAME.json (Porcupine-style)")  # fmt: skip
+                        help="write each history as DIR/NAME.edn and DIR/NAME.json (Porcupine-style)")
     args = parser.parse_args(argv)
     grid = _grid(args.quick)
     if args.emit is not None:
@@ -418,7 +418,7 @@ def main(argv: list[str] | None = None) -> None:
     sizes = sorted({n for _, n, _ in grid})
     clients_used = sorted({c for _, _, c in grid})
     print(f"seed {args.seed}; {len(grid)} history pairs; sizes {', '.join(f'{n:,}' for n in sizes)}; clients "
-          f"{', '.join(map(str, clients_used))}; checkers {', '.join(CHECKERS)} (default bounds)")  # fmt: skip
+          f"{', '.join(map(str, clients_used))}; checkers {', '.join(CHECKERS)} (default bounds)")
     head = f"{'family':<9} {'ops':>7} {'cl':>3} {'truth':<6} " + " ".join(
         f"{c + ' verdict':>16} {'ops/cpu-s':>10} {'MB':>6}" for c in CHECKERS
     )
@@ -431,7 +431,7 @@ def main(argv: list[str] | None = None) -> None:
                 (args.emit / f"{name}.edn").write_text(history_to_edn(h))
                 (args.emit / f"{name}.json").write_text(history_to_porcupine(h))
                 manifest.append({"name": name, "family": family, "ops": h.n, "clients": clients,
-                                 "linearizable": linearizable, "seed": args.seed})  # fmt: skip
+                                 "linearizable": linearizable, "seed": args.seed})
             cells = []
             for checker in CHECKERS:
                 cpu, outcome, mb, hwm = _measure(h, checker)
@@ -450,11 +450,11 @@ def main(argv: list[str] | None = None) -> None:
         )
     print("'?' = not decided (unknown/skipped); '!' = a verdict against the ground truth")
     mem = "peak RSS above the RSS before the check (VmHWM reset per check)" if all_hwm else \
-        "ru_maxrss growth (new process peaks only; VmHWM reset unavailable)"  # fmt: skip
+        "ru_maxrss growth (new process peaks only; VmHWM reset unavailable)"
     print(f"MB = {mem}; CPU = time.process_time, history validation included")
     result = []
     print(f"{'checker':<9} {'families':<28} {'runs':>5} {'ops/cpu-s':>10} {'decided':>8} {'correct':>8} "
-          f"{'wrong':>6} {'peak MB':>8} {'undecided cpu-s':>15}  wrong elsewhere")  # fmt: skip
+          f"{'wrong':>6} {'peak MB':>8} {'undecided cpu-s':>15}  wrong elsewhere")
     for checker in CHECKERS:
         mine = [r for r in runs if r.checker == checker and r.family in MODELS[checker]]
         other_wrong = sum(
@@ -471,12 +471,12 @@ def main(argv: list[str] | None = None) -> None:
         peak = max(r.peak_mb for r in mine)
         fams = ",".join(f for f in FAMILIES if f in MODELS[checker])
         print(f"{checker:<9} {fams:<28} {len(mine):>5} {rate:>10,.0f} {decided:>8.3f} {correct:>8.3f} "
-              f"{wrong:>6} {peak:>8.1f} {lost:>15.1f}  {other_wrong}")  # fmt: skip
+              f"{wrong:>6} {peak:>8.1f} {lost:>15.1f}  {other_wrong}")
         result += [f"ops_per_cpu_s_{checker}={rate:.0f}", f"decided_fraction_{checker}={decided:.3f}",
                    f"correct_fraction_{checker}={correct:.3f}", f"wrong_{checker}={wrong + other_wrong}",
-                   f"undecided_cpu_s_{checker}={lost:.1f}", f"peak_mb_{checker}={peak:.1f}"]  # fmt: skip
+                   f"undecided_cpu_s_{checker}={lost:.1f}", f"peak_mb_{checker}={peak:.1f}"]
     print(f"ops/cpu-s = operations / CPU seconds over the decided runs of the checker's families (the CPU "
-          f"spent on undecided ones is apart); wall {time.perf_counter() - wall0:.0f}s")  # fmt: skip
+          f"spent on undecided ones is apart); wall {time.perf_counter() - wall0:.0f}s")
     print("RESULT " + " ".join(result))
 
 

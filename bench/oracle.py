@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,8 +36,9 @@ import anyio
 import asyncpg
 
 from oracle.batching import BatchingOracle
-from oracle.postgres import _READ_TS, PostgresOracle
-from oracle.testing import fresh_timeline
+from oracle.open import oracle_spec
+from oracle.postgres import _READ_TS
+from oracle.testing import fresh_timeline, open_timeline
 from sim.runtime.core import Runtime, run
 from sim.services.postgres import postgres_server
 
@@ -174,7 +175,8 @@ async def bench(
     pool_size: int, append_s: float,
 ) -> list[Row]:
     rows: list[Row] = []
-    async with await PostgresOracle.open(url, fresh_timeline("bench"), rt, pool_size=pool_size) as inner:
+    spec = replace(oracle_spec(url), pool_size=pool_size)
+    async with await open_timeline(spec, fresh_timeline("bench"), rt) as inner:
         # Warm the pool: every connection open and its statements prepared.
         async with anyio.create_task_group() as tg:
             for _ in range(pool_size * 4):

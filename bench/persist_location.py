@@ -24,9 +24,7 @@ from typing import TYPE_CHECKING
 import anyio
 from hdrh.histogram import HdrHistogram
 
-from persist.file import FileBlob
 from persist.location import Blob, CaSResult, Consensus, SeqNo, VersionedData
-from persist.mem import MemConsensus
 from persist.open import S3_ENDPOINT_ENV, open_blob, open_consensus
 from persist.s3_client import create_bucket
 from sim.runtime.core import Runtime, run
@@ -123,7 +121,7 @@ def main() -> None:
 
         async def go(rt: Runtime) -> dict[str, float]:
             rows: list[tuple[str, Stat]] = []
-            mem = MemConsensus()
+            mem = await open_consensus("mem://")
             rows.append(("mem cas x1", await bench_cas(rt, mem, 1, cas_ops * 10)))
             rows.append(("mem cas x16", await bench_cas(rt, mem, 16, cas_ops)))
             pg = await open_consensus(pg_url)
@@ -170,7 +168,7 @@ def main() -> None:
 
 
 async def _file_blob(root: str) -> Blob:
-    return FileBlob(root, fsync=True)
+    return await open_blob(f"file://{root}")  # fsync on, as the default
 
 
 if __name__ == "__main__":

@@ -27,11 +27,9 @@ from hdrh.histogram import HdrHistogram
 
 from persist.client import PersistClient, PersistConfig, ReadHandle
 from persist.codec import Update
-from persist.file import FileBlob
 from persist.frontier import Frontier
 from persist.location import Blob, Consensus, SeqNo
-from persist.mem import MemBlob, MemConsensus
-from persist.open import open_consensus
+from persist.open import open_blob, open_consensus, open_location
 from sim.runtime.core import Runtime, run
 from sim.services.postgres import postgres_server
 
@@ -136,7 +134,7 @@ class Size:
         )
 
 
-async def _size(client: PersistClient, blob: MemBlob, consensus: MemConsensus, shard: str) -> Size:
+async def _size(client: PersistClient, blob: Blob, consensus: Consensus, shard: str) -> Size:
     m = await client.machine(shard)
     state = await m.fetch()
     assert state is not None
@@ -151,7 +149,7 @@ async def bench_state_size(rt: Runtime, n: int, backlog: int) -> tuple[Size, Siz
     appends with compaction throughout)."""
     sizes: list[Size] = []
     for compaction, count in ((False, backlog), (True, n)):
-        blob, consensus = MemBlob(), MemConsensus()
+        blob, consensus = await open_location()
         async with PersistClient(blob, consensus, rt, config=PersistConfig(compaction=compaction)) as client:
             w, r = await client.open("s")
             for i in range(count):
@@ -192,11 +190,11 @@ def main() -> None:
 
         async def go(rt: Runtime) -> dict[str, float]:
             rows: list[tuple[str, Stat]] = []
-            rows.append(("mem cas_append x1", await bench_appends(rt, MemBlob(), MemConsensus(), mem_n)))
+            rows.append(("mem cas_append x1", await bench_appends(rt, *await open_location(), mem_n)))
             async with contextlib.AsyncExitStack() as stack:
                 pg = await open_consensus(pg_url)
                 stack.push_async_callback(pg.close)
-                blob = FileBlob(tmp, fsync=True)
+                blob = await open_blob(f"file://{tmp}")  # fsync on, as the default
                 rows.append(("pg+file cas_append x1", await bench_appends(rt, blob, pg, pg_n)))
                 other, same = await bench_listen_lag(rt, blob, pg, lag_n)
             print(f"{'operation':<24}{'ops':>8}{'ops/s':>10}{'p50 ms':>10}{'p99 ms':>10}")

@@ -98,7 +98,7 @@ def _spark(
 ) -> dict[str, tuple[float, Rows, int]]:
     """master -> (seconds, anomaly rows, anomaly count)."""
     cmd = [sys.executable, __file__, "--spark-worker", ",".join(masters), str(trace), str(warmup), str(work),
-           str(n_ops), str(partitions)]  # fmt: skip
+           str(n_ops), str(partitions)]
     proc = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True)
     out = {}
     for line in proc.stdout.splitlines():
@@ -106,7 +106,7 @@ def _spark(
             r = json.loads(line)
             rows = pq.read_table(work / _dir(r["master"]) / "anomalies.parquet").to_pylist()
             out[r["master"]] = (float(r["seconds"]), {(a["anomaly"], tuple(a["ops"])) for a in rows},
-                                int(r["anomalies"]))  # fmt: skip
+                                int(r["anomalies"]))
     return out
 
 
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--keep", type=Path, default=None, help="write the trace here and keep it")
     ap.add_argument("--partitions", type=int, default=None, help=f"table partitions (default {PARTITIONS})")
     ap.add_argument("--spark-worker", nargs=6, metavar=("MASTERS", "TRACE", "WARMUP", "WORK", "OPS", "PARTS"),
-                    help=argparse.SUPPRESS)  # fmt: skip
+                    help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.spark_worker:
         masters, trace_dir, warmup_dir, work_dir, ops, parts = args.spark_worker
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> None:
         kept = {(a.name, a.ops) for v in verdicts for a in v.anomalies}
         del tr, verdicts
         print(f"in-process: read {read_s:.1f}s + check {check_s:.1f}s = {inproc_s:.1f}s "
-              f"({n / inproc_s:,.0f} ops/s); anomalies {counts}", flush=True)  # fmt: skip
+              f"({n / inproc_s:,.0f} ops/s); anomalies {counts}", flush=True)
 
         got = _spark(trace, warmup, ("local[2]", "local[1]"), work, n, partitions)
         (s2, rows2, total2), (s1, rows1, total1) = got["local[2]"], got["local[1]"]

@@ -109,7 +109,7 @@ def _config(workload: str, config: str, ops: int) -> Config:
     return Config(
         mode="virtual", configurations=(config,), workloads=(workload,), concurrency=(64, 64),
         ops_per_level=ops, warmup_ops=20, repeat=1,
-    )  # fmt: skip
+    )
 
 
 def _in_tree(root: Path, script: str, *args: object) -> dict[str, Any]:
@@ -118,7 +118,7 @@ def _in_tree(root: Path, script: str, *args: object) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, "-c", script, str(root), *map(str, args)],
         cwd=root, env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    )
     if done.returncode != 0:
         raise SystemExit(f"simspeed: measuring {root} failed:\n{done.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -241,7 +241,7 @@ def _profile(workload: str, config: str, ops: int, top: int) -> list[str]:
     by_part = _by_component(stats)
     lines.append("    own time by component: " + ", ".join(
         f"{part} {t / whole:.0%}" for part, t in sorted(by_part.items(), key=lambda kv: -kv[1]) if t / whole >= 0.01
-    ))  # fmt: skip
+    ))
     return lines
 
 
@@ -367,7 +367,7 @@ def _run(trees: dict[str, Path], *, ops: int, seeds: int, rounds: int, quick: bo
     result["sweep_s"] = f"{statistics.mean(walls['this']):.2f}"
 
     keys = ["sim_ops_per_wall_s", "events_per_op", "select_one_el", "insert_dec", "update_dec",
-            "select_one_dec", "insert_el", "update_el", "sweep_s", "floor_callback_us", "floor_timer_us"]  # fmt: skip
+            "select_one_dec", "insert_el", "update_el", "sweep_s", "floor_callback_us", "floor_timer_us"]
     fields = [f"{k}={result[k]}" for k in keys] + [f"{k}={v}" for k, v in {**ceilings, **ratios}.items()]
     print("RESULT " + " ".join(fields))
 

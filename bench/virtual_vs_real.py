@@ -137,7 +137,7 @@ def compare(args: argparse.Namespace, tmp: Path, forced: str) -> None:
         doc = json.loads((real / "summary.json").read_text())
         common = ["--workloads", ",".join(doc["workloads"]), "--configs", ",".join(doc["configurations"]),
                   "--concurrency", ",".join(str(c) for c in sorted({int(c["concurrency"]) for c in doc["cells"]})), "--repeat", str(doc["passes"]),
-                  "--seed", str(doc.get("seed", 1)), "--allow-errors"]  # fmt: skip
+                  "--seed", str(doc.get("seed", 1)), "--allow-errors"]
         print(f"predicting the kept real run {real} (no new real run)", flush=True)
     else:
         _run("real compare", "compare", "--mode", "real", *common, "-o", str(real))
@@ -227,7 +227,7 @@ def main() -> None:
     p.add_argument("--keep", type=Path, help="copy both runs and the profile to KEEP/")
     p.add_argument("--overhead", action="store_true", help="measure the per-handler CPU recording's overhead")
     p.add_argument("--real", type=Path, help="predict this kept real run (a --keep DIR's real/) instead of "
-                   "running a new one: the profile and the virtual run only, any host")  # fmt: skip
+                   "running a new one: the profile and the virtual run only, any host")
     args = p.parse_args()
     if args.real is not None:
         with tempfile.TemporaryDirectory(prefix="coordsim-vvr-") as tmp:

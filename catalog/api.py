@@ -15,7 +15,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self, final
 
-from oracle.stash import Fenced as OracleFenced
 from sim.runtime.errors import CoordsimError, InvalidUsage
 
 if TYPE_CHECKING:
@@ -48,7 +47,6 @@ __all__ = [
     "Changes",
     "Conflict",
     "DurableCatalog",
-    "Fenced",
     "OpenReport",
     "Progress",
     "Subscription",
@@ -57,11 +55,6 @@ __all__ = [
 
 
 # --- errors ------------------------------------------------------------------------------
-
-
-class Fenced(OracleFenced):
-    """A newer opener bumped the epoch: this catalog may never write again and its
-    process must stop serving (Materialize halts). Nothing was written."""
 
 
 class CatalogNotReady(CoordsimError):

@@ -7,6 +7,11 @@ A backend supplies six primitives (`_recent_upper`, `_read_current`, `_load`,
 `_catch_up`, `_write`, `_after_write`) plus the pTVC reads. The invariant kept
 here: the cache only moves forward, and only under `_lock`, so a write checked
 against the cached upper sees exactly the state it is appended to.
+
+With the Runtime's event log on (`sim.runtime.events`), every transaction is a
+`catalog.txn` event (kind `open`, `append` or `commit`; its updates; outcome
+`appended`, `conflict`, `fenced` or `error`; the uppers, epoch and latency),
+and an opener that finds a newer epoch is a `fenced` event.
 """
 
 from __future__ import annotations
@@ -23,14 +28,13 @@ from catalog.api import (
     CatalogNotReady,
     Conflict,
     DurableCatalog,
-    Fenced,
     OpenReport,
     UpgradeCheck,
 )
 from catalog.migrations import MigrationError, initial_state, migrate
 from catalog.objects import FORMAT_VERSION, KINDS, CatalogState, CatalogUpdate, Config
 from catalog.transaction import Transaction
-from sim.runtime.errors import InvalidUsage
+from sim.runtime.errors import Fenced, InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -134,7 +138,21 @@ class CachedCatalog(DurableCatalog):
             return
         current = self._cache.config("epoch")
         if current != self._epoch:
+            self._report_fenced("write", current)
             raise Fenced(f"catalog epoch is {current}, this opener holds epoch {self._epoch}")
+
+    def _report_fenced(self, step: str, current: int | None) -> None:
+        """A `fenced` event: this opener (the bound actor) holds an older epoch."""
+        if self._rt.events.on:
+            self._rt.events.emit("fenced", component="catalog", step=step, epoch=self._epoch, current_epoch=current)
+
+    def _report_txn(
+        self, kind: str, start: float, *, ops: int, outcome: str, expected_upper: int, new_upper: int | None
+    ) -> None:
+        self._rt.events.emit(
+            "catalog.txn", kind=kind, ops=ops, outcome=outcome, expected_upper=expected_upper,
+            new_upper=new_upper, epoch=self._epoch, latency_ms=round((self._rt.now() - start) * 1e6) / 1000,
+        )
 
     # --- initialization ------------------------------------------------------------------
 
@@ -158,6 +176,7 @@ class CachedCatalog(DurableCatalog):
             not isinstance(deploy_generation, int) or isinstance(deploy_generation, bool) or deploy_generation < 0
         ):
             raise InvalidUsage(f"deploy_generation must be an int >= 0, got {deploy_generation!r}")
+        start = self._rt.now()
         async with self._lock:
             while True:
                 await self._load()
@@ -185,6 +204,10 @@ class CachedCatalog(DurableCatalog):
                 await self._after_write(upper, ts + 1, updates)
                 break
         await self._applied(ts + 1)
+        if self._rt.events.on:
+            # The epoch bump fences every opener of an older epoch.
+            self._report_txn("open", start, ops=len(updates), outcome="appended", expected_upper=upper,
+                             new_upper=ts + 1)
         return OpenReport(epoch, upper == 0, migrated_from, steps)
 
     async def check_open(self, *, replica_sizes: frozenset[str] | None = None) -> UpgradeCheck:
@@ -219,6 +242,7 @@ class CachedCatalog(DurableCatalog):
                 raise CatalogNotReady("cannot join an uninitialized catalog")
             current = self._cache.config("epoch")
             if self._fencing and current != epoch:
+                self._report_fenced("join", current)
                 raise Fenced(f"catalog epoch is {current}, cannot join at epoch {epoch}")
             self._epoch, self._mode = epoch, "open"
 
@@ -256,13 +280,39 @@ class CachedCatalog(DurableCatalog):
     async def commit_transaction(self, tx: Transaction, *, commit_ts: int | None = None) -> AppendResult:
         self._require("open")
         if tx.upper < self._upper:
+            if self._rt.events.on:
+                self._report_txn("commit", self._rt.now(), ops=len(tx.updates(tx.upper)), outcome="conflict",
+                                 expected_upper=tx.upper, new_upper=None)
             return Conflict(self._upper)
         ts = await self._pick_ts(commit_ts, tx.upper)
         if ts < tx.upper:
             raise InvalidUsage(f"commit_ts {ts} is below the transaction's upper {tx.upper}")
-        return await self.compare_and_append(tx.upper, ts + 1, tx.updates(ts))
+        return await self._reported("commit", tx.upper, ts + 1, tx.updates(ts))
 
     async def compare_and_append(
+        self, expected_upper: int, new_upper: int, updates: Sequence[CatalogUpdate]
+    ) -> AppendResult:
+        return await self._reported("append", expected_upper, new_upper, updates)
+
+    async def _reported(
+        self, kind: str, expected_upper: int, new_upper: int, updates: Sequence[CatalogUpdate]
+    ) -> AppendResult:
+        """`_compare_and_append`, reported as a `catalog.txn` event of `kind`."""
+        if not self._rt.events.on:
+            return await self._compare_and_append(expected_upper, new_upper, updates)
+        start, outcome = self._rt.now(), "error"
+        try:
+            result = await self._compare_and_append(expected_upper, new_upper, updates)
+            outcome = "conflict" if isinstance(result, Conflict) else "appended"
+            return result
+        except Fenced:
+            outcome = "fenced"
+            raise
+        finally:
+            self._report_txn(kind, start, ops=len(updates), outcome=outcome, expected_upper=expected_upper,
+                             new_upper=new_upper)
+
+    async def _compare_and_append(
         self, expected_upper: int, new_upper: int, updates: Sequence[CatalogUpdate]
     ) -> AppendResult:
         self._require("open")
@@ -289,4 +339,8 @@ class CachedCatalog(DurableCatalog):
         self._require("open")
         assert self._epoch is not None
         if self._fencing:
-            await self._confirm(self._epoch)
+            try:
+                await self._confirm(self._epoch)
+            except Fenced:
+                self._report_fenced("confirm_leadership", None)
+                raise

@@ -8,6 +8,9 @@ moves the upper, so an older opener's next append finds a different upper,
 syncs, sees the newer epoch and raises `Fenced` — having written nothing.
 `confirm_leadership` is seed 004's linearized upper check (`fetch_recent_upper`
 equals the cached upper), falling back to the epoch when the upper moved.
+A handle whose lease expired (a step of the process's clock past persist's
+lease) is reopened and the operation retried: persist refuses it with
+`LeaseExpiredError` only when it did not take effect.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from catalog.base import CachedCatalog
 from catalog.objects import CatalogState, CatalogUpdate
 from persist.client import UpperMismatch
 from persist.codec import Update
+from persist.machine import LeaseExpiredError
 from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
@@ -108,7 +112,24 @@ class PersistCatalog(CachedCatalog):
         upper = await self._recent_upper()
         if upper == 0:
             return 0, CatalogState()
-        return upper, _state(await self._r.snapshot(upper - 1))
+        return upper, _state(await self._snapshot(upper - 1))
+
+    async def _snapshot(self, ts: int) -> list[Update]:
+        while True:
+            try:
+                return await self._r.snapshot(ts)
+            except LeaseExpiredError:
+                await self._reopen_reader(ts)
+
+    async def _reopen_reader(self, needed: int) -> None:
+        """A new reader in place of the expired one, which must still read `needed`."""
+        self._drop_listen()  # the old reader's listen ended with it
+        self._r = await self._client.reopen_reader(self._r)
+        if not self._r.since.less_equal(needed):
+            raise LeaseExpiredError(
+                f"the catalog's reader expired, and the shard was compacted to {self._r.since} meanwhile, "
+                f"past {needed}"
+            )
 
     def _drop_listen(self) -> None:
         close = self._close_listen
@@ -139,6 +160,10 @@ class PersistCatalog(CachedCatalog):
             except StopAsyncIteration:  # the listen died (a cancelled reader): start over
                 await self._load()
                 continue
+            except LeaseExpiredError:  # reopen the reader, then start over
+                await self._reopen_reader(self._upper - 1)
+                await self._load()
+                continue
             if batch.updates:
                 cache = self._cache.copy()  # all or nothing: a bad batch leaves the cache intact
                 cache.apply(decode_update(u) for u in batch.updates)
@@ -150,9 +175,13 @@ class PersistCatalog(CachedCatalog):
     ) -> AppendResult:
         # `epoch` needs no check here: the caller checked it on the cache at
         # `expected_upper`, and any newer epoch moved the upper (see module doc).
-        result = await self._w.compare_and_append(
-            [encode_update(u) for u in updates], expected_upper, new_upper
-        )
+        rows = [encode_update(u) for u in updates]
+        while True:
+            try:
+                result = await self._w.compare_and_append(rows, expected_upper, new_upper)
+                break
+            except LeaseExpiredError:  # not applied: retry on a new writer
+                self._w = await self._client.reopen_writer(self._w)
         if isinstance(result, UpperMismatch):
             return Conflict(_ts(result.current))
         return Appended(new_upper)
@@ -182,18 +211,23 @@ class PersistCatalog(CachedCatalog):
 
     async def snapshot_at(self, ts: int) -> CatalogState:
         await self._check_since(ts)
-        return _state(await self._r.snapshot(ts))
+        return _state(await self._snapshot(ts))
 
     async def subscribe_at(self, ts: int) -> Subscription:
         await self._check_since(ts)
         # Its own reader: a subscription holds back only its own since.
-        reader = await self._client.open_reader(self.shard_id)
+        held = _Held(self._client, await self._client.open_reader(self.shard_id))
         try:
-            snapshot = _state(await reader.snapshot(ts))
+            while True:
+                try:
+                    snapshot = _state(await held.reader.snapshot(ts))
+                    break
+                except LeaseExpiredError:
+                    await held.reopen(ts)
         except BaseException:
-            await reader.expire()
+            await held.expire()
             raise
-        return Subscription(ts, snapshot, _events(reader, ts), reader.expire)
+        return Subscription(ts, snapshot, _events(held, ts), held.expire)
 
     async def downgrade_since(self, ts: int) -> None:
         if not isinstance(ts, int) or isinstance(ts, bool) or ts < 0:
@@ -207,12 +241,49 @@ class PersistCatalog(CachedCatalog):
                 raise InvalidUsage(f"since {ts} must be below the catalog's upper {self._upper}")
             if self._listen is not None:
                 self._start_listen()  # its progress is the cache's upper: > ts
-            await self._r.downgrade_since(ts)
+            while True:
+                try:
+                    await self._r.downgrade_since(ts)
+                    return
+                except LeaseExpiredError:
+                    await self._reopen_reader(self._upper - 1)
+                    if self._listen is None and self._upper > 0:
+                        self._start_listen()
 
 
-async def _events(reader: ReadHandle, as_of: int) -> AsyncIterator[CatalogEvent]:
-    async for batch in reader.listen(as_of):
-        updates = sorted((decode_update(u) for u in batch.updates), key=lambda u: (u.ts, u.diff, u.kind, u.key))
-        for ts, group in groupby(updates, key=lambda u: u.ts):
-            yield Changes(ts, tuple(group))
-        yield Progress(_ts(batch.progress))
+@final
+class _Held:
+    """A catalog subscription's reader, reopened when its lease expires."""
+
+    def __init__(self, client: PersistClient, reader: ReadHandle) -> None:
+        self._client = client
+        self.reader = reader
+
+    async def reopen(self, needed: int) -> None:
+        self.reader = await self._client.reopen_reader(self.reader)
+        if not self.reader.since.less_equal(needed):
+            raise LeaseExpiredError(
+                f"a catalog subscription's reader expired, and the shard was compacted to {self.reader.since} "
+                f"meanwhile, past {needed}"
+            )
+
+    async def expire(self) -> None:
+        await self.reader.expire()
+
+
+async def _events(held: _Held, as_of: int) -> AsyncIterator[CatalogEvent]:
+    """The listen from `as_of` on; one cut short by the reader's lease
+    expiring starts again, on a reopened reader, from its progress."""
+    while True:
+        try:
+            async for batch in held.reader.listen(as_of):
+                updates = sorted(
+                    (decode_update(u) for u in batch.updates), key=lambda u: (u.ts, u.diff, u.kind, u.key)
+                )
+                for ts, group in groupby(updates, key=lambda u: u.ts):
+                    yield Changes(ts, tuple(group))
+                yield Progress(_ts(batch.progress))
+                as_of = _ts(batch.progress) - 1
+            return
+        except LeaseExpiredError:
+            await held.reopen(as_of)

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Final, Self, TypeVar, final
 import anyio
 from anyio.lowlevel import checkpoint
 
-from catalog.api import Appended, BelowSince, Changes, Conflict, Fenced, Progress, Subscription
+from catalog.api import Appended, BelowSince, Changes, Conflict, Progress, Subscription
 from catalog.base import CachedCatalog
 from catalog.objects import CatalogState, CatalogUpdate, config_key, parse_json
-from sim.runtime.errors import InvalidUsage
+from sim.runtime.errors import Fenced, InvalidUsage
 from sim.runtime.retry import RetryPolicy, retry_external
 
 if TYPE_CHECKING:

@@ -20,15 +20,15 @@ import anyio
 from catalog.api import Appended, Conflict
 from catalog.objects import CatalogState, CatalogUpdate
 from catalog.stash_catalog import EPOCH_KEY, StashStore, epoch_of, fenced
-from oracle.pgclient import DEFAULT_RETRY, PostgresClient
 from sim.runtime.errors import InvalidUsage
+from sim.runtime.pgclient import DEFAULT_RETRY, PostgresClient
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from catalog.api import AppendResult
-    from oracle.pgclient import Conn
     from sim.runtime.core import Runtime
+    from sim.runtime.pgclient import Conn
     from sim.runtime.retry import RetryPolicy
 
 __all__ = ["PostgresStashStore"]

@@ -23,7 +23,6 @@ from catalog.api import (
     Changes,
     Conflict,
     DurableCatalog,
-    Fenced,
     Progress,
 )
 from catalog.migrations import MigrationError, legacy_state
@@ -38,7 +37,7 @@ from catalog.objects import (
 )
 from catalog.transaction import CatalogError
 from sim.runtime.conformance import ConformanceFailure, expect
-from sim.runtime.errors import InvalidUsage
+from sim.runtime.errors import Fenced, InvalidUsage
 
 if TYPE_CHECKING:
     from catalog.api import Subscription

@@ -71,8 +71,8 @@ from controllers.commands import (
     PeekResponse,
 )
 from controllers.frontier import CatalogFollower, ReadHold
-from controllers.replica import (
-    Replica,
+from controllers.replica import Replica
+from controllers.replica_commands import (
     ReplicaAllowCompaction,
     ReplicaCancel,
     ReplicaCommand,

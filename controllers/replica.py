@@ -25,16 +25,15 @@ Paths (each cost is a named latency; see `REPLICA_LATENCIES`):
 CPU work holds one of the replica's `workers` modeled cores (`Runtime.cpu`), so
 hydration delays peeks on the same replica, as a busy clusterd does.
 
-One module past 500 lines on purpose: the replica protocol (the `Replica*`
-commands), its costs and `evaluate` exist only for `Replica`, and its paths
-above (delivery, dataflows, peeks, crash/restart) share one incarnation's state.
+The replica protocol is `controllers.replica_commands`, the costs
+`controllers.replica_costs`, and a peek of an arrangement, with the answer
+both paths compute (`evaluate`), `controllers.replica_peeks`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, TypeAlias, final
@@ -42,72 +41,34 @@ from typing import TYPE_CHECKING, Final, TypeAlias, final
 import anyio
 
 from controllers.arrangement import Arrangement, Maintainer
-from controllers.commands import UNKNOWN_COLLECTION, PeekError, PeekResponse, PeekRows
-from controllers.transform import CompiledTransforms, Transform, decode_row, encode_row
+from controllers.commands import PeekError, PeekResponse
+from controllers.replica_commands import (
+    ReplicaAllowCompaction,
+    ReplicaCreateDataflow,
+    ReplicaDropDataflow,
+    ReplicaPeek,
+)
+from controllers.replica_costs import replica_cost
+from controllers.replica_peeks import BELOW_SINCE, ArrangedPeek, evaluate
+from controllers.transform import CompiledTransforms, decode_row
 from persist.frontier import Frontier
+from persist.machine import LeaseExpiredError
 from sim.runtime.errors import InvalidUsage
-from sim.runtime.latency import Constant, LogNormal
 from sim.runtime.tasks import started_after
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     from anyio.abc import TaskGroup
 
+    from controllers.commands import PeekRows
+    from controllers.replica_commands import ReplicaCommand
     from controllers.transform import CompiledTransform, Row
     from persist.client import PersistClient
     from persist.read import ReadHandle
     from sim.runtime.core import Runtime
-    from sim.runtime.cpu import Hold
-    from sim.runtime.latency import Distribution
 
-__all__ = [
-    "BELOW_SINCE",
-    "INTERNAL",
-    "REPLICA_LATENCIES",
-    "Replica",
-    "ReplicaAllowCompaction",
-    "ReplicaCancel",
-    "ReplicaCommand",
-    "ReplicaCreateDataflow",
-    "ReplicaDropDataflow",
-    "ReplicaPeek",
-    "ReplicaStatistics",
-    "evaluate",
-    "replica_cost",
-]
-
-#: SQLSTATE-like code of a peek whose `as_of` was compacted away (`XX000`, as
-#: Materialize's "timestamp is not valid for all inputs" is internal).
-BELOW_SINCE: Final = "XX000"
-#: Invalid data (a negative multiplicity) or another replica-side failure.
-INTERNAL: Final = "XX000"
-
-#: The replica's default modeled costs (seconds), used for any name the
-#: Runtime's latency model does not configure (itself or by a dotted prefix).
-#: Engineering estimates, not measurements; `coordsim calibrate` or a latency
-#: profile overrides them:
-#: - `replica.command` / `replica.response`: one network hop between
-#:   environmentd and clusterd in one availability zone: ~0.5 ms round trip,
-#:   so a 0.25 ms median each way with a log-normal tail.
-#: - `replica.peek`: fixed replica-side CPU of a peek (plan lookup, cursor into
-#:   the arrangement, encoding the response): ~50 µs. Materialize serves indexed
-#:   point lookups in a few ms end to end, most of it hops and the coordinator;
-#:   the replica's CPU share is small, so the coordinator, the subject of the
-#:   comparison, stays the bottleneck as it is in the seed's measurements.
-#: - `replica.peek_row`: 1 µs per row read from the arrangement (~1M rows/s/core).
-#: - `replica.hydrate_row`: 2 µs per snapshot row while building an arrangement
-#:   (differential's arrangement building runs at roughly 0.5M rows/s/worker).
-#: - `replica.maintain_row`: 5 µs per update while following a shard (small
-#:   batches pay per-batch and per-frontier overhead: ~200k updates/s/worker).
-REPLICA_LATENCIES: Final[Mapping[str, Distribution]] = {
-    "replica.command": LogNormal(0.00025, 0.5),
-    "replica.response": LogNormal(0.00025, 0.5),
-    "replica.peek": LogNormal(0.00005, 0.3),
-    "replica.peek_row": Constant(1e-6),
-    "replica.hydrate_row": Constant(2e-6),
-    "replica.maintain_row": Constant(5e-6),
-}
+__all__ = ["Dataflow", "FrontierSink", "PeekSink", "Replica", "ReplicaStatistics"]
 
 #: Bounds of a replica's decoded-row and compiled-transform caches (entries).
 _CACHED_ROWS: Final = 100_000
@@ -115,84 +76,6 @@ _CACHED_TRANSFORMS: Final = 1_000
 
 #: A "never" upper for a shard that was closed (its upper became empty).
 _NEVER: Final = 2**63 - 1
-
-
-def replica_cost(rt: Runtime, name: str) -> float:
-    """One sample (seconds) of cost `name`: from the Runtime's latency model if it
-    configures `name` or a dotted prefix of it, else from `REPLICA_LATENCIES`."""
-    if rt.latency.configures(name):
-        return rt.latency.distribution(name).sample(rt.rng)
-    return REPLICA_LATENCIES[name].sample(rt.rng)
-
-
-def evaluate(t: CompiledTransform, contents: Iterable[tuple[bytes, Row, int]]) -> PeekRows | PeekError:
-    """A peek's answer: the transform over `(key, row, multiplicity)` contents,
-    `key` being `row`'s canonical encoding (what rows are sorted by)."""
-    rows: list[tuple[bytes, Row]] = []
-    total = 0
-    for key, row, n in contents:
-        if n < 0:
-            return PeekError(INTERNAL, f"invalid data: row {row!r} has multiplicity {n}")
-        if not t.keep(row):
-            continue
-        if t.count:
-            total += n
-        else:
-            out = t.project(row)
-            rows.extend([(key if t.identity else encode_row(out), out)] * n)
-    if t.count:
-        return PeekRows(((total,),))
-    rows.sort(key=lambda r: r[0])
-    return PeekRows(tuple(r for _, r in rows))
-
-
-# --- the replica protocol ----------------------------------------------------------------
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class ReplicaCreateDataflow:
-    id: int
-    shard_id: str
-    input_columns: tuple[str, ...]
-    transform: Transform
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class ReplicaDropDataflow:
-    id: int
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class ReplicaAllowCompaction:
-    id: int
-    since: int
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class ReplicaPeek:
-    """A peek on dataflow `target_id`, or on a table's shard if `shard_id` is set."""
-
-    peek_id: int
-    target_id: int
-    as_of: int
-    transform: Transform
-    shard_id: str | None = None
-    columns: tuple[str, ...] = ()
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class ReplicaCancel:
-    peek_id: int
-
-
-ReplicaCommand: TypeAlias = (
-    ReplicaCreateDataflow | ReplicaDropDataflow | ReplicaAllowCompaction | ReplicaPeek | ReplicaCancel
-)
 
 
 @final
@@ -207,7 +90,11 @@ class ReplicaStatistics:
 
 @final
 @dataclass
-class _Dataflow:
+class Dataflow:
+    """One dataflow on a replica: its arrangement and what bounds its
+    compaction (the controller's `allowed`, the `holds` of the peeks reading
+    it), shared with those peeks (`controllers.replica_peeks`)."""
+
     cmd: ReplicaCreateDataflow
     scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
     arrangement: Arrangement | None = None
@@ -285,8 +172,8 @@ class Replica:
         self._life = _Life()
         self._dropped = False
         self._lifecycle = anyio.Event()  # set (and replaced) on every crash and restart
-        self._dataflows: dict[int, _Dataflow] = {}
-        self._peeks: dict[int, anyio.CancelScope | _ArrangedPeek] = {}
+        self._dataflows: dict[int, Dataflow] = {}
+        self._peeks: dict[int, anyio.CancelScope | ArrangedPeek] = {}
         self._stats = collections.Counter[str]()
         self._rows: dict[bytes, Row] = {}
         self._compile = CompiledTransforms(_CACHED_TRANSFORMS)
@@ -384,7 +271,7 @@ class Replica:
         """Ends the peeks that are callbacks, not tasks (the incarnation's end
         cancels the tasks)."""
         for peek in list(self._peeks.values()):
-            if isinstance(peek, _ArrangedPeek):
+            if isinstance(peek, ArrangedPeek):
                 peek.cancel()
 
     # --- the process ---------------------------------------------------------------------
@@ -409,7 +296,7 @@ class Replica:
     def _handle(self, cmd: ReplicaCommand, tg: TaskGroup, peeks: asyncio.TaskGroup) -> None:
         if isinstance(cmd, ReplicaCreateDataflow):
             if cmd.id not in self._dataflows:
-                df = _Dataflow(cmd)
+                df = Dataflow(cmd)
                 self._dataflows[cmd.id] = df
                 tg.start_soon(self._dataflow, df)
         elif isinstance(cmd, ReplicaDropDataflow):
@@ -426,7 +313,7 @@ class Replica:
             if cmd.peek_id in self._peeks:
                 return
             if cmd.shard_id is None:
-                peek = _ArrangedPeek(self, cmd, self._dataflows.get(cmd.target_id))
+                peek = ArrangedPeek(self, cmd, self._dataflows.get(cmd.target_id))
                 self._peeks[cmd.peek_id] = peek
                 peek.start()
             else:
@@ -445,31 +332,63 @@ class Replica:
 
     # --- dataflows -----------------------------------------------------------------------
 
-    async def _dataflow(self, df: _Dataflow) -> None:
+    async def _dataflow(self, df: Dataflow) -> None:
         cmd, life = df.cmd, self._life
         with df.scope:
-            reader = await self._persist.open_reader(cmd.shard_id, heartbeat=False, poll_s=self._listen_poll_s)
-            df.reader = reader
+            df.reader = await self._persist.open_reader(cmd.shard_id, heartbeat=False, poll_s=self._listen_poll_s)
             try:
-                await self._follow(df, reader)
+                await self._follow(df)
             finally:
                 if not life.crashed:  # a crash leaves the lease to lapse
                     with anyio.CancelScope(shield=True):
-                        await reader.expire()
+                        await df.reader.expire()
 
-    async def _follow(self, df: _Dataflow, reader: ReadHandle) -> None:
+    async def _reopen(self, df: Dataflow, needed: int) -> ReadHandle:
+        """A new reader in place of the dataflow's, whose lease expired (a step
+        of the process's clock past persist's lease): it must still read times
+        from `needed` on."""
+        assert df.reader is not None
+        df.reader = reader = await self._persist.reopen_reader(
+            df.reader, heartbeat=False, poll_s=self._listen_poll_s
+        )
+        if not reader.since.less_equal(needed):
+            raise LeaseExpiredError(
+                f"the reader of shard {df.cmd.shard_id} expired, and the shard was compacted to "
+                f"{reader.since} meanwhile, past {needed}"
+            )
+        return reader
+
+    async def _follow(self, df: Dataflow) -> None:
         compiled = df.cmd.transform.compile(df.cmd.input_columns)
         maintainer = Maintainer(compiled)
-        as_of = reader.since.ts
+        assert df.reader is not None
+        as_of = df.reader.since.ts
         if as_of is None:
             raise InvalidUsage(f"shard {df.cmd.shard_id} can no longer be read (empty since)")
-        snapshot = await reader.snapshot(as_of)
+        while True:
+            try:
+                snapshot = await df.reader.snapshot(as_of)
+                break
+            except LeaseExpiredError:
+                await self._reopen(df, as_of)
         await self._cpu(len(snapshot) * replica_cost(self._rt, "replica.hydrate_row"))
         self._stats["hydrated_rows"] += len(snapshot)
         df.arrangement = Arrangement(as_of, maintainer.initial(snapshot))
         df.output_columns = compiled.columns
         self._advanced(df)
-        batches = aiter(reader.listen(as_of))
+        # A listen cut short by the reader's lease expiring starts again, on a
+        # reopened reader, from what the arrangement has taken in.
+        while not await self._listen(df, maintainer):
+            await self._reopen(df, df.arrangement.upper - 1)
+
+    async def _listen(self, df: Dataflow, maintainer: Maintainer) -> bool:
+        """Maintains the arrangement from its upper on; False if the reader's
+        lease expired first."""
+        reader, arrangement = df.reader, df.arrangement
+        assert reader is not None
+        assert arrangement is not None
+        batches = aiter(reader.listen(arrangement.upper - 1))
+        expired = False
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._heartbeat, reader)
@@ -477,12 +396,14 @@ class Replica:
                     n = len(batch.updates)
                     await self._cpu(n * replica_cost(self._rt, "replica.maintain_row"))
                     self._stats["maintained"] += n
-                    previous = df.arrangement.upper
+                    previous = arrangement.upper
                     upper = _NEVER if batch.progress.ts is None else batch.progress.ts
-                    df.arrangement.insert(maintainer.step(batch.updates), upper)
+                    arrangement.insert(maintainer.step(batch.updates), upper)
                     self._advanced(df)
                     await self._compact(df, reader, previous)
                 tg.cancel_scope.cancel()
+        except* LeaseExpiredError:
+            expired = True
         finally:
             # Close the listen now (not whenever the garbage collector gets to it,
             # which would put its cleanup at an arbitrary point of the schedule).
@@ -490,18 +411,19 @@ class Replica:
             if aclose is not None:
                 with anyio.CancelScope(shield=True):
                     await aclose()
+        return not expired
 
-    def _advanced(self, df: _Dataflow) -> None:
+    def _advanced(self, df: Dataflow) -> None:
         assert df.arrangement is not None
         df.notify()
         self._on_frontier(self, df.cmd.id, Frontier.at(df.arrangement.upper))
 
-    def _compact_arrangement(self, df: _Dataflow) -> None:
+    def _compact_arrangement(self, df: Dataflow) -> None:
         arr = df.arrangement
         if arr is not None:
             arr.compact(min(df.allowed, arr.upper - 1, *df.holds))
 
-    async def _compact(self, df: _Dataflow, reader: ReadHandle, listen_frontier: int) -> None:
+    async def _compact(self, df: Dataflow, reader: ReadHandle, listen_frontier: int) -> None:
         self._compact_arrangement(df)
         arr = df.arrangement
         assert arr is not None
@@ -550,17 +472,26 @@ class Replica:
         life = self._life
         reader = await self._persist.open_reader(cmd.shard_id, heartbeat=False, poll_s=self._listen_poll_s)
         try:
-            if not reader.since.less_equal(cmd.as_of):
-                return PeekError(
-                    BELOW_SINCE,
-                    f"as_of {cmd.as_of} of table {cmd.target_id} is below its since {reader.since}",
-                    since=reader.since.ts,
-                )
-            # The snapshot may wait for the upper to pass `as_of`: keep the lease
-            # (and so the since hold) alive meanwhile. Renewals start when the
-            # first falls due, which almost no snapshot lasts until.
-            async with started_after(self._heartbeat_period(), functools.partial(self._renewals, reader)):
-                snapshot = await reader.snapshot(cmd.as_of)
+            while True:
+                if not reader.since.less_equal(cmd.as_of):
+                    return PeekError(
+                        BELOW_SINCE,
+                        f"as_of {cmd.as_of} of table {cmd.target_id} is below its since {reader.since}",
+                        since=reader.since.ts,
+                    )
+                # The snapshot may wait for the upper to pass `as_of`: keep the lease
+                # (and so the since hold) alive meanwhile. Renewals start when the
+                # first falls due, which almost no snapshot lasts until.
+                try:
+                    async with started_after(self._heartbeat_period(), functools.partial(self._renewals, reader)):
+                        snapshot = await reader.snapshot(cmd.as_of)
+                    break
+                except LeaseExpiredError:
+                    # A step of the process's clock past the lease: read again on
+                    # a new reader (holding the since the old one held).
+                    reader = await self._persist.reopen_reader(
+                        reader, heartbeat=False, poll_s=self._listen_poll_s
+                    )
         finally:
             if not life.crashed:
                 with anyio.CancelScope(shield=True):
@@ -584,119 +515,3 @@ class Replica:
                 self._rows.clear()
             row = self._rows[key] = decode_row(key)
         return row
-
-
-@final
-class _ArrangedPeek:
-    """A peek of an arrangement, run by loop callbacks instead of a task:
-    wait until the arrangement passes `as_of`, read it, hold a worker for the
-    read's modeled CPU, evaluate, then the response hop. The task version
-    (a task, its cancel scope and three coroutine frames per peek) was a
-    sixth of a simulated point read's time; this made the read about 6 %
-    faster with the same trace (issue 20). `cancel()` stops it at any step."""
-
-    __slots__ = ("_cancelled", "_cmd", "_contents", "_df", "_holding", "_life", "_pending", "_replica")
-
-    def __init__(self, replica: Replica, cmd: ReplicaPeek, df: _Dataflow | None) -> None:
-        self._replica = replica
-        self._cmd = cmd
-        self._df = df
-        self._life = replica._life
-        self._contents: tuple[tuple[bytes, int], ...] = ()
-        #: What the peek waits on: a registered change callback, a worker, or
-        #: the response hop's timer.
-        self._pending: Hold | asyncio.Handle | _Waiting | None = None
-        self._cancelled = False
-        self._holding = df is not None
-        if df is not None:
-            df.holds.append(cmd.as_of)  # before waiting: compaction must not pass it
-
-    def start(self) -> None:
-        self._check()
-
-    def _check(self) -> None:
-        """`as_of` readable yet? (again after each change of the dataflow)"""
-        if self._cancelled:  # `notify` had already scheduled this call
-            return
-        self._pending = None
-        cmd, df, replica = self._cmd, self._df, self._replica
-        if df is None or replica._dataflows.get(cmd.target_id) is not df:
-            self._computed(PeekError(UNKNOWN_COLLECTION, f"collection {cmd.target_id} was dropped"))
-            return
-        arr = df.arrangement
-        if arr is not None and cmd.as_of < arr.since:
-            self._computed(
-                PeekError(
-                    BELOW_SINCE,
-                    f"as_of {cmd.as_of} of collection {cmd.target_id} is below its since {arr.since}",
-                    since=arr.since,
-                )
-            )
-            return
-        if arr is None or arr.upper <= cmd.as_of:
-            df.on_change.append(self._check)
-            self._pending = _Waiting(df, self._check)
-            return
-        self._contents = contents = arr.read(cmd.as_of)
-        rt = replica._rt
-        cost = replica_cost(rt, "replica.peek") + len(contents) * replica_cost(rt, "replica.peek_row")
-        self._pending = rt.cpu_then(cost, replica._pool, self._read)
-
-    def _read(self) -> None:
-        self._pending = None
-        replica, df = self._replica, self._df
-        assert df is not None
-        compiled = replica._compile(self._cmd.transform, df.output_columns)
-        contents, memo = self._contents, df.evaluated
-        if memo is not None and memo[0] is contents and memo[1] is compiled:
-            self._computed(memo[2])
-            return
-        decoded = replica._decoded
-        result = evaluate(compiled, ((k, decoded(k), n) for k, n in contents))
-        df.evaluated = (contents, compiled, result)
-        self._computed(result)
-
-    def _computed(self, result: PeekRows | PeekError) -> None:
-        self._release_hold()
-        replica = self._replica
-        self._pending = replica._rt.call_after(
-            replica_cost(replica._rt, "replica.response"), self._respond, result
-        )
-
-    def _respond(self, result: PeekRows | PeekError) -> None:
-        self._pending = None
-        replica, cmd = self._replica, self._cmd
-        if self._life.crashed:  # a dead process sends nothing
-            return
-        replica._stats["peeks"] += 1
-        if replica._peeks.get(cmd.peek_id) is self:
-            del replica._peeks[cmd.peek_id]
-        replica._on_peek(replica, PeekResponse(cmd.peek_id, result))
-
-    def _release_hold(self) -> None:
-        if self._holding:
-            self._holding = False
-            assert self._df is not None
-            self._df.holds.remove(self._cmd.as_of)
-
-    def cancel(self) -> None:
-        self._cancelled = True
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.cancel()
-        self._release_hold()
-
-
-@final
-class _Waiting:
-    """A peek's callback registered for its dataflow's next change."""
-
-    __slots__ = ("_callback", "_df")
-
-    def __init__(self, df: _Dataflow, callback: Callable[[], None]) -> None:
-        self._df = df
-        self._callback = callback
-
-    def cancel(self) -> None:
-        with contextlib.suppress(ValueError):  # `notify` took it already
-            self._df.on_change.remove(self._callback)

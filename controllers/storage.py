@@ -14,6 +14,12 @@ Paths:
 - **Compaction**: a background task moves each table's since to
   `upper - compaction_window` (or further, up to `AllowCompaction`), held back
   by read holds, and downgrades the shard's since accordingly.
+- **Lease expiry**: persist's leases run on this process's clock, so a step
+  of it past the lease expires the table's writer and reader at the next
+  transition. The handle is reopened (a new id on the re-read state, as
+  Materialize re-registers an expired handle) and the operation retried: an
+  append refused with `LeaseExpiredError` was not applied (persist's
+  contract), so the retry neither loses nor duplicates it.
 
 Not atomic across tables: each table is its own shard and CaS, so a conflict on
 one table can leave others written (Materialize made this atomic later with
@@ -114,6 +120,7 @@ class StorageStatistics:
     conflicts: int
     foreign_advances: int
     since_downgrades: int
+    lease_reopens: int = 0  # table writers and readers reopened after their lease expired
 
 
 @final
@@ -143,7 +150,7 @@ class StorageController(CatalogFollower, TaskOwner):
         self._tg: TaskGroup | None = None
         self._dirty: list[int] = []
         self._wake = anyio.Event()
-        self._stats = {"appends": 0, "table_appends": 0, "empty": 0, "conflicts": 0, "foreign": 0, "downgrades": 0, "downgrade_failures": 0, "finalize_failures": 0}
+        self._stats = {"appends": 0, "table_appends": 0, "empty": 0, "conflicts": 0, "foreign": 0, "downgrades": 0, "downgrade_failures": 0, "finalize_failures": 0, "reopens": 0}
 
     def _start_background(self, tg: TaskGroup) -> None:
         tg.start_soon(self._compaction_loop)
@@ -193,7 +200,12 @@ class StorageController(CatalogFollower, TaskOwner):
         expected = t.write.upper
         try:
             while not expected.is_empty:
-                result = await t.write.compare_and_append([], expected, Frontier.EMPTY)
+                try:
+                    result = await t.write.compare_and_append([], expected, Frontier.EMPTY)
+                except LeaseExpiredError:
+                    await self._reopen_writer(t)
+                    expected = t.write.upper
+                    continue
                 if isinstance(result, Appended):
                     return
                 expected = result.current
@@ -241,7 +253,14 @@ class StorageController(CatalogFollower, TaskOwner):
             expected = t.write.upper
             if not expected.less_equal(ts):
                 return UpperMismatch(expected)
-            result = await t.write.compare_and_append(ups, expected, ts + 1)
+            try:
+                result = await t.write.compare_and_append(ups, expected, ts + 1)
+            except LeaseExpiredError:
+                # Not applied (an append that may have landed before the lease
+                # ran out raises Indeterminate instead): retry on a new writer,
+                # against the upper it re-read.
+                await self._reopen_writer(t)
+                continue
             if isinstance(result, Appended):
                 return result
             current = result.current
@@ -322,9 +341,15 @@ class StorageController(CatalogFollower, TaskOwner):
                 try:
                     await t.read.downgrade_since(target)
                 except LeaseExpiredError:
-                    if table_id in self._tables:
-                        raise
-                    continue  # dropped (its reader expired) while we downgraded
+                    if table_id not in self._tables:
+                        continue  # dropped (its reader expired) while we downgraded
+                    try:
+                        await self._reopen_reader(t)
+                    except ExternalError:
+                        self._stats["downgrade_failures"] += 1
+                        continue  # still expired: reopened at the next attempt
+                    self._mark(table_id)  # the downgrade, on the new reader
+                    continue
                 except ExternalError:
                     # The store failed past persist's retries: the since stays
                     # where it is (safe, only less compaction) and is retried
@@ -333,8 +358,26 @@ class StorageController(CatalogFollower, TaskOwner):
                     continue
                 self._stats["downgrades"] += 1
 
+    # --- lease expiry --------------------------------------------------------------------
+
+    async def _reopen_writer(self, t: _Table) -> None:
+        t.write = await self._persist.reopen_writer(t.write)
+        self._stats["reopens"] += 1
+
+    async def _reopen_reader(self, t: _Table) -> None:
+        """A new reader for `t`, holding its since again. If another reader
+        let the shard's since pass ours while ours was expired, times below
+        it are compacted: the logical since follows (a read there is refused
+        as below the since, never answered wrongly)."""
+        t.read = await self._persist.reopen_reader(t.read)
+        self._stats["reopens"] += 1
+        persisted = t.read.since.ts
+        if persisted is not None and persisted > t.since:
+            t.since = persisted
+
     def statistics(self) -> StorageStatistics:
         s = self._stats
         return StorageStatistics(
-            s["appends"], s["table_appends"], s["empty"], s["conflicts"], s["foreign"], s["downgrades"]
+            s["appends"], s["table_appends"], s["empty"], s["conflicts"], s["foreign"], s["downgrades"],
+            s["reopens"],
         )

@@ -54,8 +54,10 @@ import anyio.to_thread
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from controllers.compute import PeekWaiters
-from coordinator.decoupled import AdapterHost, DecoupledCoordinator, follow_catalog
+from coordinator.adapter_host import AdapterHost
+from coordinator.decoupled import DecoupledCoordinator
 from coordinator.environment import Environment, open_incarnation
+from coordinator.follow_catalog import follow_catalog
 from coordinator.session import Result
 from coordinator.statements import SqlError, SqlState
 from coordinator.write_lock import PostgresWriteLock
@@ -124,7 +126,7 @@ def encode_result(result: Result) -> tuple[Any, ...]:
     takes the code and message apart)."""
     error = None if result.error is None else (result.error.code.value, result.error.message)
     return (result.rows, result.columns, result.rows_affected, error,
-            result.read_ts, result.write_ts, result.catalog_ts)  # fmt: skip
+            result.read_ts, result.write_ts, result.catalog_ts)
 
 
 def decode_result(data: tuple[Any, ...]) -> Result:
@@ -158,7 +160,7 @@ class _ProcessHost(AdapterHost):
                 derive_commands=False, actor=actor, join_epoch=self._spec.epoch,
             ) as inc,
             anyio.create_task_group() as tg,
-        ):  # fmt: skip
+        ):
             storage_ready, compute_ready = anyio.Event(), anyio.Event()
 
             async def to_compute(cmd: DeterministicCommand) -> None:

@@ -68,8 +68,10 @@ import anyio
 import anyio.lowlevel
 
 from controllers.compute import PeekWaiters
-from coordinator.decoupled import AdapterHost, DecoupledCoordinator, follow_catalog
+from coordinator.adapter_host import AdapterHost
+from coordinator.decoupled import DecoupledCoordinator
 from coordinator.environment import open_adapter_incarnation, open_incarnation
+from coordinator.follow_catalog import follow_catalog
 from coordinator.session import Coordinator, CoordinatorStatistics, Result, Session
 from coordinator.statements import SqlError, SqlState
 from oracle.gated import ProcessGate
@@ -172,7 +174,7 @@ class MultiAdapterCoordinator(Coordinator, AdapterHost):
                     self._env, self.config, self._rt, self.waiters,
                     derive_commands=False, events=self.event_sink, actor=self.actor,
                 )
-            )  # fmt: skip
+            )
             tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(tg.cancel_scope.cancel)
             await self._start_command_tasks(tg, self._shared)
@@ -315,7 +317,7 @@ class MultiAdapterCoordinator(Coordinator, AdapterHost):
             self.config, self._env, self._rt.derive(f"adapter-{i + 1}-restart-{n}").with_clock(self.clocks[i]),
             events=self.event_sink, actor=f"{adapter_actor(self.actor, i + 1)}.{n}",
             host=self, gate=self.gates[i],
-        )  # fmt: skip
+        )
         self._slots[i] = _Slot()
         await self._tg.start(self._run_adapter, i)
 

@@ -225,7 +225,7 @@ def staged_select_loop_s(w: dict[str, float]) -> float:
     return (
         6 * w["loop_dispatch"] + w["catalog_snapshot"] + w["parse_plan"] + w["peek_sequence"]
         + 2 * w["peek_stage"] + w["controller_response"] + w["peek_finish"] + w["per_row"] + w["commit"]
-    )  # fmt: skip
+    )
 
 
 #: Every weight times this: the staged SELECT then holds the loop for
@@ -328,7 +328,7 @@ class CoordinatorConfig:
     commits_in_flight: int = 1
     #: Decoupled: the adapter's CPU pool. 1 here, as the event loop's one
     #: core, so no configuration gets more by default; a run takes the
-    #: latency profile's cores (`sim.load.config.profile_cores`: the machine
+    #: latency profile's cores (`sim.load.latency_profile.profile_cores`: the machine
     #: it was measured on, or its `[cpu] cores`),
     #: and `--ablate` shows it as a step of its own.
     cores: int = 1
@@ -459,7 +459,7 @@ KNOWN_BAD_INERT: Final[dict[str, Callable[[CoordinatorConfig], str | None]]] = {
         None if c.architecture is Architecture.EVENT_LOOP
         else "its oracle is never switched (oracle-switch applies to the single-coordinator configurations)"
     ),
-}  # fmt: skip
+}
 
 
 def check_known_bad(config: CoordinatorConfig) -> None:

@@ -40,10 +40,11 @@ Paths:
 
 With `adapters > 1` (issue 36) a `coordinator.adapters.MultiAdapterCoordinator`
 runs several of these on one deployment: each is then given an
-`AdapterHost`, which opens its incarnation (its own oracle clients and
-catalog handle, the shared controllers), routes the shared compute
-controller's responses and runs the controllers' command tasks once for all;
-its group commit then retries a lost append race at a fresh `write_ts`.
+`AdapterHost` (`coordinator.adapter_host`), which opens its incarnation (its
+own oracle clients and catalog handle, the shared controllers), routes the
+shared compute controller's responses and runs the controllers' command tasks
+(`coordinator.follow_catalog`) once for all; its group commit then retries a
+lost append race at a fresh `write_ts`.
 
 Known-bad variants (issue 21's matrix) switch one of these rules off:
 `no_write_lock`, `unbounded_group_commits` (a commit task per batch),
@@ -58,17 +59,15 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import math
-from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Self, final
+from typing import TYPE_CHECKING, Self, final
 
 import anyio
 
-from catalog.api import Conflict, Fenced
-from controllers.commands import AdvanceCatalogFrontier, Peek
+from catalog.api import Conflict
+from controllers.commands import Peek
 from controllers.compute import PeekWaiters
-from controllers.derive import derive, derive_event
 from coordinator.config import GroupCommitPolicy
+from coordinator.follow_catalog import follow_catalog
 from coordinator.group_commit import PendingWrite, group_commit
 from coordinator.peeks import (
     MAX_PEEK_ATTEMPTS,
@@ -92,8 +91,7 @@ from coordinator.statements import (
     Update,
 )
 from coordinator.subscribe import SubscribeBatch, serve_subscription, subscribe_table
-from oracle.stash import Fenced as OracleFenced
-from sim.runtime.errors import ExternalError
+from sim.runtime.errors import ExternalError, Fenced
 from sim.runtime.tasks import AsyncExitStack, concurrently
 
 if TYPE_CHECKING:
@@ -105,8 +103,9 @@ if TYPE_CHECKING:
     from catalog.api import AppendResult
     from catalog.transaction import Transaction
     from controllers.commands import ComputeResponse, DeterministicCommand
+    from coordinator.adapter_host import AdapterHost
     from coordinator.config import CoordinatorConfig
-    from coordinator.environment import Environment, Incarnation
+    from coordinator.environment import Environment
     from coordinator.events import EventSink
     from coordinator.session import Session
     from coordinator.statements import Statement, Subscribe
@@ -114,77 +113,10 @@ if TYPE_CHECKING:
     from oracle.gated import ProcessGate
     from sim.runtime.core import Runtime
 
-__all__ = ["AdapterHost", "DecoupledCoordinator", "follow_catalog"]
+__all__ = ["DecoupledCoordinator"]
 
 #: DDL retries on catalog conflicts before giving up with 40001.
 MAX_DDL_ATTEMPTS = 64
-
-
-class AdapterHost(ABC):
-    """What the adapters of one deployment share (issue 36): the compute
-    controller's response routing, unique peek ids, and the opening of each
-    adapter's incarnation on the shared controllers."""
-
-    #: Routes the shared compute controller's peek responses to their waiters.
-    waiters: PeekWaiters
-    #: Peek ids unique across the adapters (one compute controller answers all).
-    peek_ids: Iterator[int]
-    #: The global write lock of read-then-write (UPDATE/DELETE): global means
-    #: the deployment's, not one adapter's, or two adapters' updates of one
-    #: row both retract it (a lost update). An `anyio.Lock` when the adapters
-    #: share a process; a lock row of the deployment's database when each is
-    #: an OS process (`coordinator.write_lock`).
-    write_lock: AbstractAsyncContextManager[object]
-
-    @abstractmethod
-    def open_adapter(
-        self, rt: Runtime, actor: str, gate: ProcessGate | None = None
-    ) -> AbstractAsyncContextManager[Incarnation]:
-        """The incarnation adapter `actor` runs on while entered; its oracle
-        calls pass `gate` (`oracle.gated`) if given."""
-
-
-async def follow_catalog(
-    inc: Incarnation,
-    rt: Runtime,
-    apply: Callable[[DeterministicCommand], Awaitable[None]],
-    ready: anyio.Event,
-) -> None:
-    """A controller's command task: subscribes to the catalog and forwards the
-    derived commands in order, advancing the controller's catalog frontier as
-    the subscription does; sets `ready` once caught up with the cache.
-
-    How long a catalog change takes to reach the controller (persist's pubsub
-    push, or a listen polling the catalog shard: `controller.catalog_feed`)
-    is a latency, not a service time: each change is delivered that long
-    after it was committed, in commit order, however many are on their way.
-    (Sleeping it once per change in turn made it a queue that a stream of
-    DDL saturates: at 2 ms per change, 500 changes/s at most.)"""
-    as_of = inc.catalog.cached_upper - 1
-    async with await inc.catalog.subscribe_at(as_of) as sub:
-        for cmd in derive(sub.snapshot.as_updates(as_of)):
-            await apply(cmd)
-        await apply(AdvanceCatalogFrontier(as_of + 1))
-        ready.set()
-        send, receive = anyio.create_memory_object_stream[tuple[float, Any]](math.inf)
-
-        async def arrivals() -> None:
-            async with send:
-                async for event in sub:
-                    send.send_nowait((rt.now() + rt.sample("controller.catalog_feed"), event))
-
-        # The receiving end closes only after the task group has ended (and
-        # with it `arrivals`), never under a send in flight.
-        async with receive, anyio.create_task_group() as tg:
-            tg.start_soon(arrivals)
-            last_due = 0.0
-            async for due, event in receive:
-                last_due = due = max(due, last_due)  # in order: never overtakes an earlier change
-                wait = due - rt.now()
-                if wait > 0:
-                    await rt.sleep(wait)
-                for cmd in derive_event(event):
-                    await apply(cmd)
 
 
 @final
@@ -338,7 +270,7 @@ class DecoupledCoordinator(RunningCoordinator):
             )
         except SqlError as exc:
             return Result.failed(exc)
-        except (Fenced, OracleFenced) as exc:
+        except Fenced as exc:
             return Result.failed(self._fence(exc))
 
     async def _catalog_at_read_ts(self) -> tuple[int, CatalogView]:
@@ -473,7 +405,7 @@ class DecoupledCoordinator(RunningCoordinator):
             chosen, hold = choose_timestamp(
                 inc.storage, inc.compute, plan, read_ts, at_least=at_least,
                 hold=not self.config.known_bad.peeks_skip_read_holds,
-            )  # fmt: skip
+            )
             try:
                 peek_id = next(self._peek_ids)
                 inc.compute.send(
@@ -512,14 +444,14 @@ class DecoupledCoordinator(RunningCoordinator):
         except SqlError as exc:
             feed.put(exc)
             return
-        except (Fenced, OracleFenced) as exc:
+        except Fenced as exc:
             feed.put(self._fence(exc))
             return
 
         async def linearized(ts: int) -> None:
             try:
                 await linearize(inc.oracle, self._rt, ts, read_ts)
-            except OracleFenced as exc:
+            except Fenced as exc:
                 raise self._fence(exc) from exc
 
         async def forward(item: Item) -> None:
@@ -530,7 +462,7 @@ class DecoupledCoordinator(RunningCoordinator):
         await serve_subscription(
             feed, stmt, table, persist=inc.persist, read_ts=read_ts, catalog_ts=catalog_ts,
             linearize=linearized, sink=forward,
-        )  # fmt: skip
+        )
 
     # --- writes -------------------------------------------------------------------------
 
@@ -588,14 +520,17 @@ class DecoupledCoordinator(RunningCoordinator):
                 self.config.costs.group_commit
                 + self.config.costs.per_row * sum(len(w.updates) for w in batch)
             )
+            # What started it, for its event: the tick when it carries nothing.
+            policy = self.config.group_commit
+            trigger = "tick" if not batch else "drain" if policy is GroupCommitPolicy.AFTER_DRAINING else "write"
             if bad.unbounded_group_commits:
                 # Known-bad: the next batch does not wait for this commit.
                 assert self._tg is not None
-                self._tg.start_soon(self._commit_batch, batch)
+                self._tg.start_soon(self._commit_batch, batch, trigger)
             else:
-                await self._timed("group_commit", self._commit_batch(batch))
+                await self._timed("group_commit", self._commit_batch(batch, trigger))
 
-    async def _commit_batch(self, batch: list[PendingWrite]) -> None:
+    async def _commit_batch(self, batch: list[PendingWrite], trigger: str) -> None:
         await group_commit(
             self.incarnation,
             batch,
@@ -605,6 +540,7 @@ class DecoupledCoordinator(RunningCoordinator):
             # expected, not a fence (see `coordinator.adapters`).
             retry_lost_races=self._host is not None,
             ack_lost_races=self.config.known_bad.ack_lost_race,
+            trigger=trigger,
         )
         if any(w.error is not None and w.error.code is SqlState.ADMIN_SHUTDOWN for w in batch):
             self._fence(RuntimeError("a table append was fenced"))

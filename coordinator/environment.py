@@ -11,7 +11,10 @@ held by the `Environment` so a restarted coordinator finds them again.
 `open_incarnation` builds everything one coordinator runs on, in dependency
 order, and tears it down in reverse: persist client → oracles → catalog (opened:
 this bumps its epoch and fences older incarnations) → controllers (rebuilt from
-the catalog with the deterministic commands of `controllers.derive`).
+the catalog with the deterministic commands of `controllers.derive`). The
+oracles and the catalog are opened by their one opening function
+(`oracle.open.open_oracles`, `catalog.open.open_catalog`) from the specs the
+`Environment` resolves (`Environment.oracle_spec`, `Environment.catalog_spec`).
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from typing import TYPE_CHECKING, Any, final
 
 import anyio
 
-from catalog.persist_catalog import PersistCatalog
-from catalog.stash_catalog import MemStashStore, StashCatalog
+from catalog.open import CatalogFlavor, CatalogSpec, open_catalog
+from catalog.stash_catalog import MemStashStore
 from controllers.commands import AdvanceCatalogFrontier
 from controllers.compute import ComputeConfig, ComputeController
 from controllers.derive import derive
@@ -36,10 +39,12 @@ from oracle.api import CATALOG_TIMELINE, REALTIME_TIMELINE
 from oracle.batching import BatchingOracle
 from oracle.gated import GatedOracle
 from oracle.memory import MemoryOracle
-from oracle.modeled import ModeledOracle, ModeledOracleRows
+from oracle.modeled import ModeledOracleRows
 from oracle.observed import ObservedOracle, OracleCall
-from oracle.stash import MemTimestampStash, UnfencedStash
+from oracle.open import OracleBackend, OracleSpec, open_oracles
+from oracle.stash import MemTimestampStash
 from persist.client import PersistClient
+from persist.open import Location, open_location
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.tasks import AsyncExitStack
 
@@ -47,14 +52,12 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from catalog.api import DurableCatalog
-    from catalog.stash_catalog import StashStore
     from controllers.compute import ResponseSink
-    from coordinator.config import CoordinatorConfig
+    from coordinator.config import CoordinatorConfig, KnownBad
     from coordinator.events import EventSink
     from coordinator.oracle_switch import Flip
     from oracle.api import TimestampOracle
     from oracle.gated import ProcessGate
-    from oracle.stash import TimestampStash
     from persist.location import Blob, Consensus
     from sim.runtime.core import Runtime
 
@@ -69,7 +72,9 @@ class Environment:
     """The durable stores of one deployment (see the module docstring).
 
     Args:
-        blob, consensus: persist's location (tables, persist catalog).
+        blob, consensus: persist's location (tables, persist catalog); None
+            (virtual mode only): one in memory, opened on first use
+            (`location`).
         postgres_url: real mode: the database of the oracle, the timestamp stash
             and the catalog stash; None: virtual mode, everything in memory.
         blob_url: real mode: where `blob` is, for adapter processes that open
@@ -81,14 +86,15 @@ class Environment:
         self,
         rt: Runtime,
         *,
-        blob: Blob,
-        consensus: Consensus,
+        blob: Blob | None = None,
+        consensus: Consensus | None = None,
         postgres_url: str | None = None,
         name: str | None = None,
         blob_url: str | None = None,
     ) -> None:
-        self.blob = blob
-        self.consensus = consensus
+        if (blob is None) != (consensus is None) or (blob is None and postgres_url is not None):
+            raise InvalidUsage("an Environment takes both halves of persist's location, or (virtual mode) neither")
+        self._location = None if blob is None or consensus is None else Location(blob, consensus)
         self.postgres_url = postgres_url
         self.blob_url = blob_url
         # Derived from the Runtime's seed in virtual mode, so traces stay identical.
@@ -111,9 +117,46 @@ class Environment:
     def virtual(self) -> bool:
         return self.postgres_url is None
 
+    async def location(self) -> Location:
+        """persist's location, shared by every incarnation: the one given, or
+        (virtual mode) one in memory, opened on first use."""
+        if self._location is None:
+            self._location = await open_location()
+        return self._location
+
     def timeline(self, timeline: str) -> str:
         """The oracle timeline name of this deployment (unique per database)."""
         return timeline if self.virtual else f"{self.name}.{timeline}"
+
+    def oracle_spec(self, kind: OracleKind, known_bad: KnownBad | None = None) -> OracleSpec:
+        """The oracle of implementation `kind` on this deployment's stores, with
+        the known-bad variants of `known_bad` that change it."""
+        unguarded = known_bad is not None and known_bad.unguarded_wall_clock
+        if kind is OracleKind.MEMORY:
+            unfenced = known_bad is not None and known_bad.skip_epoch_fencing
+            if self.postgres_url is None:
+                return OracleSpec(
+                    OracleBackend.MEMORY, stash=self.timestamp_stash, unguarded_clock=unguarded,
+                    skip_epoch_fencing=unfenced,
+                )
+            return OracleSpec(
+                OracleBackend.MEMORY_POSTGRES, url=self.postgres_url, pool_size=2,
+                application_name="coordsim-oracle-stash", stash_name=self.name, unguarded_clock=unguarded,
+                skip_epoch_fencing=unfenced,
+            )
+        if self.postgres_url is None:
+            return OracleSpec(OracleBackend.MODELED, rows=self.oracle_rows, unguarded_clock=unguarded)
+        return OracleSpec(OracleBackend.POSTGRES, url=self.postgres_url, unguarded_clock=unguarded)
+
+    def catalog_spec(self, kind: CatalogKind, *, fencing: bool = True) -> CatalogSpec:
+        """The durable catalog of implementation `kind` on this deployment's
+        stores (the persist one on the incarnation's `PersistClient`)."""
+        if kind is CatalogKind.PERSIST:
+            return CatalogSpec(CatalogFlavor.PERSIST, shard=CATALOG_SHARD, fencing=fencing)
+        return CatalogSpec(
+            CatalogFlavor.STASH, stash=self.postgres_url or "mem://", stash_env=self.name,
+            store=self.catalog_store, fencing=fencing,
+        )
 
 
 @final
@@ -196,12 +239,12 @@ async def open_incarnation(
             deployment's other adapters).
 
     Raises:
-        catalog.api.Fenced: with `join_epoch`, the catalog's epoch moved on.
+        sim.runtime.errors.Fenced: with `join_epoch`, the catalog's epoch moved on.
     """
     bad = config.known_bad
     async with AsyncExitStack() as stack:
         persist = await stack.enter_async_context(
-            PersistClient(env.blob, env.consensus, rt.derive("persist"))
+            PersistClient(*await env.location(), rt.derive("persist"))
         )
         raw_realtime, raw_catalog, memory = await _open_oracles(env, config, rt, stack)
         switch = None
@@ -292,7 +335,7 @@ async def _client_oracles(
                     f"oracle.{call.op}", f"oracle:{call.timeline}", call.start_s, call.end_s,
                     ok=call.ok, timeline=call.timeline, ts=call.ts, actor=actor,
                 )
-            )  # fmt: skip
+            )
 
         oracle = ObservedOracle(oracle, rt, observe)
         catalog_oracle = ObservedOracle(catalog_oracle, rt, observe)
@@ -322,7 +365,7 @@ async def open_adapter_incarnation(
     it off from the oracle (`oracle.gated`).
 
     Raises:
-        catalog.api.Fenced: the catalog's epoch is no longer `epoch`.
+        sim.runtime.errors.Fenced: the catalog's epoch is no longer `epoch`.
     """
     async with AsyncExitStack() as stack:
         raw_realtime, raw_catalog, _ = await _open_oracles(env, config, rt, stack)
@@ -337,7 +380,7 @@ async def open_adapter_incarnation(
         yield Incarnation(
             shared.persist, oracle, catalog_oracle, None, catalog, shared.storage, shared.compute,
             rt, events, actor,
-        )  # fmt: skip
+        )
 
 
 async def feed_catalog(inc: Incarnation, upper: int) -> None:
@@ -361,42 +404,14 @@ async def advance_catalog_frontier(inc: Incarnation, upper: int) -> None:
 async def _open_oracles(
     env: Environment, config: CoordinatorConfig, rt: Runtime, stack: AsyncExitStack, *, at_upper: bool = True
 ) -> tuple[TimestampOracle, TimestampOracle, MemoryOracle | None]:
-    """`at_upper`: see `MemoryOracle.open` (False for an oracle switch's new oracle)."""
-    realtime, catalog_tl = env.timeline(REALTIME_TIMELINE), env.timeline(CATALOG_TIMELINE)
-    if config.oracle is OracleKind.MEMORY:
-        stash: TimestampStash
-        if env.timestamp_stash is not None:
-            stash = env.timestamp_stash
-        else:
-            from oracle.pgstash import PostgresTimestampStash
-
-            assert env.postgres_url is not None
-            stash = await PostgresTimestampStash.connect(env.postgres_url, rt, name=env.name)
-            stack.push_async_callback(stash.close)
-        if config.known_bad.skip_epoch_fencing:
-            stash = UnfencedStash(stash)
-        epoch = await stash.open()  # a new process: fences every older one
-        unguarded = config.known_bad.unguarded_wall_clock
-        a = await MemoryOracle.open(stash, realtime, rt, epoch=epoch, unguarded_clock=unguarded, at_upper=at_upper)
-        b = await MemoryOracle.open(stash, catalog_tl, rt, epoch=epoch, unguarded_clock=unguarded, at_upper=at_upper)
-        stack.push_async_callback(a.close)
-        stack.push_async_callback(b.close)
-        return a, b, a
-    if env.oracle_rows is not None:
-        return (
-            ModeledOracle(env.oracle_rows, realtime, rt, unguarded_clock=config.known_bad.unguarded_wall_clock),
-            ModeledOracle(env.oracle_rows, catalog_tl, rt, unguarded_clock=config.known_bad.unguarded_wall_clock),
-            None,
-        )
-    from oracle.pgclient import PostgresClient
-    from oracle.postgres import PostgresOracle
-
-    assert env.postgres_url is not None
-    client = await PostgresClient.connect(env.postgres_url, rt, application_name="coordsim-oracle")
-    stack.push_async_callback(client.close)
-    a_pg = await PostgresOracle.on(client, realtime, rt, unguarded_clock=config.known_bad.unguarded_wall_clock)
-    b_pg = await PostgresOracle.on(client, catalog_tl, rt, unguarded_clock=config.known_bad.unguarded_wall_clock)
-    return a_pg, b_pg, None
+    """The raw oracles of both timelines, on one backend (an in-memory
+    oracle's process bumps the stash epoch here, fencing every older one).
+    `at_upper`: see `MemoryOracle.open` (False for an oracle switch's new oracle)."""
+    oracles = await open_oracles(env.oracle_spec(config.oracle, config.known_bad), rt)
+    stack.push_async_callback(oracles.close)
+    realtime = await oracles.timeline(env.timeline(REALTIME_TIMELINE), at_upper=at_upper)
+    catalog = await oracles.timeline(env.timeline(CATALOG_TIMELINE), at_upper=at_upper)
+    return realtime, catalog, realtime if isinstance(realtime, MemoryOracle) else None
 
 
 async def _open_catalog(
@@ -407,24 +422,9 @@ async def _open_catalog(
     catalog_oracle: TimestampOracle,
     stack: AsyncExitStack,
 ) -> DurableCatalog:
-    catalog: DurableCatalog
-    if config.catalog is CatalogKind.PERSIST:
-        # The pv2 catalog: a pTVC in the `catalog` timeline; each append applies
-        # its write on the catalog oracle (seed 001).
-        catalog = await PersistCatalog.connect(
-            persist, rt, shard_id=CATALOG_SHARD, oracle=catalog_oracle,
-            fencing=not config.known_bad.skip_epoch_fencing,
-        )  # fmt: skip
-    else:
-        store: StashStore
-        if env.catalog_store is not None:
-            store = env.catalog_store
-        else:
-            from catalog.stash_postgres import PostgresStashStore
-
-            assert env.postgres_url is not None
-            store = await PostgresStashStore.connect(env.postgres_url, rt, env=env.name)
-            stack.push_async_callback(store.close)
-        catalog = StashCatalog(store, rt, fencing=not config.known_bad.skip_epoch_fencing)
-    stack.push_async_callback(catalog.close)
-    return catalog
+    spec = env.catalog_spec(config.catalog, fencing=not config.known_bad.skip_epoch_fencing)
+    # The pv2 catalog is a pTVC in the `catalog` timeline: each append applies
+    # its write on the catalog oracle (seed 001). Today's stash catalog takes
+    # its timestamps from the coordinator and calls no oracle.
+    oracle = catalog_oracle if spec.flavor is CatalogFlavor.PERSIST else None
+    return await stack.enter_async_context(open_catalog(spec, rt, oracle=oracle, persist=persist))

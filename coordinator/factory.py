@@ -37,8 +37,12 @@ def build_coordinator(
 
     Args:
         events: receives internal events (oracle calls, group commits, …).
-        actor: names this coordinator in those events.
+        actor: names this coordinator in those events, and in the structured
+            events of `rt`'s log (`sim.runtime.events`), bound with the
+            configuration's name for every component it opens.
     """
+    if rt.events.on:
+        rt = rt.with_events(rt.events.bind(config=config.name, actor=actor))
     if config.architecture is Architecture.EVENT_LOOP:
         return EventLoopCoordinator(config, env, rt, events=events, actor=actor)
     if config.adapters > 1 and not env.virtual:

@@ -27,6 +27,11 @@ deployment still holds the catalog epoch (`confirm_leadership`; a newer
 incarnation's conflict *is* a fence) A commits exactly those writes again at
 a fresh `write_ts`. Writes on tables A's append did reach are acknowledged at
 10 after `apply_write(10)`: never twice, never lost.
+
+With the Runtime's event log on (`sim.runtime.events`), each commit is a
+`group_commit` event: its batch size, what triggered it (`TRIGGERS`), its
+timestamp, outcome and latency; a commit that finds itself fenced is also a
+`fenced` event naming the step.
 """
 
 from __future__ import annotations
@@ -39,8 +44,7 @@ from controllers.commands import Append
 from controllers.storage import AppendConflict
 from coordinator.session import Result
 from coordinator.statements import SqlError, SqlState
-from oracle.stash import Fenced
-from sim.runtime.errors import ExternalError
+from sim.runtime.errors import ExternalError, Fenced
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -49,11 +53,18 @@ if TYPE_CHECKING:
     from controllers.transform import Row
     from coordinator.environment import Incarnation
 
-__all__ = ["MAX_RACE_ATTEMPTS", "GroupCommit", "GroupCommitStats", "PendingWrite", "group_commit"]
+__all__ = ["MAX_RACE_ATTEMPTS", "TRIGGERS", "GroupCommit", "GroupCommitStats", "PendingWrite", "group_commit"]
 
 #: Group commits of one batch before writes that keep losing the append race
 #: to other adapters give up with 40001 (certainly not written).
 MAX_RACE_ATTEMPTS = 16
+
+#: What starts a group commit, as its event says: the keepalive tick
+#: (`group_commit_interval_s`, advancing idle tables), a client write
+#: (`immediate`), the loop found drained of client messages (`after-draining`),
+#: or a retry of writes that lost the append race to another adapter. A caller
+#: that does not say: `tick` for an empty batch, else `write`.
+TRIGGERS = ("tick", "write", "drain", "race-retry")
 
 
 @final
@@ -107,6 +118,7 @@ async def group_commit(
     stats: GroupCommitStats | None = None,
     retry_lost_races: bool = False,
     ack_lost_races: bool = False,
+    trigger: str | None = None,
 ) -> int | None:
     """Commits `writes` (possibly none: advances idle tables) at one timestamp and
     resolves each; returns the timestamp, or None if none was allocated. All
@@ -118,11 +130,12 @@ async def group_commit(
             committed again at a fresh timestamp (the last one is returned).
         ack_lost_races: known-bad (`KnownBad.ack_lost_race`): those writes
             are acknowledged at `ts` instead, though never written.
+        trigger: what started it, for its event (`TRIGGERS`).
     """
     gc = GroupCommit(
         inc, writes, apply_write_before_append=apply_write_before_append, stats=stats,
-        retry_lost_races=retry_lost_races,
-    )  # fmt: skip
+        retry_lost_races=retry_lost_races, trigger=trigger,
+    )
     await _run(gc)
     if ack_lost_races:  # known-bad: lost writes, acknowledged as committed at ts
         assert gc.ts is not None
@@ -137,6 +150,7 @@ async def group_commit(
             # A conflict from a newer incarnation is a fence, not a race.
             await inc.catalog.confirm_leadership()
         except Fenced as exc:
+            _report_fenced(inc, "leadership check", exc)
             _resolve_all(lost, gc.ts, _fenced(exc))
             return gc.ts
         except ExternalError as exc:
@@ -146,13 +160,14 @@ async def group_commit(
             stats.commits += 1
             stats.lost_races += 1
         gc = GroupCommit(
-            inc, lost, apply_write_before_append=apply_write_before_append, retry_lost_races=True
+            inc, lost, apply_write_before_append=apply_write_before_append, retry_lost_races=True,
+            trigger="race-retry",
         )
         await _run(gc)
     if gc.lost:
         _resolve_all(gc.lost, gc.ts, SqlError(
             SqlState.SERIALIZATION_FAILURE, f"lost the table append race {MAX_RACE_ATTEMPTS} times"
-        ))  # fmt: skip
+        ))
     return gc.ts
 
 
@@ -182,8 +197,10 @@ class GroupCommit:
         stats: GroupCommitStats | None = None,
         throttle: bool = False,
         retry_lost_races: bool = False,
+        trigger: str | None = None,
     ) -> None:
         self.inc = inc
+        self.trigger = trigger if trigger is not None else "write" if writes else "tick"
         self._throttle = throttle
         self.writes = writes
         self.ts: int | None = None
@@ -209,6 +226,7 @@ class GroupCommit:
                 await self.inc.oracle.peek_write_ts()
             self.ts = (await self.inc.oracle.write_ts()).ts
         except Fenced as exc:
+            _report_fenced(self.inc, "write timestamp", exc)
             self._fail(_fenced(exc))
             return False
         except ExternalError as exc:
@@ -230,6 +248,7 @@ class GroupCommit:
                 await self.inc.oracle.apply_write(self.ts)
             self._result = await _append(self.inc, Append(self.ts, merged, catalog_ts))
         except Fenced as exc:
+            _report_fenced(self.inc, "append", exc)
             self._fail(_fenced(exc), indeterminate=True)
             return False
         except ExternalError as exc:
@@ -245,6 +264,7 @@ class GroupCommit:
             if not self._before:
                 await self.inc.oracle.apply_write(self.ts)
         except Fenced as exc:
+            _report_fenced(self.inc, "apply_write", exc)
             self._fail(_fenced(exc), indeterminate=True)
             return
         except ExternalError as exc:
@@ -259,7 +279,14 @@ class GroupCommit:
         self.inc.emit(
             "group-commit", "group-commit", self._start, ok=not failed, ts=self.ts, batch_size=len(self.writes),
             detail={"failed": len(failed), **lost} if failed or lost else None,
-        )  # fmt: skip
+        )
+        events = self.inc.rt.events
+        if events.on:
+            events.emit(
+                "group_commit", trigger=self.trigger, batch_size=len(self.writes), ts=self.ts, ok=not failed,
+                failed=len(failed), lost_race=len(self.lost),
+                latency_ms=round((self.inc.rt.now() - self._start) * 1e6) / 1000,
+            )
 
     def _fail(self, error: SqlError, *, indeterminate: bool = False) -> None:
         _resolve_all(self.writes, self.ts, error, indeterminate=indeterminate)
@@ -284,6 +311,7 @@ def _resolve(
     """Resolves each write by the append's outcome; with `retry`, returns the
     writes on tables another writer advanced past `ts` (left unresolved)."""
     lost: list[PendingWrite] = []
+    fenced_reported = False
     unknown = set(result.unknown)
     conflicted: set[int] = set()
     if isinstance(result, AppendConflict):
@@ -302,6 +330,9 @@ def _resolve(
         elif w.table_id in conflicted:
             # Another coordinator advanced the table past `ts`: we are fenced,
             # and this write definitely did not land.
+            if not fenced_reported:
+                fenced_reported = True
+                _report_fenced(inc, "append", "another coordinator wrote this table")
             w.resolve(
                 ts,
                 SqlError(SqlState.ADMIN_SHUTDOWN, "fenced: another coordinator wrote this table"),
@@ -316,6 +347,12 @@ def _resolve(
 
 def _fenced(exc: BaseException) -> SqlError:
     return SqlError(SqlState.ADMIN_SHUTDOWN, f"fenced: {exc}")
+
+
+def _report_fenced(inc: Incarnation, step: str, why: BaseException | str) -> None:
+    """A `fenced` event: this coordinator (`who`) found a newer one at `step`."""
+    if inc.rt.events.on:
+        inc.rt.events.emit("fenced", component="group-commit", who=inc.actor, step=step, reason=str(why))
 
 
 def _resolve_all(

@@ -43,8 +43,9 @@ from typing import TYPE_CHECKING, Any, Final, final
 import anyio
 
 from coordinator.config import OracleKind
-from oracle.stash import Fenced
+from oracle.open import open_oracles
 from oracle.switching import Advancing, SwitchingOracle
+from sim.runtime.errors import Fenced
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -70,7 +71,7 @@ class Flip:
 
     def as_detail(self) -> dict[str, Any]:
         return {"from": self.old.value, "to": self.new.value,
-                "timelines": [h.as_detail() for h in self.handovers]}  # fmt: skip
+                "timelines": [h.as_detail() for h in self.handovers]}
 
 
 @final
@@ -144,33 +145,13 @@ async def start_above_other(
 
 async def _rows(env: Environment, rt: Runtime, timelines: list[str]) -> dict[str, int]:
     """The distributed oracle's `write_ts` per timeline (one statement each)."""
-    if env.oracle_rows is not None:
-        from oracle.modeled import ModeledOracle
-
-        return {tl: await ModeledOracle(env.oracle_rows, tl, rt).peek_write_ts() for tl in timelines}
-    from oracle.pgclient import PostgresClient
-    from oracle.postgres import PostgresOracle
-
-    assert env.postgres_url is not None
-    client = await PostgresClient.connect(env.postgres_url, rt, application_name="coordsim-oracle")
-    try:
-        return {tl: await (await PostgresOracle.on(client, tl, rt)).peek_write_ts() for tl in timelines}
-    finally:
-        await client.close()
+    async with await open_oracles(env.oracle_spec(OracleKind.POSTGRES), rt) as oracles:
+        return {tl: await (await oracles.timeline(tl)).peek_write_ts() for tl in timelines}
 
 
 async def _stash_uppers(env: Environment, rt: Runtime, timelines: list[str]) -> dict[str, int]:
-    """The stash's upper per timeline that has one (one transaction each)."""
-    if env.timestamp_stash is not None:
-        stash = env.timestamp_stash
-        uppers = {tl: await stash.read_upper(tl) for tl in timelines}
-    else:
-        from oracle.pgstash import PostgresTimestampStash
-
-        assert env.postgres_url is not None
-        pg = await PostgresTimestampStash.connect(env.postgres_url, rt, name=env.name)
-        try:
-            uppers = {tl: await pg.read_upper(tl) for tl in timelines}
-        finally:
-            await pg.close()
+    """The stash's upper per timeline that has one (one transaction each),
+    read without bumping its epoch."""
+    async with await open_oracles(env.oracle_spec(OracleKind.MEMORY), rt) as oracles:
+        uppers = {tl: await oracles.persisted_upper(tl) for tl in timelines}
     return {tl: u for tl, u in uppers.items() if u is not None}

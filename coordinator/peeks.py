@@ -89,7 +89,7 @@ def choose_timestamp(
     if floor is not None:
         ts = max(ts, floor)
         return ts, compute.read_hold(plan.collection_id, ts) if hold else None
-    return ts, None  # fmt: skip
+    return ts, None
 
 
 #: How a coordinator asks an oracle for its read timestamp.
@@ -146,16 +146,24 @@ class _Joiner:
 async def linearize(oracle: TimestampOracle, rt: Runtime, chosen: int, read_ts: int) -> None:
     """Returns once the oracle's `read_ts` is at least `chosen` (at once when
     the peek read at the oracle's own `read_ts`); polled, as Materialize's
-    pending linearized reads are. A fenced oracle's error propagates."""
+    pending linearized reads are. A fenced oracle's error propagates. A peek
+    held back is a `peek.linearize` event once it is released (with the
+    Runtime's event log on): its timestamp, the read_ts it started from, the
+    polls and the time it waited."""
     if chosen <= read_ts:
         return
     waited = 0.0
+    polls = 0
     while True:
         try:
             ts = await oracle.read_ts()
         except ExternalError as exc:  # nothing was answered yet: a plain retry
             raise SqlError(SqlState.SERIALIZATION_FAILURE, f"read_ts: {exc}") from exc
+        polls += 1
         if ts >= chosen:
+            if rt.events.on:
+                rt.events.emit("peek.linearize", chosen=chosen, read_ts=read_ts, polls=polls,
+                               waited_ms=round(waited * 1e6) / 1000)
             return
         if waited >= _LINEARIZE_S:
             raise SqlError(

@@ -33,10 +33,8 @@ import contextlib
 import itertools
 import os
 import pickle
-import shutil
 import subprocess
 import sys
-import tempfile
 from typing import TYPE_CHECKING, Final, Self, final
 
 import anyio
@@ -62,6 +60,7 @@ from coordinator.subscribe import (
 from coordinator.write_lock import create_lock_row
 from sim.runtime.backend_stats import current_backend_stats
 from sim.runtime.errors import ExternalError, Indeterminate, InvalidUsage
+from sim.runtime.owners import private_tmpdir, remove_tree
 from sim.runtime.tasks import AsyncExitStack, concurrently
 
 if TYPE_CHECKING:
@@ -150,8 +149,11 @@ class ProcessAdaptersCoordinator(Coordinator):
             epoch = shared.catalog.epoch()
             assert epoch is not None
             await create_lock_row(self._database_url, self._env.name)
-            self._dir = tempfile.mkdtemp(prefix="coordsim-adapters-")  # 0700
-            stack.callback(shutil.rmtree, self._dir, ignore_errors=True)
+            # Claimed (an owner record naming this process), so a SIGKILLed
+            # run's sockets and specs are reclaimed by the next start.
+            adapters_dir = private_tmpdir("coordsim-adapters-", "adapters")  # 0700
+            stack.callback(remove_tree, adapters_dir)
+            self._dir = str(adapters_dir)
             stack.push_async_callback(self._stop_children)
             # Started before the watchers' task group, so a child that fails
             # to start is this call's one error, not a task group's.
@@ -189,7 +191,7 @@ class ProcessAdaptersCoordinator(Coordinator):
             blob_url=self._blob_url, epoch=epoch, seed=self._rt.seed, latency=self._rt.latency,
             socket_path=os.path.join(self._dir, f"adapter-{index}.sock"),
             actor=adapter_actor(self.actor, index), record_backend=self._backend is not None,
-        )  # fmt: skip
+        )
         spec_path = os.path.join(self._dir, f"adapter-{index}.spec")
         fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
@@ -200,7 +202,7 @@ class ProcessAdaptersCoordinator(Coordinator):
             proc = await anyio.open_process(
                 [sys.executable, "-m", "coordinator.adapter_process", spec_path],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err_fd,
-            )  # fmt: skip
+            )
         finally:
             os.close(err_fd)
         self._procs.append(proc)
@@ -346,7 +348,7 @@ class ProcessAdaptersCoordinator(Coordinator):
         await serve_subscription(
             feed, stmt, table, persist=inc.persist, read_ts=read_ts, catalog_ts=catalog_ts,
             linearize=lambda ts: linearize(inc.oracle, self._rt, ts, read_ts), sink=forward,
-        )  # fmt: skip
+        )
 
     def statistics(self) -> CoordinatorStatistics:
         """The adapters' counters summed, each as of its latest reply."""

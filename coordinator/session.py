@@ -199,7 +199,7 @@ class Session:
         if isinstance(statement, Subscribe):
             return Ready(Result.failed(SqlError(
                 SqlState.FEATURE_NOT_SUPPORTED, "SUBSCRIBE streams its results: run it with Session.subscribe"
-            )))  # fmt: skip
+            )))
         return self.coordinator.execute(self, statement)
 
     def subscribe(self, statement: Statement | str) -> Subscription:

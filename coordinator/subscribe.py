@@ -31,6 +31,14 @@ coordinator's `Sink` in order: the decoupled adapter's cores
 (`peek_finish + per_row` each), or the event loop, as a controller
 response per batch (`SubscribeResponse`).
 
+**Lease expiry.** The reader's lease runs on the serving process's clock:
+a step of it past persist's lease expires the reader at the next state
+transition. The reader is then reopened (`PersistClient.reopen_reader`: a
+new id holding the since it held) and the snapshot, or the listen from its
+progress on, read again: nothing is lost or repeated. Only if another
+reader let the shard compact past that since meanwhile does the stream end
+(XX000).
+
 **Contract** (what `sim.history.checker.subscribe` proves of a recorded
 stream): the batches tile `[as_of, upper)` without gap or overlap (each
 `lower` is the previous `upper`; the first `lower` is `as_of`); every update
@@ -385,11 +393,11 @@ async def _stream(
 ) -> None:
     dropped = SqlError(SqlState.UNDEFINED_TABLE, f"SUBSCRIBE to {stmt.table!r} ended: the table was dropped")
     try:
-        reader = await persist.open_reader(table_shard_id(table.id))
+        reader = _Reader(persist, await persist.open_reader(table_shard_id(table.id)), dropped)
     except InvalidUsage as exc:  # the shard is tombstoned: dropped, and collected
         raise dropped from exc
     try:
-        since = reader.since.ts
+        since = reader.handle.since.ts
         if since is None:
             raise dropped
         if stmt.as_of is None:
@@ -419,43 +427,84 @@ async def _stream(
         await _follow(stmt, reader, as_of, up_to, sink, dropped)
     finally:
         with anyio.CancelScope(shield=True), contextlib.suppress(ExternalError, LeaseExpiredError):
-            await reader.expire()
+            await reader.handle.expire()
+
+
+@final
+class _Reader:
+    """The subscription's read handle, reopened when its lease expires."""
+
+    def __init__(self, persist: PersistClient, handle: ReadHandle, dropped: SqlError) -> None:
+        self._persist = persist
+        self.handle = handle
+        self._dropped = dropped
+
+    async def reopen(self, needed: int) -> ReadHandle:
+        """A new handle in place of the expired one, which must still read
+        times from `needed` on (its since at or below `needed`)."""
+        try:
+            self.handle = await self._persist.reopen_reader(self.handle)
+        except InvalidUsage as exc:  # tombstoned meanwhile: dropped, and collected
+            raise self._dropped from exc
+        since = self.handle.since
+        if not since.less_equal(needed):
+            raise LeaseExpiredError(
+                f"the reader of shard {self.handle.shard_id} expired, and the shard was compacted to {since} "
+                f"meanwhile, past {needed}"
+            )
+        return self.handle
+
+    async def snapshot(self, as_of: int) -> list[Update]:
+        while True:
+            try:
+                return await self.handle.snapshot(as_of)
+            except LeaseExpiredError:
+                await self.reopen(as_of)
 
 
 async def _follow(
-    stmt: Subscribe, reader: ReadHandle, as_of: int, up_to: int | None, sink: Sink, dropped: SqlError
+    stmt: Subscribe, reader: _Reader, as_of: int, up_to: int | None, sink: Sink, dropped: SqlError
 ) -> None:
-    """The listen from `as_of` on, batch by batch (steps 6 and 7)."""
+    """The listen from `as_of` on, batch by batch (steps 6 and 7); a listen
+    cut short by the reader's lease expiring is started again, on a reopened
+    reader, from the progress it had handed out."""
     lower = as_of + 1
-    batches = aiter(reader.listen(as_of))
-    try:
-        async for batch in batches:
-            upper = batch.progress.ts
-            updates = _consolidated(batch.updates, up_to)
-            if upper is None:  # the shard was finalized: the table is gone
-                if updates:
-                    await sink(SubscribeBatch(lower, updates[-1][0] + 1, updates))
-                raise dropped
-            done = up_to is not None and upper >= up_to
-            if done:
-                assert up_to is not None
-                upper = up_to
-            if updates or stmt.progress or done:
-                await sink(SubscribeBatch(lower, upper, updates))
-                lower = upper
-            if done:
-                await sink(Finished())
-                return
-            since = reader.since.ts
-            if since is not None and upper - 1 - since >= SINCE_STEP:
-                await reader.downgrade_since(upper - 1)
-    finally:
-        # Closed now, not whenever the garbage collector gets to it (which
-        # would put its cleanup at an arbitrary point of the schedule).
-        aclose = getattr(batches, "aclose", None)
-        if aclose is not None:
-            with anyio.CancelScope(shield=True):
-                await aclose()
+    progress = as_of + 1  # every update before it was taken from a listen
+    while True:
+        batches = aiter(reader.handle.listen(progress - 1))
+        try:
+            async for batch in batches:
+                upper = batch.progress.ts
+                updates = _consolidated(batch.updates, up_to)
+                if upper is None:  # the shard was finalized: the table is gone
+                    if updates:
+                        await sink(SubscribeBatch(lower, updates[-1][0] + 1, updates))
+                    raise dropped
+                progress = upper
+                done = up_to is not None and upper >= up_to
+                if done:
+                    assert up_to is not None
+                    upper = up_to
+                if updates or stmt.progress or done:
+                    await sink(SubscribeBatch(lower, upper, updates))
+                    lower = upper
+                if done:
+                    await sink(Finished())
+                    return
+                since = reader.handle.since.ts
+                if since is not None and upper - 1 - since >= SINCE_STEP:
+                    await reader.handle.downgrade_since(upper - 1)
+        except LeaseExpiredError:
+            await reader.reopen(progress - 1)
+            continue
+        finally:
+            # Closed now, not whenever the garbage collector gets to it (which
+            # would put its cleanup at an arbitrary point of the schedule).
+            aclose = getattr(batches, "aclose", None)
+            if aclose is not None:
+                with anyio.CancelScope(shield=True):
+                    await aclose()
+        return  # the listen ended (it only does at the empty upper, handled above)
 
 
 def _consolidated(updates: Iterable[Update], up_to: int | None) -> tuple[Change, ...]:

@@ -72,7 +72,7 @@ class PostgresWriteLock:
         conn = await asyncpg.connect(
             driver_url(database_url), timeout=CONNECT_TIMEOUT_S,
             server_settings={"application_name": "coordsim-write-lock"},
-        )  # fmt: skip
+        )
         return cls(conn, env_name)
 
     async def close(self) -> None:

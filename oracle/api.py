@@ -113,7 +113,7 @@ class TimestampOracle(ABC):
     Errors: misuse (a bad timestamp, a closed oracle) is `InvalidUsage`; a
     failing backing store is `ExternalError` after the implementation's own
     retries, one line naming the operation and timeline; an oracle whose
-    process lost leadership may raise `oracle.stash.Fenced`.
+    process lost leadership may raise `sim.runtime.errors.Fenced`.
     """
 
     @property

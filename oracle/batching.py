@@ -11,6 +11,11 @@ between (the known-bad `known_bad_join_in_flight=True` does exactly that).
 
 Writes are not batched here (group commit batches them): `write_ts`,
 `peek_write_ts` and `apply_write` pass straight through.
+
+With the Runtime's event log on, each backing call is a `read_ts.batch`
+event: how many requests it answered (the peek batch size on the realtime
+timeline), its latency and outcome. The backing call itself is the inner
+oracle's `oracle.call`; the callers' requests are not reported one by one.
 """
 
 from __future__ import annotations
@@ -66,8 +71,8 @@ class BatchingOracle(TimestampOracle):
 
     Needs its worker running: either `async with BatchingOracle(inner, rt) as o:`
     (it owns a task group for the block) or `await task_group.start(o.serve)`
-    from an owner that has one (e.g. `OracleFactory`). Closing it closes `inner`
-    when `owns_inner`.
+    from an owner that has one (a coordinator's incarnation). Closing it
+    closes `inner` when `owns_inner`.
 
     Args:
         inner: the oracle every operation ends up at.
@@ -91,7 +96,8 @@ class BatchingOracle(TimestampOracle):
         self._rt = rt
         self._known_bad_join_in_flight = known_bad_join_in_flight
         self._owns_inner = owns_inner
-        self._metrics = OracleMetrics(rt)
+        self._metrics = OracleMetrics(rt, emit=False)
+        self._events = rt.events.bind(timeline=inner.timeline) if rt.events.on else None
         # Requests made since the backing call in flight (if any) started.
         self._pending: _Batch | None = None
         self._inflight: _Batch | None = None
@@ -154,17 +160,28 @@ class BatchingOracle(TimestampOracle):
             return
         self._inflight = batch
         self._metrics.batches_count += 1
+        # Every request of the batch queued its waiter before this call started.
+        reported = (len(batch.waiters), self._rt.now()) if self._events is not None else None
         try:
             ts = await self._inner.read_ts()
         except Exception as exc:
             self._inflight = None
+            if reported is not None:
+                self._report(*reported, ok=False)
             batch.resolve(None, exc)
             if not isinstance(exc, CoordsimError):
                 raise  # a bug: the waiters have it, and so does our owner
             return
         self._inflight = None
+        if reported is not None:
+            self._report(*reported, ok=True)
         # Only the known-bad variant lets requests join `batch` while in flight.
         batch.resolve(ts, None)
+
+    def _report(self, size: int, start: float, *, ok: bool) -> None:
+        assert self._events is not None
+        latency_ms = round((self._rt.now() - start) * 1e6) / 1000
+        self._events.emit("read_ts.batch", batch_size=size, latency_ms=latency_ms, ok=ok)
 
     async def close(self) -> None:
         if self._closed:
@@ -222,8 +239,8 @@ class BatchingOracle(TimestampOracle):
                 raise copy.copy(batch.error) from batch.error
             assert batch.ts is not None
             ts = batch.ts
-        except BaseException:
-            metrics.failed(started)
+        except BaseException as exc:
+            metrics.failed(started, error=exc)
             raise
         metrics.succeeded(started)
         return ts

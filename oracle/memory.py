@@ -22,8 +22,7 @@ from anyio.lowlevel import checkpoint
 
 from oracle.api import TimestampOracle, WriteTimestamp, check_timeline, check_timestamp
 from oracle.metrics import OracleMetrics, OracleStatistics
-from oracle.stash import Fenced
-from sim.runtime.errors import InvalidUsage
+from sim.runtime.errors import Fenced, InvalidUsage
 
 if TYPE_CHECKING:
     from oracle.stash import TimestampStash
@@ -74,7 +73,7 @@ class MemoryOracle(TimestampOracle):
         self._owns_stash = owns_stash
         self._unguarded_clock = unguarded_clock
         self._persist_lock = anyio.Lock()
-        self._metrics = OracleMetrics(rt)
+        self._metrics = OracleMetrics(rt, timeline=timeline, implementation="memory")
         self._fenced: Fenced | None = None
         self._closed = False
 

@@ -3,7 +3,12 @@ counts, retries and a latency histogram; for batching, requests and backing call
 
 `OracleMetrics` is the mutable recorder an oracle owns; `statistics()` returns a
 frozen `OracleStatistics` snapshot of it. Latencies are measured on the
-`Runtime` clock, so virtual runs report virtual latencies.
+`Runtime` clock, so virtual runs report virtual latencies. When the Runtime's
+event log is on (`sim.runtime.events`), each call ends in an `oracle.call`
+event (operation, timeline, implementation, latency, retries, outcome) and
+each retry is an `oracle.retry` event (its tier and SQLSTATE: a 40001 is one);
+a call that finds its process fenced (a newer epoch in the stash) is also a
+`fenced` event.
 """
 
 from __future__ import annotations
@@ -12,12 +17,13 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar, final
 
-from sim.runtime.errors import Determinate
+from sim.runtime.errors import Determinate, Fenced
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
     from sim.runtime.core import Runtime
+    from sim.runtime.events import EventLog
 
 __all__ = ["OpStatistics", "OracleMetrics", "OracleStatistics", "Started"]
 
@@ -157,9 +163,10 @@ class OracleStatistics:
 
 @final
 class _Op:
-    __slots__ = ("failed", "hist", "retries", "retries_det", "started", "succeeded")
+    __slots__ = ("failed", "hist", "name", "retries", "retries_det", "started", "succeeded")
 
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
+        self.name = name
         self.started = 0
         self.succeeded = 0
         self.failed = 0
@@ -191,18 +198,27 @@ Started: TypeAlias = "tuple[_Op, float]"
 
 @final
 class OracleMetrics:
-    """Counters and latency histograms per operation, recorded on `rt`'s clock."""
+    """Counters and latency histograms per operation, recorded on `rt`'s clock.
 
-    def __init__(self, rt: Runtime) -> None:
+    Args:
+        timeline, implementation: how the oracle's events name it.
+        emit: report each call as an `oracle.call` event when `rt`'s event
+            log is on (off for a wrapper whose calls its inner oracle reports).
+    """
+
+    def __init__(self, rt: Runtime, *, timeline: str = "", implementation: str = "", emit: bool = True) -> None:
         self._rt = rt
         self._ops: dict[str, _Op] = {}
         self.batched_op_count = 0
         self.batches_count = 0
+        self._events: EventLog | None = (
+            rt.events.bind(timeline=timeline, implementation=implementation) if emit and rt.events.on else None
+        )
 
     def _op(self, name: str) -> _Op:
         op = self._ops.get(name)
         if op is None:
-            op = self._ops[name] = _Op()
+            op = self._ops[name] = _Op(name)
         return op
 
     async def observe(self, name: str, fn: Callable[[], Awaitable[T]]) -> T:
@@ -211,8 +227,8 @@ class OracleMetrics:
         started = self.begin(name)
         try:
             result = await fn()
-        except BaseException:
-            self.failed(started)
+        except BaseException as exc:
+            self.failed(started, error=exc)
             raise
         self.succeeded(started)
         return result
@@ -225,25 +241,41 @@ class OracleMetrics:
         op.started += 1
         return op, self._rt.now()
 
-    def succeeded(self, started: Started) -> None:
-        """Counts the success of a call `begin` started, with its latency."""
+    def succeeded(self, started: Started, *, retries: int = 0) -> None:
+        """Counts the success of a call `begin` started, with its latency;
+        `retries`: its attempts that failed and were repeated (event only)."""
         op, start = started
         op.succeeded += 1
         micros = round((self._rt.now() - start) * 1e6)
         op.hist.record(min(max(micros, 1), _HIST_MAX_US))
+        if self._events is not None:
+            self._events.emit("oracle.call", op=op.name, latency_ms=micros / 1000, retries=retries, ok=True)
 
-    @staticmethod
-    def failed(started: Started) -> None:
-        """Counts the failure of a call `begin` started."""
-        started[0].failed += 1
+    def failed(self, started: Started, *, retries: int = 0, error: BaseException | None = None) -> None:
+        """Counts the failure of a call `begin` started (with `error`, if known)."""
+        op, start = started
+        op.failed += 1
+        if self._events is not None:
+            latency_ms = round((self._rt.now() - start) * 1e6) / 1000
+            what = type(error).__name__ if error is not None else None
+            self._events.emit("oracle.call", op=op.name, latency_ms=latency_ms, retries=retries, ok=False, error=what)
+            if isinstance(error, Fenced):
+                self._events.emit("fenced", component="oracle", step=op.name, reason=str(error))
 
     def retried(self, name: str, exc: BaseException) -> None:
         """Counts one retry of `name` (an attempt failed with `exc` and will be
         repeated), by tier: `Determinate` or not."""
         op = self._op(name)
         op.retries += 1
-        if isinstance(exc, Determinate):
+        determinate = isinstance(exc, Determinate)
+        if determinate:
             op.retries_det += 1
+        if self._events is not None:
+            sqlstate = getattr(exc, "sqlstate", None) or getattr(exc.__cause__, "sqlstate", None)
+            self._events.emit(
+                "oracle.retry", op=name, tier="determinate" if determinate else "indeterminate",
+                sqlstate=sqlstate, error=str(exc),
+            )
 
     def snapshot(self) -> dict[str, OpStatistics]:
         return {name: op.snapshot() for name, op in sorted(self._ops.items())}

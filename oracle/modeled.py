@@ -68,7 +68,7 @@ class ModeledOracle(TimestampOracle):
         self._rows = rows
         self._timeline = timeline
         self._rt = rt
-        self._metrics = OracleMetrics(rt)
+        self._metrics = OracleMetrics(rt, timeline=timeline, implementation="modeled-postgres")
         self._closed = False
         self._unguarded_clock = unguarded_clock
         rows.row(timeline)

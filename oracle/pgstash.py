@@ -14,15 +14,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final, TypeVar, final
 
 from oracle.api import check_timeline
-from oracle.pgclient import DEFAULT_RETRY, PostgresClient
-from oracle.stash import Fenced, TimestampStash, check_epoch, check_upper
-from sim.runtime.errors import InvalidUsage
+from oracle.stash import TimestampStash, check_epoch, check_upper
+from sim.runtime.errors import Fenced, InvalidUsage
+from sim.runtime.pgclient import DEFAULT_RETRY, PostgresClient
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from oracle.pgclient import Conn
     from sim.runtime.core import Runtime
+    from sim.runtime.pgclient import Conn
     from sim.runtime.retry import RetryPolicy
 
 __all__ = ["PostgresTimestampStash"]

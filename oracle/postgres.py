@@ -27,14 +27,14 @@ from oracle.api import (
     check_timestamp,
 )
 from oracle.metrics import OracleMetrics, OracleStatistics
-from oracle.pgclient import DEFAULT_RETRY, PostgresClient
 from sim.runtime.errors import CoordsimError, InvalidUsage
+from sim.runtime.pgclient import DEFAULT_RETRY, PostgresClient
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from oracle.pgclient import Conn
     from sim.runtime.core import Runtime
+    from sim.runtime.pgclient import Conn
     from sim.runtime.retry import RetryPolicy
 
 __all__ = ["PostgresOracle"]
@@ -127,7 +127,7 @@ class PostgresOracle(TimestampOracle):
         self._owns_client = owns_client
         self._apply_sql = _APPLY_WRITE_SEED_LITERAL if seed_literal_apply_write else _APPLY_WRITE
         self._write_sql = _WRITE_TS_UNGUARDED if unguarded_clock else _WRITE_TS
-        self._metrics = OracleMetrics(rt)
+        self._metrics = OracleMetrics(rt, timeline=timeline, implementation="postgres")
         self._closed = False
 
     @classmethod
@@ -300,18 +300,22 @@ class PostgresOracle(TimestampOracle):
         if self._closed:
             raise InvalidUsage(f"{self!r} is closed")
         what = f"oracle {self._timeline!r}: {op}"
+        metrics = self._metrics
+        retries = 0
 
-        async def attempt() -> int:
-            result = await self._client.run(
-                what,
-                call,
-                write=write,
-                on_retry=lambda exc: self._metrics.retried(op, exc),
-                kind=f"oracle.pg.{op}",
-            )
+        def retried(exc: Exception) -> None:
+            nonlocal retries
+            retries += 1  # a 40001 under SERIALIZABLE contention is one
+            metrics.retried(op, exc)
+
+        started = metrics.begin(op)
+        try:
+            result = await self._client.run(what, call, write=write, on_retry=retried, kind=f"oracle.pg.{op}")
             if result is None:
                 # Someone deleted the row: re-creating it could move time backwards.
                 raise CoordsimError(f"{what}: the timeline's row is missing from timestamp_oracle")
-            return result
-
-        return await self._metrics.observe(op, attempt)
+        except BaseException as exc:
+            metrics.failed(started, retries=retries, error=exc)
+            raise
+        metrics.succeeded(started, retries=retries)
+        return result

@@ -156,7 +156,7 @@ BOUNDS: Final[tuple[Bound, ...]] = (
     Bound(_P, Compare.AT_LEAST, _P, _RT, _REGRESSION, "write_ts never decreases"),
     Bound(_P, Compare.AT_LEAST, _R, _RT, _REGRESSION,
           "read_ts <= write_ts always, and neither decreases"),
-)  # fmt: skip
+)
 
 
 class Timed(Protocol):

@@ -15,17 +15,12 @@ from typing import TYPE_CHECKING, Self, final
 from anyio.lowlevel import checkpoint
 
 from oracle.api import check_timeline
-from sim.runtime.errors import CoordsimError, InvalidUsage
+from sim.runtime.errors import Fenced, InvalidUsage
 
 if TYPE_CHECKING:
     from sim.runtime.core import Runtime
 
-__all__ = ["Fenced", "MemTimestampStash", "TimestampStash", "UnfencedStash"]
-
-
-class Fenced(CoordsimError):
-    """A newer process opened the stash: this process is no longer the leader and
-    must stop serving (Materialize halts). Never retried."""
+__all__ = ["MemTimestampStash", "TimestampStash", "UnfencedStash"]
 
 
 class TimestampStash(ABC):
@@ -179,3 +174,6 @@ class UnfencedStash(TimestampStash):
         # The same round trip, its answer ignored.
         with contextlib.suppress(Fenced):
             await self.inner.confirm_leadership(self._epoch or epoch)
+
+    async def close(self) -> None:
+        await self.inner.close()

@@ -86,7 +86,7 @@ class Handover:
 
     def as_detail(self) -> dict[str, Any]:
         return {"timeline": self.timeline, "from": self.old, "to": self.new,
-                "read_ts": self.read_ts, "write_ts": self.write_ts, "drained": self.drained}  # fmt: skip
+                "read_ts": self.read_ts, "write_ts": self.write_ts, "drained": self.drained}
 
 
 @final
@@ -226,7 +226,7 @@ class SwitchingOracle(TimestampOracle):
             f"switching({','.join(s.implementation for s in stats)})", self._timeline, ops,
             batched_op_count=sum(s.batched_op_count for s in stats),
             batches_count=sum(s.batches_count for s in stats),
-        )  # fmt: skip
+        )
 
     async def close(self) -> None:
         self._closed = True

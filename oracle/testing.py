@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Final, TypeAlias, final
 import anyio
 
 from oracle.api import MAX_TIMESTAMP, TimestampOracle, WriteTimestamp
+from oracle.batching import BatchingOracle
+from oracle.open import open_oracles
 from oracle.spec import Operation, Violation, check
 from sim.runtime.conformance import ConformanceFailure, expect
 from sim.runtime.errors import ExternalError, InvalidUsage
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Sequence
 
     from oracle.metrics import OracleStatistics
+    from oracle.open import OracleSpec
     from sim.runtime.core import Runtime
 
 __all__ = [
@@ -40,6 +43,7 @@ __all__ = [
     "check_history",
     "check_oracle",
     "fresh_timeline",
+    "open_timeline",
     "run_random_workload",
 ]
 
@@ -57,6 +61,18 @@ APPLY: Final = str(Operation.APPLY_WRITE)
 def fresh_timeline(tag: str = "t") -> str:
     """A timeline name no other run uses (checks never interfere on a shared server)."""
     return f"conformance-{tag}-{uuid.uuid4().hex[:12]}"
+
+
+async def open_timeline(
+    spec: OracleSpec | str, timeline: str, rt: Runtime, *, batching: bool = False
+) -> TimestampOracle:
+    """The oracle of `timeline` as a process of its own, opened by
+    `oracle.open.open_oracles` as every oracle is (closing it closes its
+    backend), with a `BatchingOracle` in front if `batching` (its worker runs
+    while it is entered: use it as `async with`). A `MakeOracle` for
+    `check_oracle` is this with the spec bound."""
+    oracle = await (await open_oracles(spec, rt)).timeline(timeline, owns_backend=True)
+    return BatchingOracle(oracle, rt) if batching else oracle
 
 
 @final

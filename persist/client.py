@@ -5,7 +5,10 @@ the background tasks (compaction, GC, lease heartbeats) of every handle it
 opens, and cancels them on exit. `open(shard_id)` returns a `WriteHandle` and
 a `ReadHandle`; each handle holds a lease in the shard state, renewed by its
 heartbeat. A handle whose lease expired gets `LeaseExpiredError` on its next
-use and must be reopened.
+use and must be reopened (`reopen_writer`, `reopen_reader`: a new id on the
+re-read state, as Materialize re-registers an expired handle). An operation
+refused with `LeaseExpiredError` did not take effect (one that may have, before
+the lease ran out, raises `Indeterminate`), so it is retried on the new handle.
 
 Writes put the batch into Blob under a writer-owned, write-once key and then
 reference it from the state through the CaS loop; an idempotency token per
@@ -104,6 +107,7 @@ class PersistStatistics:
     state_fetches: int  # reads of the Consensus head (linearized state fetches)
     backpressure_waits: int  # times a writer waited for compaction to catch up
     maintenance_errors: int  # compaction/GC rounds cut short by an external error
+    lease_reopens: int  # handles reopened after their lease expired
 
 
 @dataclass
@@ -116,6 +120,7 @@ class _Counters:
     gc_truncated_entries: int = 0
     backpressure_waits: int = 0
     maintenance_errors: int = 0
+    lease_reopens: int = 0
     pending: list[str] = field(default_factory=list)
 
 
@@ -165,23 +170,64 @@ class PersistClient(TaskOwner):
         lease = m.cfg.lease_ms
         state, refusal = await m.apply("register_writer", lambda s: register_writer(s, wid, self.rt.wall_ms(), lease))
         raise_refusal(refusal, shard_id)
-        handle = WriteHandle(self, m, wid, state.upper)
+        handle = WriteHandle(self, m, wid, state.upper, heartbeat=heartbeat)
         if heartbeat:
             self._spawn_heartbeat(handle)
         return handle
 
-    async def open_reader(self, shard_id: str, *, heartbeat: bool = True, poll_s: float | None = None) -> ReadHandle:
+    async def open_reader(
+        self, shard_id: str, *, heartbeat: bool = True, poll_s: float | None = None, since: Frontier | None = None
+    ) -> ReadHandle:
         """A reader of `shard_id`. `poll_s`: a reader in another process that
-        has no PubSub (`ReadHandle`); None: this process's view, current at once."""
+        has no PubSub (`ReadHandle`); None: this process's view, current at once.
+        `since`: hold this since if the shard's since has not passed it (else
+        the reader starts at the shard's since, as without it)."""
         m = await self.machine(shard_id)
         rid = self._new_id("r")
         lease = m.cfg.lease_ms
-        state, refusal = await m.apply("register_reader", lambda s: register_reader(s, rid, self.rt.wall_ms(), lease))
+        state, refusal = await m.apply(
+            "register_reader", lambda s: register_reader(s, rid, self.rt.wall_ms(), lease, since=since)
+        )
         raise_refusal(refusal, shard_id)
         handle = ReadHandle(self, m, rid, state.readers[rid].since, poll_s=poll_s)
         if heartbeat:
             self._spawn_heartbeat(handle)
         return handle
+
+    async def reopen_writer(self, old: WriteHandle) -> WriteHandle:
+        """A new writer in place of `old`, whose lease expired (a step of the
+        process's clock past the lease, say): a new writer id registered on
+        the re-read state, its `upper` the shard's; heartbeating if `old` did.
+        `old` is retired. Counted in `lease_reopens`.
+
+        Raises:
+            InvalidUsage: the shard was tombstoned meanwhile.
+            ExternalError: Consensus kept failing past the retry deadline
+                (`old` stays retired: call again).
+        """
+        old._expired = True
+        new = await self.open_writer(old.shard_id, heartbeat=old._heartbeat)
+        self._counters.lease_reopens += 1
+        return new
+
+    async def reopen_reader(
+        self, old: ReadHandle, *, heartbeat: bool = True, poll_s: float | None = None
+    ) -> ReadHandle:
+        """A new reader in place of `old`, whose lease expired: a new reader
+        id registered on the re-read state, holding `old.since` again if the
+        shard has not compacted past it meanwhile (another reader let it move:
+        then the new `since` is later, and the caller must check it against
+        what it still has to read). `old`'s listens end with it. Counted in
+        `lease_reopens`.
+
+        Raises:
+            InvalidUsage: the shard was tombstoned meanwhile.
+            ExternalError: Consensus kept failing past the retry deadline.
+        """
+        old._expired = True
+        new = await self.open_reader(old.shard_id, heartbeat=heartbeat, poll_s=poll_s, since=old.since)
+        self._counters.lease_reopens += 1
+        return new
 
     def _spawn_heartbeat(self, handle: WriteHandle | ReadHandle) -> None:
         if self._tg is None:
@@ -317,6 +363,7 @@ class PersistClient(TaskOwner):
             fetches,
             c.backpressure_waits,
             c.maintenance_errors,
+            c.lease_reopens,
         )
 
 
@@ -335,13 +382,16 @@ def _check_times(updates: Sequence[Update], lower: Frontier, upper: Frontier) ->
 class WriteHandle:
     """Appends to one shard. One request at a time (seed 002's backpressure)."""
 
-    def __init__(self, client: PersistClient, machine: Machine, writer_id: str, upper: Frontier) -> None:
+    def __init__(
+        self, client: PersistClient, machine: Machine, writer_id: str, upper: Frontier, *, heartbeat: bool = True
+    ) -> None:
         self._client = client
         self._m = machine
         self.writer_id = writer_id
         self.shard_id = machine.shard_id
         self.upper = upper
         self._expired = False
+        self._heartbeat = heartbeat  # kept by a handle reopened in its place
         self._lock = anyio.Lock()
 
     async def append(
@@ -368,7 +418,14 @@ class WriteHandle:
         self, updates: Iterable[Update], expected_upper: Frontier | int, new_upper: Frontier | int
     ) -> Appended | UpperMismatch:
         """Appends `updates` iff the shard's upper is `expected_upper`, linearized
-        with every other writer; else returns `UpperMismatch(current upper)`."""
+        with every other writer; else returns `UpperMismatch(current upper)`.
+
+        Raises:
+            LeaseExpiredError: this writer's lease expired; the append was not
+                applied (determinate: reopen the writer and retry).
+            Indeterminate: the append may have applied before the lease
+                expired, or Consensus failed mid-way past the retry deadline.
+        """
         rows, lo, hi = list(updates), Frontier.of(expected_upper), Frontier.of(new_upper)
         _check_times(rows, lo, hi)
         return await self._write(rows, lo, hi, expected=lo)

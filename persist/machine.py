@@ -132,12 +132,17 @@ def register_writer(s: ShardState, writer_id: str, now_ms: int, lease_ms: int) -
     return replace(s, writers={**s.writers, writer_id: w})
 
 
-def register_reader(s: ShardState, reader_id: str, now_ms: int, lease_ms: int) -> ShardState | Refusal:
+def register_reader(
+    s: ShardState, reader_id: str, now_ms: int, lease_ms: int, *, since: Frontier | None = None
+) -> ShardState | Refusal:
+    """A new reader at the shard's since, or at `since` if that is later (a
+    reader reopened after its lease expired takes back the since it held, in
+    the same transition, if the shard has not compacted past it meanwhile)."""
     if s.tombstone:
         return Rejected("shard is tombstoned")
     if reader_id in s.readers:
         return s
-    r = ReaderState(s.since, s.seqno, now_ms + lease_ms)
+    r = ReaderState(s.since if since is None else max(s.since, since), s.seqno, now_ms + lease_ms)
     return _with_readers(s, {**s.readers, reader_id: r})
 
 

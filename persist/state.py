@@ -122,7 +122,7 @@ class ShardState:
         return ShardState(
             self.shard_id, seqno, self.upper, self.since, self.writers, self.readers, self.batches,
             self.rollups, self.garbage, self.tombstone,
-        )  # fmt: skip
+        )
 
     @property
     def latest_rollup(self) -> int | None:

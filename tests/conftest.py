@@ -52,7 +52,7 @@ def pytest_asyncio_loop_factories(
     return {"loop": lambda: VirtualEventLoop() if _CHOICE.virtual else asyncio.new_event_loop()}
 
 
-# --- `--seeds N` (tests/anomalies/conftest.py uses it) ---------------------------------
+# --- `--seeds N` (tests/sim/nemesis/conftest.py uses it) ---------------------------------
 
 #: Far beyond a night's run; a typo (an extra zero or three) fails at once.
 MAX_SEEDS = 1_000_000
@@ -79,7 +79,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def _runs_root(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """A command run without `-o` writes a new run directory under the runs
     root: in a test, a temporary one, never the working tree's coordsim-out/."""
-    from sim.runtime.outputs import ROOT_ENV
+    from sim.runtime.run_dirs import ROOT_ENV
 
     monkeypatch.setenv(ROOT_ENV, str(tmp_path_factory.mktemp("runs") / "coordsim-out"))
 

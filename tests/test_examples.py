@@ -46,7 +46,7 @@ import pytest
 import typer
 
 from sim.cli.main import LazyGroup, app
-from sim.runtime.outputs import ROOT_ENV, RUNS_ROOT
+from sim.runtime.run_dirs import ROOT_ENV, RUNS_ROOT
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -150,7 +150,7 @@ SIZES: Final[list[tuple[tuple[str, ...], Callable[[list[str], bool], None], str]
      "costs more than its seeds); a slow example: at most 10 seeds, its own workers"),
     (("spark", "sweep"), lambda a, _: _cap(a, ("--seeds",), 4), "at most 4 seeds"),
     (("synth-trace",), lambda a, _: _cap(a, ("--ops",), 20_000), "at most 20,000 operations"),
-]  # fmt: skip
+]
 
 #: Paths: outside the example's directory, moved into it; of the checkout, made absolute.
 PATHS: Final = {"file:///tmp/blobs": "file://{cwd}/blobs", "tests/data/": "{repo}/tests/data/"}
@@ -228,7 +228,7 @@ def _writes(text: str, name: str) -> bool:
         argv = _argv(text)
         return bool(argv) and argv[0] in _WRITERS and not {"-o", "--output"} & set(argv)
     return any(w == name and i > 0 and words[i - 1] in ("-o", "--output", ">", "--target")
-               for i, w in enumerate(words))  # fmt: skip
+               for i, w in enumerate(words))
 
 
 def _argv(text: str) -> list[str]:
@@ -294,7 +294,7 @@ def _help_examples() -> list[Example]:
 
 _MARK: Final = re.compile(r"<!--\s*example:\s*(.*?)\s*-->")
 _LANGS: Final = {"sh": "sh", "bash": "sh", "shell": "sh", "console": "console", "python": "python",
-                 "toml": "toml", "edn": "edn", "clojure": "edn"}  # fmt: skip
+                 "toml": "toml", "edn": "edn", "clojure": "edn"}
 
 
 def _marks(text: str) -> dict[str, Any]:
@@ -333,7 +333,7 @@ def _doc_examples(doc: Path) -> list[Example]:
         line = lines[i]
         fence = re.match(r"^(\s*)```(\S*)\s*$", line)
         indented = (line.startswith("    ") and line.strip() and (i == 0 or not lines[i - 1].strip())
-                    and not _in_list(lines, i))  # fmt: skip
+                    and not _in_list(lines, i))
         if not fence and not indented:
             i += 1
             continue
@@ -443,7 +443,7 @@ def _subprocess(argv: list[str], cwd: Path, env: dict[str, str], *, until_ctrl_c
     runs until Ctrl-C (SIGINT once it printed a line)."""
     full = {k: v for k, v in os.environ.items() if k != ROOT_ENV} | env
     with subprocess.Popen([str(COORDSIM), *argv], cwd=cwd, env=full, stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:  # fmt: skip
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
         assert p.stdout is not None
         first = ""
         if until_ctrl_c:
@@ -588,7 +588,7 @@ def test_examples_are_found_and_marked() -> None:
     in CI says why."""
     where = {e.where for e in EXAMPLES}
     assert {"coordsim compare --help", "coordsim catalog edit --help", "coordsim spark replay --help",
-            "coordsim shrink --help"} <= where  # fmt: skip
+            "coordsim shrink --help"} <= where
     assert any(e.unit == "docs/guide.md" and "latest-compare" in e.text for e in EXAMPLES)
     assert any(e.text == "coordsim compare --quick --baseline coordsim-out/latest-compare" for e in EXAMPLES)
     assert all(e.not_in_ci.strip() for e in EXAMPLES if e.not_in_ci is not None)

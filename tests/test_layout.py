@@ -1,4 +1,6 @@
-"""The layering rules of DESIGN.md §3, checked on the source so they stay true.
+"""The layering rules of DESIGN.md §3, checked on the source so they stay true,
+and the size rule of issue 37: every module a reader can hold (under
+`LINE_LIMIT` lines).
 
 Imports are read with `ast` (nothing is imported), from every module of the
 product. An edge is any import of a project module: at the top, inside a
@@ -216,3 +218,118 @@ def _copy_tree(tmp_path: Path) -> Path:
         dest.write_text(path.read_text())
         del mod
     return tmp_path
+
+
+# --- module size (issue 37, item 9) ------------------------------------------------------------
+
+#: Where the size rule applies: the product, its tests and its benchmarks.
+SIZED: Final = (*PRODUCT, "tests", "bench")
+#: A module has fewer lines than this. Past ~500 a module is usually two
+#: concepts (CONVENTIONS.md): split it along them, not by line count.
+LINE_LIMIT: Final = 600
+#: Modules still at or over `LINE_LIMIT`, with their line count when listed.
+#: A listed module may shrink but not grow, and leaves this list as soon as
+#: it is under the limit, so the list only ever gets shorter. Empty since
+#: 2026-11-28: every module is under the limit; nothing is ever added to it.
+OVER_LIMIT_FOR_NOW: Final[dict[str, int]] = {}
+
+
+def line_counts(root: Path) -> dict[str, int]:
+    """Lines of every `.py` module under `SIZED` in `root`, by path relative to it."""
+    return {
+        p.relative_to(root).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
+        for top in SIZED
+        for p in sorted((root / top).rglob("*.py"))
+    }
+
+
+def size_violations(counts: dict[str, int], allowed: dict[str, int]) -> list[str]:
+    """Every broken size rule, one line each: a module at or over the limit
+    that is not allowed, an allowed one that grew, or one that is under the
+    limit (or gone) and so must leave `OVER_LIMIT_FOR_NOW`."""
+    bad = [
+        f"{m}: {n} lines, at or over the limit of {LINE_LIMIT}: split it along its concepts"
+        for m, n in sorted(counts.items())
+        if n >= LINE_LIMIT and m not in allowed
+    ]
+    for m, was in sorted(allowed.items()):
+        n = counts.get(m)
+        if n is None:
+            bad.append(f"{m}: listed in OVER_LIMIT_FOR_NOW but not found: remove it from the list")
+        elif n < LINE_LIMIT:
+            bad.append(f"{m}: {n} lines, under the limit now: remove it from OVER_LIMIT_FOR_NOW")
+        elif n > was:
+            bad.append(f"{m}: grew from {was} to {n} lines while over the limit: split it, do not grow it")
+    return bad
+
+
+def test_every_module_is_under_the_line_limit() -> None:
+    bad = size_violations(line_counts(ROOT), OVER_LIMIT_FOR_NOW)
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize(
+    ("lines", "allowed", "rule"),
+    [
+        (LINE_LIMIT, {}, "at or over the limit"),
+        (LINE_LIMIT + 5, {"sim/x.py": LINE_LIMIT + 4}, "grew from"),
+        (LINE_LIMIT - 1, {"sim/x.py": LINE_LIMIT + 4}, "under the limit now"),
+    ],
+    ids=["new", "grown", "shrunk-under"],
+)
+def test_the_size_rule_names_what_it_forbids(
+    tmp_path: Path, lines: int, allowed: dict[str, int], rule: str
+) -> None:
+    (tmp_path / "sim").mkdir()
+    (tmp_path / "sim" / "x.py").write_text("x = 1\n" * lines)
+    bad = size_violations(line_counts(tmp_path), allowed)
+    assert len(bad) == 1, bad
+    assert bad[0].startswith("sim/x.py: "), bad
+    assert rule in bad[0], bad
+
+
+def test_a_listed_module_that_is_gone_is_named(tmp_path: Path) -> None:
+    bad = size_violations(line_counts(tmp_path), {"sim/gone.py": LINE_LIMIT + 1})
+    assert bad == ["sim/gone.py: listed in OVER_LIMIT_FOR_NOW but not found: remove it from the list"]
+
+
+#: Directories of tests/ that hold no tests of one package: shared fixtures
+#: and the recorded data the tests read.
+NOT_PACKAGES: Final = ("data", "fixtures")
+
+
+def test_tests_mirror_the_packages() -> None:
+    """Every directory of tests under tests/ is named for a package of the
+    product (tests/sim/history/checker tests sim/history/checker), and every
+    module directly in tests/sim is none: a test lives beside its package's
+    other tests (DESIGN.md §3: tests/ mirrors the packages)."""
+    tests = ROOT / "tests"
+    strays = []
+    for d in sorted(p for p in tests.rglob("*") if p.is_dir() and "__pycache__" not in p.parts):
+        rel = d.relative_to(tests)
+        if rel.parts[0] in NOT_PACKAGES:
+            continue
+        if not (ROOT / rel / "__init__.py").is_file():
+            strays.append(f"tests/{rel.as_posix()}: no package {rel.as_posix()}")
+    for subpackage_tests in (tests / "sim",):
+        strays += [f"{p.relative_to(ROOT).as_posix()}: put it in the directory of the package it tests"
+                   for p in sorted(subpackage_tests.glob("*.py")) if p.name != "__init__.py"]
+    assert not strays, "\n".join(strays)
+
+
+def test_no_formatter_markers() -> None:
+    """coordsim runs no code formatter (docs/design-notes.md, "Formatting"):
+    `ruff check` holds the style, and `ruff format` would rewrite 321 of the
+    450 modules (+7,581/-2,029 lines, measured 2026-11-28), folding the
+    house's one-line argument groups and pushing modules past the size
+    limit. So a formatter's markers are noise that promises what nothing
+    enforces; none may come back."""
+    marker = "# fmt" + ":"  # split, so this file does not match itself
+    found = [
+        f"{p.relative_to(ROOT).as_posix()}:{i}"
+        for top in SIZED
+        for p in sorted((ROOT / top).rglob("*.py"))
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1)
+        if marker in line
+    ]
+    assert not found, "formatter markers with no formatter: " + ", ".join(found[:20])

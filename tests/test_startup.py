@@ -26,5 +26,5 @@ def test_the_cli_module_imports_no_command_module() -> None:
     """`coordsim --help` imports a command's module only when it is resolved."""
     loaded = _loaded_by("import sim.cli.main")
     commands = {"sim.cli." + m for m in ("anomalies", "calibrate", "catalog", "check", "compare", "export",
-                                          "isolation", "spark", "validate")}  # fmt: skip
+                                          "isolation", "spark", "validate")}
     assert not commands & set(loaded), sorted(commands & set(loaded))

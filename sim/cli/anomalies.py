@@ -32,24 +32,22 @@ from sim.cli.matrix import matrix_command
 from sim.cli.pg import DeathWatch, on_postgres_death
 from sim.history.checker import ANOMALY_NAMES, check_history
 from sim.history.checker.verdict import Outcome
-from sim.history.verdict import VERDICT_FILE, write_verdict
-from sim.load.config import check_int
-from sim.nemesis.anomalies import (
+from sim.history.verdict_file import VERDICT_FILE, write_verdict
+from sim.load.limits import MAX_SEED, check_int
+from sim.nemesis.anomalies import RunStuck, run_spec
+from sim.nemesis.anomaly_scenarios import SCENARIOS
+from sim.nemesis.anomaly_spec import (
     MAX_CLIENTS,
     MAX_SIZE,
     MAX_STUCK_AFTER_S,
-    MODES,
     REAL_STUCK_AFTER_S,
-    SCENARIOS,
     STUCK_AFTER_S,
-    RunStuck,
     Spec,
     coordinator_config,
     default_spec,
     parse_known_bad,
-    run_spec,
 )
-from sim.nemesis.plan import FaultPlan
+from sim.nemesis.plan import MODES, FaultPlan
 from sim.nemesis.shrink import (
     load_scenario_file,
     run_program,
@@ -69,8 +67,10 @@ from sim.nemesis.sweep import (
     write_run_trace,
 )
 from sim.runtime.errors import InvalidUsage
-from sim.runtime.outputs import atomic_write, run_dir, staged_dir
+from sim.runtime.outputs import atomic_write
+from sim.runtime.run_dirs import run_dir
 from sim.runtime.schedule import parse_schedule
+from sim.runtime.staging import staged_dir
 
 if TYPE_CHECKING:
     from sim.nemesis.plan import Mode
@@ -104,7 +104,7 @@ _Faults = Annotated[
     typer.Option(metavar="PLAN", show_default="drawn from the seed",
                  help="Fault plan, e.g. 'crash-restart@12ms+3ms,oracle-slow@20ms+5msx20' (virtual), "
                  "'pg-kill@10ms+50ms' (real) or 'none'."),
-]  # fmt: skip
+]
 
 
 
@@ -125,7 +125,7 @@ def _mode(text: str | options.ModeName | None) -> Mode:
 def _spec(
     scenario: str, config: str, seed: int, known_bad: list[str] | None,
     clients: int | None, size: int | None, faults: str | None, mode: str | options.ModeName | None,
-) -> Spec:  # fmt: skip
+) -> Spec:
     if clients is not None:
         check_int("--clients", clients, low=1, high=MAX_CLIENTS, unit="clients")
     if size is not None:
@@ -145,10 +145,10 @@ def _spec(
 def _print_report(
     spec: Spec, n_ops: int, report_names: list[str], anomalies: list[tuple[str, str, str]],
     *, schedule: str = "fifo", replay: str | None = None, what: str | None = None,
-) -> None:  # fmt: skip
+) -> None:
     sched = f", schedule {schedule}" if schedule != "fifo" else ""
     _out.print(f"[bold]{escape(what or spec.scenario)}[/bold] on {spec.config}, seed {spec.seed}, "
-               f"{spec.mode} mode{sched}: {n_ops} operations, faults: {spec.faults}")  # fmt: skip
+               f"{spec.mode} mode{sched}: {n_ops} operations, faults: {spec.faults}")
     for name, checker, explanation in anomalies:
         _out.print(f"\n[bold red]{name}[/bold red] [dim]({checker})[/dim]")
         _out.print(escape(explanation))
@@ -203,7 +203,7 @@ def anomalies_run(
                                    f"operations). Virtual mode's limit is {STUCK_AFTER_S:g} simulated seconds, "
                                    "which only the simulation's own progress advances.")
     ] = None,
-) -> None:  # fmt: skip
+) -> None:
     """Run one anomaly scenario for one seed and check its history; write the trace and verdict.json, and print the directory last.
 
     Virtual mode: the same seed and schedule give the same history. Real mode: the same statements and faults on Postgres, in whatever interleaving the run takes. Exit 0 valid, 1 invalid, 3 unknown.
@@ -234,7 +234,7 @@ def anomalies_run(
         seed if seed is not None else settings.get("seed", options.DEFAULT_SEED),
         known_bad if known_bad is not None else [str(k) for k in settings.get("known_bad", [])],
         clients, size, faults if faults is not None else settings.get("faults"), mode,
-    )  # fmt: skip
+    )
     policy = _schedule(schedule if schedule is not None else settings.get("schedule"))
     spec = replace(spec, schedule=policy, stuck_after_s=stuck_after)
     _check_postgres(spec.mode)
@@ -245,7 +245,8 @@ def anomalies_run(
     # Staged: an output that is not coordsim's is refused before the run, and
     # a failed or interrupted run leaves nothing there.
     watch = DeathWatch(target)
-    with staged_dir(target, "anomalies run") as stage, on_postgres_death(watch):
+    with options.disk_full_is_external(target), staged_dir(target, "anomalies run") as stage, \
+            on_postgres_death(watch):
         try:
             if program is not None:
                 history, events = run_program(spec, program, schedule=policy)
@@ -285,7 +286,7 @@ class _Progress:
         self._bar = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             console=_err, transient=True, disable=not _err.is_terminal,
-        )  # fmt: skip
+        )
         self._task = self._bar.add_task("sweep", total=total)
 
     def __enter__(self) -> _Progress:
@@ -303,7 +304,7 @@ class _Progress:
         if not _err.is_terminal and (now - self._last >= PROGRESS_EVERY_S or self.done == self.total):
             self._last = now
             _err.print(f"sweep: {self.done}/{self.total} seeds, {self.failing} failing, "
-                       f"{now - self.t0:.0f} s", markup=False)  # fmt: skip
+                       f"{now - self.t0:.0f} s", markup=False)
 
 
 def _print_summary(summary: Summary, out: Path, seconds: float, jobs: int) -> None:
@@ -311,7 +312,7 @@ def _print_summary(summary: Summary, out: Path, seconds: float, jobs: int) -> No
     seeds = [r.seed for r in summary.results]
     _out.print(f"[bold]{summary.scenario}[/bold] on {summary.config}{escape(bad)}, seeds "
                f"{seeds[0]}..{seeds[-1]}: {len(seeds):,} runs, {summary.ops:,} operations "
-               f"in {seconds:.1f} s on {jobs} worker{'s' if jobs > 1 else ''}")  # fmt: skip
+               f"in {seconds:.1f} s on {jobs} worker{'s' if jobs > 1 else ''}")
     names = summary.by_name()
     shown = ", ".join(f"{n} in {e['seeds']} seeds ({e['count']} in all)" for n, e in names.items())
     _out.print(f"anomalies: {shown or 'none'}")
@@ -323,7 +324,7 @@ def _print_summary(summary: Summary, out: Path, seconds: float, jobs: int) -> No
         more = f" … ({len(unknown)} in all)" if len(unknown) > 20 else ""
         _out.print(f"unknown (not every operation judged: no checker could, or a bound was hit; "
                    f"`coordsim anomalies run` a seed for its coverage): seeds "
-                   f"{', '.join(map(str, unknown[:20]))}{more}")  # fmt: skip
+                   f"{', '.join(map(str, unknown[:20]))}{more}")
     failing = summary.failing
     if failing:
         _out.print(f"\nfailing seeds ({len(failing)}):")
@@ -339,7 +340,9 @@ def _print_summary(summary: Summary, out: Path, seconds: float, jobs: int) -> No
     _out.print(f"verdict: [bold]{summary.outcome.value}[/bold]")
 
 
-FirstSeed = Annotated[int, typer.Option("--first-seed", metavar="N", help="The first seed.")]
+FirstSeed = Annotated[
+    int, typer.Option("--first-seed", metavar="N", help="The first seed: it and the last, N + --seeds - 1, are 64-bit integers.")
+]
 _Seeds = Annotated[int, typer.Option("--seeds", metavar="N", help=options.SEEDS_HELP.format(maximum=MAX_SEEDS))]
 
 
@@ -356,7 +359,7 @@ def anomalies_sweep(
     output: options.Output = None,
     old_out: options.OldOut = None,
     as_json: options.Json = False,
-) -> None:  # fmt: skip
+) -> None:
     """Run a scenario over many seeds (virtual mode) on worker processes, check every seed with every checker, and summarize.
 
     Prints anomalies by name and each failing seed with its replay command; writes summary.json, verdict.json and each failing seed's trace, and prints the directory last. Exit 1 if any seed failed. (`coordsim spark sweep` runs the seeds as Spark tasks.)
@@ -369,13 +372,15 @@ def anomalies_sweep(
     scenario = options.kebab(options.scenario(scenario, scenario_opt), SCENARIOS)
     config = config or options.DEFAULT_CONFIG
     check_known_bad(coordinator_config(config).with_overrides(known_bad=parse_known_bad(known_bad or [])))
+    if 1 <= seeds <= MAX_SEEDS:  # (a bad --seeds is `tasks`'s to name)
+        check_int("--first-seed", first_seed, low=-MAX_SEED, high=MAX_SEED - seeds + 1)
     work = tasks(scenario, config, seeds=seeds, first_seed=first_seed, known_bad=known_bad or [],
-                 schedule=_schedule(schedule))  # fmt: skip
+                 schedule=_schedule(schedule))
     n_jobs = jobs if jobs is not None else (os.cpu_count() or 1)
     check_int("--jobs", n_jobs, low=1, high=MAX_JOBS, unit="worker processes")
     by_seed = {t.seed: t for t in work}
     out = run_dir(output, "anomalies sweep").absolute()
-    with staged_dir(out, "anomalies sweep") as stage:
+    with options.disk_full_is_external(out), staged_dir(out, "anomalies sweep") as stage:
         writer = SweepWriter(stage, out)
         with _Progress(len(work)) as progress:
 
@@ -409,7 +414,7 @@ ShrinkOutput = Annotated[
     Path | None,
     typer.Option("--output", "-o", metavar="FILE", help="Write the minimal reproduction as a .py scenario file "
                  "here (virtual mode), replayable with `coordsim anomalies run --scenario-file FILE`."),
-]  # fmt: skip
+]
 
 
 def shrink_command(
@@ -431,7 +436,7 @@ def shrink_command(
     schedule: options.Schedule = None,
     output: ShrinkOutput = None,
     old_out: Annotated[Path | None, typer.Option("--out", hidden=True, metavar="FILE")] = None,
-) -> None:  # fmt: skip
+) -> None:
     """Shrink a failing scenario while the same anomaly still appears, and print the smallest reproduction.
 
     Virtual mode: fewer clients, operations and faults, then delta debugging over single statements, clients and fault events; with -o, writes the minimal reproduction as a scenario file (its path printed last). Real mode: the first pass only, best effort (a candidate that happens not to show the anomaly is dropped). Exit 1 with the reproduction, 0 if there was no anomaly to shrink.
@@ -491,14 +496,15 @@ def _shrink_ops(spec: Spec, policy: str, anomaly: str | None, max_runs: int, out
         raise InvalidUsage(f"-o/--output {out}: a scenario file ends in .py")
     path = out if out is not None else Path("FILE.py")
     result = shrink_ops(spec, schedule=policy, anomaly=anomaly, max_runs=max_runs,
-                        progress=lambda s: _out.print(f"[dim]{escape(s)}[/dim]"))  # fmt: skip
+                        progress=lambda s: _out.print(f"[dim]{escape(s)}[/dim]"))
     if result is None:
         _out.print(f"{escape(spec.command())}: no {anomaly or 'anomaly'} to shrink")
         raise typer.Exit(0)
     replay = f"uv run coordsim anomalies run --scenario-file {shlex.quote(str(path))}"
     text = script_file(result, replay=replay)
     if out is not None:
-        atomic_write(out, lambda p: p.write_text(text, encoding="utf-8"))
+        with options.disk_full_is_external(out):
+            atomic_write(out, lambda p: p.write_text(text, encoding="utf-8"))
     shown = [
         (a.name, v.checker, a.explanation)
         for v in result.report.verdicts
@@ -508,11 +514,11 @@ def _shrink_ops(spec: Spec, policy: str, anomaly: str | None, max_runs: int, out
     s = result.script
     _out.print(f"smallest reproduction of [bold]{result.anomaly}[/bold] after {result.runs} runs: "
                f"{len(s.steps)} statements by {len(s.clients)} clients, {result.history.n} operations "
-               f"(from {result.original_ops}), faults: {s.spec.faults}")  # fmt: skip
+               f"(from {result.original_ops}), faults: {s.spec.faults}")
     for step in s.steps:
         _out.print(f"  {step.at_s * 1000:8.3f} ms  {step.client}: {escape(step.sql)}")
     _print_report(s.spec, result.history.n, result.report.names, shown, schedule=policy,
-                  replay=replay, what=f"{path} ({s.spec.scenario})")  # fmt: skip
+                  replay=replay, what=f"{path} ({s.spec.scenario})")
     # The first pass's result, with the scenario's own program: a reproduction
     # that needs no file.
     _out.print(f"coarse replay: {escape(result.coarse.command())}")

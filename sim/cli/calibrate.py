@@ -22,12 +22,12 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from sim.cli.options import PgIsolation, wrote
+from sim.cli.options import PgIsolation, removed_if_unfinished, write_failed, wrote
 from sim.cli.pg import postgres_for
 from sim.cli.tables import new_table, plain, print_tables
 from sim.load.config import Config
 from sim.runtime.errors import CoordsimError, InvalidUsage
-from sim.runtime.outputs import claim_file, write_owned
+from sim.runtime.owned_files import claim_file, write_owned
 
 __all__ = ["register"]
 
@@ -90,14 +90,17 @@ def calibrate(
         )
     if host.busy:
         _err.print(f"calibrate: --force on a busy host ({host.busy_reason}): the profile is marked "
-                   "forced_on_busy_host", markup=False, highlight=False)  # fmt: skip
+                   "forced_on_busy_host", markup=False, highlight=False)
     isolation = None if pg_isolation is None else pg_isolation.value
     with postgres_for(Config(mode="real"), fsync=fsync, isolation=isolation) as cfg:
         assert cfg.postgres_url is not None
         # Postgres's CPU is the calibration's own: what is left is other processes'.
         sampler = HostSampler(also_own=postmaster_pids(cfg) or tuple)
         sampler.start()
-        measured = calibrate_profile(cfg.postgres_url, samples=samples, s3_url=s3)
+        from sim.cli.heartbeat import heartbeat
+
+        with heartbeat(_err, f"calibrate: measuring {samples:,} round trips per operation"):
+            measured = calibrate_profile(cfg.postgres_url, samples=samples, s3_url=s3)
         during = sampler.stop()
         level = isolation_of(cfg.postgres_url)
     record = provenance_record(host, forced=force, pg_isolation=level.value, argv=sys.argv, started=started)
@@ -106,11 +109,12 @@ def calibrate(
     measured.provenance = record
     text = render_profile(measured, json_format=output.suffix == ".json")
     try:
-        write_owned(output, lambda p: p.write_text(text))  # replaces only a profile coordsim recorded
+        with removed_if_unfinished(output):
+            write_owned(output, lambda p: p.write_text(text))  # replaces only a profile coordsim recorded
     except OSError as exc:
-        raise InvalidUsage(f"cannot write {output}: {exc.strerror or exc}") from exc
+        raise write_failed(output, exc) from exc
     table = new_table("round trip", "median ms", "sigma", "samples", plain=plain(_out),
-                      numeric=("median ms", "sigma", "samples"))  # fmt: skip
+                      numeric=("median ms", "sigma", "samples"))
     for name, (median_ms, sigma, n) in sorted(measured.items()):
         table.add_row(name, f"{median_ms:.3f}", f"{sigma:.2f}", f"{n:,}")
     print_tables([table], console=_out)
@@ -135,9 +139,10 @@ def _from_run(run_dir: Path, output: Path, levels: str | None, *, s3: str | None
     profile = profile_from_run(run_dir, base_profile=DEFAULT_PROFILE, levels=chosen)
     text = render_run_profile(profile, json_format=output.suffix == ".json")
     try:
-        write_owned(output, lambda p: p.write_text(text))  # replaces only a profile coordsim recorded
+        with removed_if_unfinished(output):
+            write_owned(output, lambda p: p.write_text(text))  # replaces only a profile coordsim recorded
     except OSError as exc:
-        raise InvalidUsage(f"cannot write {output}: {exc.strerror or exc}") from exc
+        raise write_failed(output, exc) from exc
     table = new_table("latency", "median ms", "sigma", "source", plain=plain(_out), numeric=("median ms", "sigma"))
     for name, source in profile.latency_sources.items():
         if source.startswith("carried"):
@@ -151,5 +156,5 @@ def _from_run(run_dir: Path, output: Path, levels: str | None, *, s3: str | None
     print_tables([table, costs], console=_out)
     if profile.meta["host_busy"]:
         _err.print(f"calibrate --from: the run's host was busy ({profile.meta['busy_reason']}); the profile "
-                   "says so", markup=False, highlight=False)  # fmt: skip
+                   "says so", markup=False, highlight=False)
     wrote(output)

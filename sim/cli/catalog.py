@@ -18,9 +18,10 @@ import typer
 from catalog.debug import delete_object, dump_catalog, edit_object, upgrade_check
 from catalog.migrations import MigrationError
 from catalog.open import open_catalog
+from sim.cli.options import exit_code, removed_if_unfinished, write_failed
 from sim.runtime.core import Runtime, run
 from sim.runtime.errors import CoordsimError, InvalidUsage
-from sim.runtime.outputs import claim_file, write_owned
+from sim.runtime.owned_files import claim_file, write_owned
 from sim.runtime.urls import parse_url, redact_text
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def _fail(exc: CoordsimError) -> typer.Exit:
     tag = "invalid input" if isinstance(exc, InvalidUsage) else "error"
     line = " ".join(redact_text(str(exc)).split())  # one line, whatever a driver's message spans
     print(f"coordsim: {tag}: {line}", file=sys.stderr)  # noqa: T201 - the CLI's error channel
-    return typer.Exit(2)
+    return typer.Exit(exit_code(exc))
 
 
 
@@ -118,9 +119,10 @@ def dump(
             typer.echo(text)
             return
         try:
-            write_owned(target, lambda p: p.write_text(text + "\n", encoding="utf-8"))
+            with removed_if_unfinished(target):
+                write_owned(target, lambda p: p.write_text(text + "\n", encoding="utf-8"))
         except OSError as exc:
-            raise InvalidUsage(f"cannot write {target}: {exc.strerror or exc}") from exc
+            raise write_failed(target, exc) from exc
     except CoordsimError as exc:
         raise _fail(exc) from exc
 

@@ -25,24 +25,24 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from sim.cli import options  # noqa: TC001 - typer reads the annotations at run time
+from sim.cli import options
 from sim.cli.options import wrote
 from sim.cli.tables import new_table, plain, print_tables
 from sim.history.checker.html import timeline_html
 from sim.history.checker.run import CHECKERS, LINEAR_MAX_OPS, check_history
 from sim.history.checker.verdict import Outcome
-from sim.history.interchange import read_edn
+from sim.history.import_edn import read_edn
 from sim.history.model import HistoryError
 from sim.history.traces import META_FILE, read_trace
-from sim.history.verdict import (
+from sim.history.verdict_file import (
     VERDICT_FILE,
     verdict_document,
     verdict_text,
     write_verdict,
 )
-from sim.load.config import MAX_DURATION_S, MAX_OPS, check_float, check_int
-from sim.runtime.errors import InvalidUsage
-from sim.runtime.outputs import claim_file, write_owned
+from sim.load.limits import MAX_DURATION_S, MAX_OPS, check_float, check_int
+from sim.runtime.errors import CoordsimError, InvalidUsage
+from sim.runtime.owned_files import claim_file, write_owned
 from sim.runtime.workers import MAX_JOBS, workers
 
 if TYPE_CHECKING:
@@ -66,6 +66,12 @@ def _bad_input(msg: str) -> typer.Exit:
     line = " ".join(msg.split())  # one line, whatever a library's message spans
     print(f"coordsim: invalid input: {line}", file=sys.stderr)  # noqa: T201 - the CLI's error channel
     return typer.Exit(BAD_INPUT)
+
+
+def _failed(error: CoordsimError) -> typer.Exit:
+    """An error that is not bad input (a full disk): its one line, its code."""
+    print(f"coordsim: error: {' '.join(str(error).split())}", file=sys.stderr)  # noqa: T201 - the CLI's error channel
+    return typer.Exit(options.exit_code(error))
 
 
 def fmt_seconds(s: float) -> str:
@@ -116,7 +122,7 @@ def check(
 ) -> None:
     """Check recorded histories: named anomalies, strict serializability (black-box and timestamp replay), oracle guarantees, per-table linearizability (set and multiset models), and what each covered per table.
 
-    The verdict fails closed: valid (exit 0) only if every operation to judge was judged by some checker, invalid (1) on any anomaly, otherwise unknown (3) with what was not judged and why; 2 on bad input. Writes verdict.json into each trace directory (see sim/history/verdict.py) unless that would touch a file that is not coordsim's. HISTORY may hold several histories (a compare run, a folder of EDN files): each is checked (on --jobs worker processes, one per core by default) with a progress line on stderr, then one summary table; the exit code is the worst: 1 if any is invalid, else 2 if one could not be read, else 3 if any is unknown, else 0. With --json and several, stdout is a JSON list with one object per history (its verdict document, or its `error`).
+    The verdict fails closed: valid (exit 0) only if every operation to judge was judged by some checker, invalid (1) on any anomaly, otherwise unknown (3) with what was not judged and why; 2 on bad input. Writes verdict.json into each trace directory (see sim/history/verdict_file.py) unless that would touch a file that is not coordsim's. HISTORY may hold several histories (a compare run, a folder of EDN files): each is checked (on --jobs worker processes, one per core by default) with a progress line on stderr, then one summary table; the exit code is the worst: 1 if any is invalid, else 2 if one could not be read, else 3 if any is unknown, else 0. With --json and several, stdout is a JSON list with one object per history (its verdict document, or its `error`).
 
     Examples:
       coordsim check coordsim-out/latest
@@ -247,7 +253,7 @@ def check_file(path: Path, chosen: list[str], linear_limit: float, linear_max_op
         return Checked(path, 0, time.perf_counter() - t0, error=" ".join(str(exc).split()))
     doc = document(report, trace=str(path), ops=h.n)
     return Checked(path, h.n, time.perf_counter() - t0, report.outcome, doc, tuple(report.names),
-                   report.coverage_summary())  # fmt: skip
+                   report.coverage_summary())
 
 
 #: How bad a history's exit code is, for the worst of several: invalid, then
@@ -257,7 +263,7 @@ _RANK: Final = {0: 0, 3: 1, BAD_INPUT: 2, 1: 3}
 
 def _check_many(
     found: list[Path], chosen: list[str], linear_limit: float, linear_max_ops: int, *, as_json: bool, jobs: int,
-) -> None:  # fmt: skip
+) -> None:
     """Several histories: each checked (on `jobs` worker processes) with a
     progress line on stderr, its verdict.json written into a trace directory;
     then one summary table (or a JSON list, one object per history) and the
@@ -288,22 +294,22 @@ def _check_many(
     if as_json:
         docs = [c.doc if c.doc is not None else {"generator": "coordsim", "valid": None, "error": c.error,
                                                  "trace": str(c.path), "ops": None}
-                for c in results]  # fmt: skip
+                for c in results]
         sys.stdout.write(json.dumps(docs, indent=2, ensure_ascii=False) + "\n")
         raise typer.Exit(worst)
     table = new_table("history", "operations", "verdict", "anomalies", "coverage", "time",
-                      plain=plain(_out), numeric=("operations", "time"))  # fmt: skip
+                      plain=plain(_out), numeric=("operations", "time"))
     for c in results:
         if c.outcome is None:
             table.add_row(str(c.path), "—", Text("bad input", style="red"), "", c.error or "", fmt_seconds(c.seconds))
             continue
         table.add_row(str(c.path), f"{c.ops:,}", Text(c.outcome.value, style=_COLOR[c.outcome]),
-                      ", ".join(c.names) or "none", c.coverage, fmt_seconds(c.seconds))  # fmt: skip
+                      ", ".join(c.names) or "none", c.coverage, fmt_seconds(c.seconds))
     print_tables([table], console=_out)
     if unwritten:
         _out.print(f"[dim]{VERDICT_FILE} not written for {len(unwritten)} trace(s): {escape(unwritten[0])}[/dim]")
     counts = {k: sum(1 for c in results if (c.outcome.value if c.outcome else "bad input") == k)
-              for k in ("valid", "invalid", "unknown", "bad input")}  # fmt: skip
+              for k in ("valid", "invalid", "unknown", "bad input")}
     tally = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
     n_jobs = min(jobs, len(found))
     _out.print(f"checked in {time.perf_counter() - t0:.1f} s on {n_jobs} worker{'s' if n_jobs > 1 else ''}")
@@ -318,23 +324,29 @@ _COLOR: Final = {Outcome.VALID: "green", Outcome.INVALID: "red", Outcome.UNKNOWN
 def _check_one(
     path: Path, chosen: list[str], linear_limit: float, linear_max_ops: int, *,
     html: Path | None, verdict: Path | None, as_json: bool,
-) -> None:  # fmt: skip
+) -> None:
     h, events, report = _judge(path, chosen, linear_limit, linear_max_ops)
     doc = document(report, trace=str(path), ops=h.n)
     # The page first: bad input (an unwritable --html) must leave nothing behind.
     if html is not None:
         page = f"<!-- {HTML_SIGNATURE} -->\n" + timeline_html(h, report, title=str(path))
         try:
-            write_owned(html, lambda p: p.write_text(page, encoding="utf-8"))
+            with options.removed_if_unfinished(html):
+                write_owned(html, lambda p: p.write_text(page, encoding="utf-8"))
         except (OSError, InvalidUsage) as exc:
+            if isinstance(exc, OSError) and exc.errno in options.DISK_FULL:
+                raise _failed(options.write_failed(html, exc)) from exc
             msg = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise _bad_input(f"cannot write {html}: {msg}") from exc
     if verdict is not None:
         target: Path | None = verdict
         not_written = None
         try:
-            write_verdict(verdict, doc)
+            with options.removed_if_unfinished(verdict):
+                write_verdict(verdict, doc)
         except (OSError, InvalidUsage) as exc:  # asked for: failing to write it is the answer
+            if isinstance(exc, OSError) and exc.errno in options.DISK_FULL:
+                raise _failed(options.write_failed(verdict, exc)) from exc
             msg = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise _bad_input(f"cannot write {verdict}: {msg}") from exc
     else:
@@ -385,7 +397,7 @@ SHOWN_TABLES: Final = 20
 def _coverage_table(report: Report) -> Table:
     """Per table: operations to judge, judged (and by which checkers), not judged."""
     table = new_table("coverage per table", "operations", "judged", "not judged", "judged by",
-                      plain=plain(_out), numeric=("operations", "judged", "not judged"))  # fmt: skip
+                      plain=plain(_out), numeric=("operations", "judged", "not judged"))
     rows = list(report.coverage)
     if len(rows) > SHOWN_TABLES:
         rows = [t for t in rows if not t.complete][:SHOWN_TABLES]
@@ -393,7 +405,7 @@ def _coverage_table(report: Report) -> Table:
         missing = t.ops - t.judged
         by = ", ".join(f"{c} {n:,}" for c, n in t.by_checker.items() if n) or "none"
         table.add_row(t.table, f"{t.ops:,}", f"{t.judged:,}",
-                      Text(f"{missing:,}", style="yellow" if missing else ""), by)  # fmt: skip
+                      Text(f"{missing:,}", style="yellow" if missing else ""), by)
     shown = {id(t) for t in rows}
     rest = [t for t in report.coverage if id(t) not in shown]
     if rest:

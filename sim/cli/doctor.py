@@ -57,7 +57,8 @@ def doctor(
     from sim.runtime.owners import scan
     from sim.runtime.urls import redact_url
     from sim.services.binaries import find_java, spark_java_check
-    from sim.services.postgres import BackendUnavailable, find_postgres, postgres_url_from_env
+    from sim.services.pg_bindir import find_postgres
+    from sim.services.postgres import BackendUnavailable, postgres_url_from_env
 
     _out = _console()
     table = new_table("component", "status", "detail", plain=plain(_out))
@@ -94,7 +95,7 @@ def doctor(
     dead = sum(lo.reclaimable for lo in found)
     if dead and not clean:
         _out.print(f"{dead} left behind by dead runs: `coordsim doctor --clean` removes them "
-                   "(so does any other command, when it starts)", highlight=False)  # fmt: skip
+                   "(so does any other command, when it starts)", highlight=False)
     elif not found:
         _out.print("nothing left behind in TMPDIR", highlight=False)
     if not ok:

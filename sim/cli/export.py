@@ -3,7 +3,7 @@ history in the formats established checkers read (Jepsen/Elle EDN, Porcupine
 JSON) or a spreadsheet does (CSV).
 
 It never replaces a file coordsim did not write: a file it wrote is recorded
-with its size and SHA-256 (`sim.runtime.outputs.write_owned`) and replaced
+with its size and SHA-256 (`sim.runtime.owned_files.write_owned`) and replaced
 only while it still matches, whatever its format; `EDN_SIGNATURE` on an EDN
 file's first line tells a reader where it came from and proves nothing.
 Several traces under TRACE go into a directory, claimed by the rule of every
@@ -22,12 +22,15 @@ from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 
-from sim.cli.options import wrote
-from sim.history.interchange import history_to_porcupine, read_edn, write_edn
+from sim.cli.options import DISK_FULL, removed_if_unfinished, write_failed, wrote
+from sim.history.export import history_to_porcupine, write_edn
+from sim.history.import_edn import read_edn
 from sim.history.model import KINDS, NONE, STATUSES, History, HistoryError
 from sim.history.traces import read_trace
 from sim.runtime.errors import InvalidUsage
-from sim.runtime.outputs import claim_file, run_dir, staged_dir, write_owned
+from sim.runtime.owned_files import claim_file, write_owned
+from sim.runtime.run_dirs import run_dir
+from sim.runtime.staging import staged_dir
 from sim.spark.frames import expand_traces
 
 if TYPE_CHECKING:
@@ -40,7 +43,7 @@ EDN_SIGNATURE: Final = "; written by coordsim export"
 CSV_COLUMNS: Final = (
     "op_id", "process", "client", "kind", "object", "elements", "args", "invoke_ns", "complete_ns",
     "status", "error_code", "error", "result", "count", "read_ts", "write_ts", "catalog_ts",
-)  # fmt: skip
+)
 
 
 class Format(enum.StrEnum):
@@ -76,7 +79,7 @@ def _csv_write(h: History, path: Path) -> None:
                 STATUSES[h.status[i]].value, h.error_code[i] or "", h.error[i] or "",
                 "" if res is None else " ".join(map(str, res)), _int_or_empty(h.count[i]),
                 _int_or_empty(h.read_ts[i]), _int_or_empty(h.write_ts[i]), _int_or_empty(h.catalog_ts[i]),
-            ))  # fmt: skip
+            ))
 
 
 def _write(h: History, events: list[Event], fmt: Format, path: Path, source: str) -> None:
@@ -157,7 +160,8 @@ def export(
                 target = target / f"{name}.{ext}"
             _claim(target, fmt)  # before reading: refuse early
             h, events = _read(found[0])
-            _write(h, events, fmt, target, str(found[0]))
+            with removed_if_unfinished(target):
+                _write(h, events, fmt, target, str(found[0]))
             wrote(target)
             return
         out_dir = run_dir(output, "export")
@@ -173,7 +177,11 @@ def export(
     except (HistoryError, InvalidUsage) as exc:
         raise _bad_input(str(exc)) from exc
     except OSError as exc:
-        raise _bad_input(f"cannot write {output or 'the export'}: {exc.strerror or exc}") from exc
+        what = output or "the export"
+        if exc.errno in DISK_FULL:  # an external failure, not bad input: exit 1
+            print(f"coordsim: error: {write_failed(what, exc)}", file=sys.stderr)  # noqa: T201
+            raise typer.Exit(1) from exc
+        raise _bad_input(f"cannot write {what}: {exc.strerror or exc}") from exc
     for p in written:
         print(p)  # noqa: T201 - the paths are the output; plain, so scripts can read them
     wrote(out_dir)

@@ -32,16 +32,11 @@ from sim.compare.isolation import (
     parse_neighbours,
     run_pass,
 )
-from sim.load.config import (
-    MAX_CONCURRENCY,
-    MAX_DURATION_S,
-    MAX_REPEAT,
-    check_float,
-    check_int,
-    knobs_toml,
-)
+from sim.load.config import knobs_toml
+from sim.load.limits import MAX_CONCURRENCY, MAX_DURATION_S, MAX_REPEAT, check_float, check_int
 from sim.runtime.errors import InvalidUsage
-from sim.runtime.outputs import atomic_write, staged_dir
+from sim.runtime.outputs import atomic_write
+from sim.runtime.staging import staged_dir
 from sim.runtime.workers import MAX_JOBS, workers
 
 if TYPE_CHECKING:
@@ -103,7 +98,7 @@ def isolation(
         None, mode=mode, seed=seed, output=output, latency_profile=latency_profile, repeat=repeat,
         duration_s=duration if duration is not None else DEFAULT_DURATION_S[m],
         warmup_s=warmup if warmup is not None else DEFAULT_WARMUP_S[m],
-    ))  # fmt: skip
+    ))
     n_jobs = _jobs(cfg, jobs)
     archs = ARCHITECTURES
     target = options_run_dir(cfg, "isolation")
@@ -112,8 +107,9 @@ def isolation(
 
     prov_start = start_provenance(argv=sys.argv, started=datetime.now(UTC))
     level = None if pg_isolation is None else pg_isolation.value
-    with staged_dir(target, "isolation") as stage, postgres_for(cfg, isolation=level, output=target) as cfg, \
-            workers(n_jobs, preload="sim.compare.isolation") as pool:  # fmt: skip
+    with options.disk_full_is_external(target), staged_dir(target, "isolation") as stage, \
+            postgres_for(cfg, isolation=level, output=target) as cfg, \
+            workers(n_jobs, preload="sim.compare.isolation") as pool:
         from sim.compare.host import HostSampler
         from sim.compare.runner import postmaster_pids
 
@@ -127,7 +123,7 @@ def isolation(
         seeds = list(range(cfg.seed, cfg.seed + repeat))
         how = (f"mode `{cfg.mode}`, {repeat} pass{'es' if repeat > 1 else ''} (seeds {seeds[0]}..{seeds[-1]}), "
                f"each run a fresh deployment measuring the victim for {w.duration_s:g} s after {w.warmup_s:g} s "
-               f"warm-up{' (simulated time)' if cfg.mode == 'virtual' else ''}")  # fmt: skip
+               f"warm-up{' (simulated time)' if cfg.mode == 'virtual' else ''}")
         from sim.compare import isolation_report as report
         from sim.compare.provenance import markdown as provenance_markdown
 
@@ -140,10 +136,10 @@ def isolation(
         knobs = knobs_toml(cfg.redacted())
         atomic_write(stage / "config.toml", lambda p: p.write_text(knobs))
         victim = (f"{victim_clients} closed-loop clients of `{VICTIM_WORKLOAD}` "
-                  "(`SELECT * FROM t0 WHERE a = 1`, strict serializable)")  # fmt: skip
+                  "(`SELECT * FROM t0 WHERE a = 1`, strict serializable)")
         text = report.markdown(rows, header=how + f"; wall time {time.perf_counter() - wall0:.0f} s.",
                                victim=victim, neighbours=neighbours, plot_name=png.name,
-                               provenance=provenance_markdown(prov), knobs=knobs)  # fmt: skip
+                               provenance=provenance_markdown(prov), knobs=knobs)
         atomic_write(stage / "report.md", lambda p: p.write_text(text))
         doc: dict[str, Any] = {
             "command": "isolation", "output": str(target), "mode": cfg.mode, "seed": cfg.seed, "seeds": seeds,
@@ -157,7 +153,7 @@ def isolation(
                      "95 % Student-t interval on their logarithms; 1.0 = perfect isolation",
             "rows": [r.as_dict() for r in rows], "plot": png.name,
             "wall_s": round(time.perf_counter() - wall0, 3), "cores": os.cpu_count(), "provenance": prov,
-        }  # fmt: skip
+        }
         summary = json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
         atomic_write(stage / "summary.json", lambda p: p.write_text(summary))
     if as_json:
@@ -168,10 +164,10 @@ def isolation(
     for line in report.table_lines(rows):
         _out.print(line, markup=False, highlight=False, soft_wrap=True)
     _out.print(f"ratio = with / without the neighbour (geometric mean of paired passes [95% CI]); {how}",
-               markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+               markup=False, highlight=False, soft_wrap=True)
     _out.print(footer(prov, simulated=cfg.mode == "virtual"), markup=False, highlight=False, soft_wrap=True)
     _out.print(f"report: {target}/report.md, plot: {target}/{png.name}", markup=False, highlight=False,
-               soft_wrap=True)  # fmt: skip
+               soft_wrap=True)
     options.wrote(target)
 
 
@@ -183,7 +179,7 @@ def _jobs(cfg: Config, jobs: int | None) -> int:
     check_int("--jobs", jobs, low=1, high=MAX_JOBS, unit="worker processes")
     if jobs > 1 and cfg.mode != "virtual":
         raise InvalidUsage(f"--jobs {jobs}: real mode measures wall-clock latency, so its runs go one at a time "
-                           "(leave out --jobs, or use --mode virtual)")  # fmt: skip
+                           "(leave out --jobs, or use --mode virtual)")
     return jobs
 
 
@@ -193,17 +189,17 @@ def _run_all(
     """Every run of `order`, on `pool`'s workers when there is one (virtual
     mode: simulated time, so the same figures), with a line per run on stderr."""
     futures = ([pool.submit(run_pass, cfg, a, n, index=i, victim_clients=victim_clients) for i, a, n in order]
-               if pool is not None else None)  # fmt: skip
+               if pool is not None else None)
     results: list[PassResult] = []
     try:
         for k, (i, a, n) in enumerate(order):
             r = (futures[k].result() if futures is not None
-                 else run_pass(cfg, a, n, index=i, victim_clients=victim_clients))  # fmt: skip
+                 else run_pass(cfg, a, n, index=i, victim_clients=victim_clients))
             results.append(r)
             _err.print(f"isolation: {a.name} / {n} pass {i}: victim p50 {r.victim_p50_ms:.2f} ms, p99 "
                        f"{r.victim_p99_ms:.2f} ms, {r.victim_ops_s:,.0f} ops/s; neighbour {r.neighbour_ops_s:,.0f} "
                        f"ops/s ({k + 1}/{len(order)}, {time.perf_counter() - wall0:.0f} s)",
-                       markup=False, highlight=False, soft_wrap=True)  # fmt: skip
+                       markup=False, highlight=False, soft_wrap=True)
     finally:
         for f in futures or ():
             f.cancel()
@@ -217,7 +213,7 @@ def _provenance(start: Any, cfg: Config, usage: Any) -> dict[str, Any]:
 
     async def finish(rt: Runtime) -> dict[str, Any]:
         return await finish_provenance(start, ended=datetime.now(UTC), host=usage,
-                                       postgres_url=cfg.postgres_url if cfg.mode == "real" else None)  # fmt: skip
+                                       postgres_url=cfg.postgres_url if cfg.mode == "real" else None)
 
     result = run(finish, virtual=False)
     assert isinstance(result, dict)

@@ -7,9 +7,11 @@ a traceback means a bug.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import importlib
 import importlib.metadata
+import os
 import signal
 import sys
 from dataclasses import dataclass
@@ -28,7 +30,32 @@ if TYPE_CHECKING:
 
     from sim.runtime.core import Runtime
 
-__all__ = ["LAZY_COMMANDS", "LazyCommand", "app", "main"]
+__all__ = ["GLOBAL_FLAGS", "LAZY_COMMANDS", "GlobalOptions", "LazyCommand", "app", "main"]
+
+#: The options of `coordsim` itself that may also follow the command
+#: (`coordsim run seed001 -v --log-json`, issue 37): the root group moves
+#: them in front of it before parsing.
+GLOBAL_FLAGS: Final = frozenset({"-v", "--verbose", "--log-json", "--log-console"})
+
+
+@dataclass(frozen=True)
+class GlobalOptions:
+    """What `coordsim`'s own options said (the root context's `obj`)."""
+
+    verbose: bool = False
+    log_json: bool | None = None
+
+
+def _globals_first(args: list[str]) -> list[str]:
+    """`args` with `GLOBAL_FLAGS` wherever they stand (before a `--`) moved
+    to the front, in their order: after the command click would give them
+    to the command, which does not know them."""
+    end = args.index("--") if "--" in args else len(args)
+    head = args[:end]
+    flags = [a for a in head if a in GLOBAL_FLAGS]
+    if not flags:
+        return args
+    return [*flags, *(a for a in head if a not in GLOBAL_FLAGS), *args[end:]]
 
 
 @dataclass(frozen=True)
@@ -139,6 +166,9 @@ class LazyGroup(TyperGroup):
         finally:
             self._listing = False
 
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return list(super().parse_args(ctx, _globals_first(list(args))))
+
     def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:
         self._stubs()
         name, cmd, rest = super().resolve_command(ctx, args)
@@ -181,14 +211,15 @@ def _version(value: bool) -> None:
 @app.callback()
 def _main(
     ctx: typer.Context,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging, with the components' events (group commits, oracle calls, catalog transactions, fencing, read_ts batches, faults), and the JVM's logs on the console (Spark commands). Also after the command.")] = False,
     log_json: Annotated[
-        bool | None, typer.Option("--log-json/--log-console", help="Log format (default: by TTY).")
+        bool | None, typer.Option("--log-json/--log-console", help="Log format: JSON lines or console lines on stderr (default: by TTY). Also after the command.")
     ] = None,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
 ) -> None:
+    ctx.obj = GlobalOptions(verbose=verbose, log_json=log_json)
     if isinstance(ctx.command, LazyGroup) and ctx.command.help_requested:
         return
     if ctx.invoked_subcommand != "doctor":  # doctor lists them, and removes them on request
@@ -198,6 +229,12 @@ def _main(
     from sim.runtime.logs import configure_logging
 
     configure_logging(verbose=verbose, json=log_json)
+    if verbose:
+        # The components' events on the console for the whole command (a
+        # command that writes events.jsonl installs its own sink inside).
+        from sim.runtime.events import EventSink, installed
+
+        ctx.with_resource(installed(EventSink(console=True)))
 
 
 # --- location ---------------------------------------------------------------------------
@@ -331,6 +368,19 @@ def main() -> None:
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
         print(f"coordsim: invalid input: {_one_line(redact_text(message))}{hint}", file=sys.stderr)  # noqa: T201
         sys.exit(2)
+    except OSError as exc:
+        # A write that failed for want of space anywhere no command caught it
+        # (`coordsim config show > /dev/full`): the disk is an external
+        # dependency, so one line and exit 1 (issue 38 item 5). Anything else
+        # is a bug and keeps its traceback.
+        from sim.cli.options import DISK_FULL
+
+        if exc.errno not in DISK_FULL:
+            raise
+        with contextlib.suppress(OSError):  # stdout may be the full device: hush it
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces stdout until exit
+        print(f"coordsim: error: no space left to write the output ({os.strerror(exc.errno or 0)})", file=sys.stderr)  # noqa: T201
+        sys.exit(1)
     except (CoordsimError, BaseExceptionGroup) as caught:
         # A task group's error arrives wrapped: its first coordsim error is
         # the story (the others are its consequences); anything else is a bug.

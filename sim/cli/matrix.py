@@ -19,7 +19,7 @@ from rich.console import Console
 
 from sim.cli import options
 from sim.cli.tables import new_table, plain, print_tables
-from sim.load.config import check_int
+from sim.load.limits import check_int
 from sim.nemesis.matrix import (
     COLUMNS,
     MATRIX_JSON,
@@ -31,8 +31,9 @@ from sim.nemesis.matrix import (
     write,
 )
 from sim.nemesis.sweep import MAX_JOBS, MAX_SEEDS
-from sim.runtime.outputs import run_dir, staged_dir
+from sim.runtime.run_dirs import run_dir
 from sim.runtime.schedule import parse_schedule
+from sim.runtime.staging import staged_dir
 
 __all__ = ["matrix_command"]
 
@@ -49,7 +50,7 @@ def matrix_command(
     output: options.Output = None,
     old_out: options.OldOut = None,
     as_json: options.Json = False,
-) -> None:  # fmt: skip
+) -> None:
     """Run the known-bad matrix: for each (variant, scenario, config), the seeds to its first detection, "not caught in N", or "not reached" when N is below the seed it is first caught at (not a failure), and the anomalies by checker.
 
     Writes matrix.md and matrix.json and prints the directory last. Exit 0 if every entry came out as expected, 1 if one did not.
@@ -70,9 +71,9 @@ def matrix_command(
 
     def progress(r: EntryResult) -> None:
         _err.print(f"{r.entry.label} / {r.entry.scenario} / {r.entry.config}: {r.detection()}, "
-                   f"{r.coverage()} ({time.monotonic() - t0:.0f} s)", markup=False)  # fmt: skip
+                   f"{r.coverage()} ({time.monotonic() - t0:.0f} s)", markup=False)
 
-    with staged_dir(out, "anomalies matrix") as stage:
+    with options.disk_full_is_external(out), staged_dir(out, "anomalies matrix") as stage:
         results = run_matrix(seeds=seeds, jobs=n_jobs, schedule=policy, on_entry=progress)
         write(stage, results, seeds=seeds, command=command, schedule=policy)
     bad = [r for r in results if not r.as_expected]
@@ -89,7 +90,7 @@ def matrix_command(
                f"on {n_jobs} worker{'s' if n_jobs > 1 else ''}; "
                f"{len(bad)} not as expected; {n_unknown:,} seeds unknown"
                + (" (not every operation judged: `coordsim anomalies run` one for its coverage)"
-                  if n_unknown else ""), markup=False)  # fmt: skip
+                  if n_unknown else ""), markup=False)
     _out.print(f"written: {out / MATRIX_MD}, {out / MATRIX_JSON}", markup=False)
     options.wrote(out)
     raise typer.Exit(1 if bad else 0)

@@ -1,6 +1,6 @@
 """The options every coordsim command shares, defined once so that a name means
 the same thing, with the same metavar, default and help, in every command
-(docs/guide.md, "Vocabulary"; tests/sim/test_help.py and test_vocabulary.py
+(docs/guide.md, "Vocabulary"; tests/sim/cli/test_help.py and test_vocabulary.py
 hold every command to it).
 
 Old spellings (`--out`, `--spark`, `select_one`) are still accepted, with one
@@ -9,19 +9,24 @@ line on stderr saying what to use instead, until `ACCEPTED_UNTIL`.
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import errno
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 
 import typer
 from typer.core import TyperArgument, TyperOption
 
 from coordinator.config import CONFIGURATIONS
-from sim.runtime.errors import InvalidUsage
-from sim.runtime.outputs import LATEST, ROOT_ENV, RUNS_ROOT
+from sim.runtime.errors import CoordsimError, Determinate, ExternalError, InvalidUsage
+from sim.runtime.run_dirs import LATEST, ROOT_ENV, RUNS_ROOT
 from sim.runtime.workers import MAX_JOBS
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = [
     "ACCEPTED_UNTIL",
@@ -29,6 +34,8 @@ __all__ = [
     "DEFAULT_MASTER",
     "DEFAULT_MODE",
     "DEFAULT_SEED",
+    "DISK_FULL",
+    "PROGRESS_HELP",
     "SEEDS_HELP",
     "SHARED",
     "Config",
@@ -49,11 +56,15 @@ __all__ = [
     "Seed",
     "Wide",
     "deprecated",
+    "disk_full_is_external",
+    "exit_code",
     "kebab",
     "maybe_scenario",
     "pick",
     "print_json",
+    "removed_if_unfinished",
     "scenario",
+    "write_failed",
     "wrote",
 ]
 
@@ -104,7 +115,7 @@ Seed = Annotated[
         help="The seed every random draw derives from (virtual mode: same seed, same history). Several "
         "passes or seeds: the first of them, the next ones counting up from it.",
     ),
-]  # fmt: skip
+]
 Mode = Annotated[
     ModeName | None,
     typer.Option(
@@ -112,20 +123,20 @@ Mode = Annotated[
         help="virtual: deterministic virtual time, in-memory backends with a calibrated latency model; real: "
         "asyncio on a real Postgres (COORDSIM_POSTGRES_URL, else an embedded throwaway server).",
     ),
-]  # fmt: skip
+]
 Config = Annotated[
     str | None,
     typer.Option(
         "--config", metavar="NAME", show_default=DEFAULT_CONFIG,
         help=f"Coordinator configuration: {', '.join(CONFIGURATIONS)}.",
     ),
-]  # fmt: skip
+]
 #: Every command that takes a scenario takes it the same way: the argument
 #: SCENARIO, or `--scenario NAME` (`scenario` reads the two).
 ScenarioArg = Annotated[
     str | None, typer.Argument(metavar="SCENARIO", show_default=False,
                                help="Anomaly scenario (coordsim anomalies list names them).")
-]  # fmt: skip
+]
 ScenarioOpt = Annotated[
     str | None, typer.Option("--scenario", metavar="NAME", help="Another spelling of the SCENARIO argument.")
 ]
@@ -152,7 +163,7 @@ Schedule = Annotated[
     typer.Option("--schedule", metavar="POLICY", show_default="fifo",
                  help="Virtual loop's scheduling policy: fifo (asyncio's order), random (random walk) or pct "
                  "(priorities with change points; pct:d=DEPTH,k=STEPS), drawn from the seed."),
-]  # fmt: skip
+]
 #: Real mode's isolation level for every oracle, stash and Consensus session.
 PgIsolation = Annotated[
     PgIsolationName | None,
@@ -163,16 +174,19 @@ PgIsolation = Annotated[
         "CockroachDB-like and is labelled so in every output. Default: the Postgres URL's isolation= "
         "parameter, else serializable.",
     ),
-]  # fmt: skip
+]
+#: `-P`'s help, one text wherever it is (the Spark commands' default differs).
+PROGRESS_HELP: Final = ("Every SECONDS of wall time, a progress line on stderr (as pgbench -P): the level, operations "
+                        "so far and ops/s (compare, run); Spark tasks done out of those known so far (spark).")
 Progress = Annotated[
     float | None,
     typer.Option(
         "--progress", "-P", metavar="SECONDS", show_default="a line per level off a terminal",
-        help="Every SECONDS of wall time, a progress line on stderr: the level, operations so far, ops/s (as pgbench -P).",
+        help=PROGRESS_HELP,
     ),
-]  # fmt: skip
+]
 
-#: What tests/sim/test_help.py holds every command to: an option with one of
+#: What tests/sim/cli/test_help.py holds every command to: an option with one of
 #: these names has these names, this metavar and this default wherever it is.
 #: (`--seeds` is left out: a sweep requires it, the matrix has a default of
 #: its own. `-o/--output` names a FILE or PATH for the commands writing one
@@ -239,6 +253,61 @@ def kebab(name: str, known: object) -> str:
             deprecated(name, fixed)
             return fixed
     return name
+
+
+#: A disk that takes no more: full, over its quota, or past the process's
+#: file size limit (RLIMIT_FSIZE).
+DISK_FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def exit_code(error: CoordsimError) -> int:
+    """DESIGN.md §9's classes, as sim/cli/main.py maps them: an external
+    dependency that failed (a server, a disk, a component that is missing or
+    died) is 1, as a run that failed; anything else coordsim refuses is bad
+    input, 2."""
+    from sim.services.errors import BackendUnavailable
+
+    return 1 if isinstance(error, ExternalError | BackendUnavailable) else 2
+
+
+def write_failed(what: object, exc: OSError) -> CoordsimError:
+    """The error of a failed write of `what`: a full disk (`DISK_FULL`) is an
+    external failure (`Determinate`, exit 1), anything else about the path is
+    bad input (`InvalidUsage`, exit 2)."""
+    why = exc.strerror or str(exc)
+    if exc.errno in DISK_FULL:
+        return Determinate(f"cannot write {what}: {why}")
+    return InvalidUsage(f"cannot write {what}: {why}")
+
+
+@contextlib.contextmanager
+def disk_full_is_external(what: object) -> Iterator[None]:
+    """Around a command's writes (outside its `staged_dir`, which removes
+    what it staged first): a disk found full is `write_failed`'s one line
+    and exit 1, not a traceback. Any other `OSError` passes through."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in DISK_FULL:
+            raise
+        raise write_failed(what, exc) from exc
+
+
+@contextlib.contextmanager
+def removed_if_unfinished(path: Path) -> Iterator[None]:
+    """Around the writing of one file that coordsim records as its own
+    (`write_owned`): if `path` did not exist before and the block fails (the
+    disk filled up between the file and its record, say), the file is
+    removed again. It is coordsim's, but unrecorded no later run could prove
+    it, and the command that failed keeps nothing."""
+    existed = path.exists() or path.is_symlink()
+    try:
+        yield
+    except BaseException:
+        if not existed:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        raise
 
 
 def wrote(path: Path | str) -> None:

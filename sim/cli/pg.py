@@ -1,21 +1,23 @@
 """Real mode's PostgreSQL, for the commands that run against one: an embedded
 server started for the duration, or a configured one checked up front, so that
 a server that is down or refuses us is one line before the run rather than a
-driver's traceback from inside it. An embedded server that dies under the
-run (its postmaster killed) stops the run within seconds: one line naming it
-and what was kept, exit 1 (`on_postgres_death`).
+driver's traceback from inside it: exit 1 (an external dependency that
+failed), where a malformed URL is bad input, exit 2 (DESIGN.md §9). An
+embedded server that dies under the run (its postmaster killed) stops the run
+within seconds: one line naming it and what was kept, exit 1
+(`on_postgres_death`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
-from typing import TYPE_CHECKING, final
+from typing import TYPE_CHECKING, Final, final
 
 from sim.runtime import interrupts
-from sim.runtime.errors import CoordsimError
+from sim.runtime.errors import Determinate, InvalidUsage
 from sim.runtime.pg import Isolation, isolation_of, with_isolation
-from sim.runtime.urls import driver_url, redact_error, redact_text, redact_url
+from sim.runtime.urls import driver_url, redact_error, redact_text, redact_url, split_url
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -41,7 +43,7 @@ class DeathWatch:
         from sim.services.errors import ServiceDied
 
         kept = (f"nothing was written ({self._output} is as it was)" if self._output is not None
-                else "nothing was written")  # fmt: skip
+                else "nothing was written")
         what = f"{self._component} (pid {pid}) died during the run"
         self.line = f"coordsim: {what}; {kept}"
         interrupts.fail(ServiceDied(what), line=self.line, code=1)
@@ -116,15 +118,40 @@ def postgres_for(
         pg.stop()
 
 
+_SCHEMES: Final = ("postgres", "postgresql")
+
+
+def check_well_formed(url: str) -> None:
+    """Raises `InvalidUsage` (bad input) unless `url` is a `postgres://` or
+    `postgresql://` URL that splits, with a port (if any) from 0 to 65535.
+    What the messages quote is redacted: a raw `/`, `?` or `#` in a password
+    cuts the URL short, so that a piece of the password lands in the port."""
+    parts = split_url(url)  # InvalidUsage if it cannot be split at all
+    where = f"{redact_url(url)!r} (COORDSIM_POSTGRES_URL)"
+    if parts.scheme.lower() not in _SCHEMES:
+        raise InvalidUsage(f"malformed Postgres URL {where}: it must start with postgres:// or postgresql://")
+    if "," in parts.netloc:
+        return  # several hosts (libpq's `h1:p1,h2:p2`): the driver checks each
+    try:
+        parts.port  # noqa: B018 - the property parses the port, raising ValueError
+    except ValueError as exc:
+        raise InvalidUsage(f"malformed Postgres URL {where}: its port is not a number from 0 to 65535") from exc
+
+
 def check_reachable(url: str, *, timeout: float, verb: str, dsn: str | None = None) -> None:
     """Connects once to the Postgres at `url` (through `dsn`, the driver's form
     of it, if given) and disconnects.
 
     Raises:
-        CoordsimError: that failed, for whatever reason the driver gives; one
-            line, `cannot <verb> Postgres at <url> (COORDSIM_POSTGRES_URL): <why>`,
-            with the secrets redacted.
+        InvalidUsage: `url` is malformed (`check_well_formed`), or the driver
+            rejects one of its parameters: bad input (exit 2).
+        Determinate: a well-formed URL whose server cannot be reached, does
+            not answer within `timeout`, or refuses us (a wrong password, no
+            such database): an external dependency that failed (exit 1). One
+            line, `cannot <verb> Postgres at <url> (COORDSIM_POSTGRES_URL):
+            <why>`, with the secrets redacted.
     """
+    check_well_formed(url)
     import asyncpg
 
     from sim.runtime.core import Runtime, run
@@ -135,8 +162,12 @@ def check_reachable(url: str, *, timeout: float, verb: str, dsn: str | None = No
 
     try:
         run(probe, virtual=False)
-    except Exception as exc:  # whatever the driver raises, it is one line to the user
+    except ValueError as exc:  # the driver's parse of the URL (asyncpg's ClientConfigurationError too)
+        raise InvalidUsage(
+            f"malformed Postgres URL {redact_url(url)!r} (COORDSIM_POSTGRES_URL): {redact_error(exc)}"
+        ) from exc
+    except Exception as exc:  # whatever else the driver raises, it is one line to the user
         detail = redact_error(exc)
-        raise CoordsimError(
+        raise Determinate(
             f"cannot {verb} Postgres at {redact_url(url)} (COORDSIM_POSTGRES_URL): {detail}"
         ) from exc

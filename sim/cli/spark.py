@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import re
 import sys
 import time
@@ -22,9 +23,10 @@ import typer
 from rich.console import Console
 
 from sim.cli import options
-from sim.load.config import MAX_SEED, check_int
+from sim.load.limits import MAX_SEED, check_float, check_int
 from sim.runtime.errors import CoordsimError, InvalidUsage
-from sim.runtime.outputs import claimed_dir, mark_latest, run_dir, staged_dir
+from sim.runtime.run_dirs import mark_latest, run_dir
+from sim.runtime.staging import claimed_dir, staged_dir
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -38,13 +40,13 @@ def _fail(exc: CoordsimError | str) -> typer.Exit:
     tag = "invalid input" if isinstance(exc, InvalidUsage) else "error"
     line = " ".join(str(exc).split())  # one line, whatever Spark's message spans
     print(f"coordsim: {tag}: {line}", file=sys.stderr)  # noqa: T201 - the CLI's error channel
-    return typer.Exit(2)
+    return typer.Exit(2 if isinstance(exc, str) else options.exit_code(exc))
 
 
 #: Seeds one `coordsim spark sweep` runs: each is a Spark task writing a trace.
 MAX_SWEEP_SEEDS: Final = 1_000_000
 #: `synth-trace`'s bounds: `sim.spark.synth`'s (imported only when it runs,
-#: as it imports pyarrow; tests/sim/test_help.py holds the two equal).
+#: as it imports pyarrow; tests/sim/cli/test_help.py holds the two equal).
 MAX_SYNTH_OPS: Final = 10**9
 SYNTH_CHUNK: Final = 200_000
 #: At most one planted anomaly per chunk of the largest trace.
@@ -92,10 +94,45 @@ def _check_master(option: str, master: str) -> None:
         )
 
 
-def _session(master: str, verbose: bool, partitions: int | None) -> object:
+#: The JVM's output in a run directory (unless `-v`).
+SPARK_LOG: Final = "spark.log"
+_err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _verbose(ctx: typer.Context) -> bool:
+    """`coordsim -v` (before or after the command; sim/cli/main.py)."""
+    return bool(getattr(ctx.find_root().obj, "verbose", False))
+
+
+def _session(master: str, verbose: bool, partitions: int | None, out: str) -> object:
+    """The session, its JVM's output (log4j2's lines, Spark's warnings) on
+    the console with `-v` (at INFO), else in OUTPUT/spark.log (or, for an
+    output Spark writes by URL, a local temporary file named on stderr)."""
     from sim.spark.session import spark_session
 
-    return spark_session(master, verbose=verbose, shuffle_partitions=partitions)
+    log_file: Path | None = None
+    if not verbose:
+        if "://" in out:
+            import tempfile
+
+            fd, name = tempfile.mkstemp(prefix="coordsim-spark-", suffix=".log")
+            os.close(fd)
+            log_file = Path(name)
+            _err.print(f"spark: the JVM's log: {log_file}", markup=False)
+        else:
+            log_file = Path(out) / SPARK_LOG
+    return spark_session(master, verbose=verbose, shuffle_partitions=partitions, log_file=log_file)
+
+
+def _progress(spark: object, label: str, every: float | None) -> Any:
+    from sim.spark.progress import SparkProgress
+
+    return SparkProgress(spark, label, console=_err, every=every)
+
+
+def _check_progress(progress: float | None) -> None:
+    if progress is not None:
+        check_float("--progress", progress, low=0, high=MAX_PROGRESS_S, unit="seconds", strict_low=True)
 
 
 def _summary(res: object) -> None:
@@ -112,7 +149,9 @@ def _summary(res: object) -> None:
 
 
 _Partitions = Annotated[int | None, typer.Option("--shuffle-partitions", metavar="N", show_default="Spark's (200)", help=f"Spark shuffle partitions, 1 to {MAX_PARTITIONS:,}.")]
-_Verbose = Annotated[bool, typer.Option("--verbose", help="Spark's INFO logs.")]
+#: The most seconds between two progress lines.
+MAX_PROGRESS_S: Final = 86_400.0
+_Progress = Annotated[float | None, typer.Option("--progress", "-P", metavar="SECONDS", show_default="a bar on a terminal, else a line every 5 s", help=options.PROGRESS_HELP)]
 
 
 def _target(output: Path | None, old: str | None, command: str) -> str:
@@ -126,17 +165,18 @@ def _target(output: Path | None, old: str | None, command: str) -> str:
 
 
 def replay(
+    ctx: typer.Context,
     traces: Annotated[list[str], typer.Argument(metavar="TRACES...", help="Trace directories, or any directory holding traces below it (a run directory, coordsim-out/latest, a runs root).")],
     master: options.Master = options.DEFAULT_MASTER,
     old_spark: options.OldSpark = None,
     output: options.Output = None,
     old_out: Annotated[str | None, typer.Option("--out", hidden=True, metavar="DIR")] = None,
     partitions: _Partitions = None,
-    verbose: _Verbose = False,
+    progress: _Progress = None,
 ) -> None:
     """Re-verify traces with Spark and compare the configurations' metrics; writes Parquet, report.md and plots and prints the directory last.
 
-    Every in-process checker runs per trace, a large trace cut into segments checked in parallel. Exit 0 every run valid (every operation judged), 1 some run invalid, 3 none invalid but some not fully judged (unknown).
+    Every in-process checker runs per trace, a large trace cut into segments checked in parallel. Exit 0 every run valid (every operation judged), 1 some run invalid, 3 none invalid but some not fully judged (unknown). Progress (Spark tasks done) goes to stderr; the JVM's own log lines to OUTPUT/spark.log, or to the console with -v.
 
     Examples:
       coordsim spark replay coordsim-out/latest
@@ -150,12 +190,14 @@ def replay(
             options.deprecated("--spark", "--master")
             master = old_spark
         _check_partitions(partitions)
+        _check_progress(progress)
         _check_master("--master", master)
         expand_traces(traces)  # bad paths fail here, before Spark starts
         out = _target(output, old_out, "spark replay")
         with _claim_out(out, "spark replay"):
-            spark = _session(master, verbose, partitions)
-            res = run_replay(spark, traces, out)
+            spark = _session(master, _verbose(ctx), partitions, out)
+            with _progress(spark, "spark replay", progress):
+                res = run_replay(spark, traces, out)
         _latest(out, "spark replay")
     except CoordsimError as exc:
         raise _fail(exc) from exc
@@ -165,6 +207,7 @@ def replay(
 
 
 def sweep(
+    ctx: typer.Context,
     seeds: Annotated[int, typer.Option("--seeds", metavar="N", help=options.SEEDS_HELP.format(maximum=MAX_SWEEP_SEEDS))],
     scenario: options.ScenarioArg = None,
     scenario_opt: options.ScenarioOpt = None,
@@ -175,20 +218,19 @@ def sweep(
     known_bad: Annotated[list[str] | None, typer.Option("--known-bad", metavar="NAME", help="Switch on a known-bad variant (repeatable).")] = None,
     output: options.Output = None,
     old_out: Annotated[str | None, typer.Option("--out", hidden=True, metavar="DIR")] = None,
-    verbose: _Verbose = False,
+    progress: _Progress = None,
 ) -> None:
     """Run N seeds of an anomaly scenario as Spark tasks (virtual mode, one seed per task), write their traces to OUTPUT/traces, then replay them all into OUTPUT; prints the directory last.
 
-    `coordsim anomalies sweep` runs the same seeds in process, without Spark. Exit 0 every run valid (every operation judged), 1 some run invalid, 3 none invalid but some not fully judged (unknown).
+    `coordsim anomalies sweep` runs the same seeds in process, without Spark. Exit 0 every run valid (every operation judged), 1 some run invalid, 3 none invalid but some not fully judged (unknown). Progress (Spark tasks done) goes to stderr; the JVM's own log lines to OUTPUT/spark.log, or to the console with -v.
 
     Examples:
       coordsim spark sweep seed001 --seeds 100
       coordsim spark sweep split-brain --config event-loop --seeds 1000 --master local[2]
     """
-    import os
-
     from coordinator.config import check_known_bad
-    from sim.nemesis.anomalies import SCENARIOS, coordinator_config, default_spec, parse_known_bad
+    from sim.nemesis.anomaly_scenarios import SCENARIOS
+    from sim.nemesis.anomaly_spec import coordinator_config, default_spec, parse_known_bad
     from sim.spark.job import replay as run_replay
     from sim.spark.sweep import simulate
 
@@ -203,18 +245,22 @@ def sweep(
         check_int("--first-seed", first_seed, low=-MAX_SEED, high=MAX_SEED - seeds)
         spec = default_spec(scenario, config, first_seed, known_bad=parse_known_bad(known_bad or []))
         check_known_bad(coordinator_config(config).with_overrides(known_bad=spec.known_bad))
+        _check_progress(progress)
         _check_master("--master", master)
         out = _target(output, old_out, "spark sweep")
         with _claim_out(out, "spark sweep"):
-            spark = _session(master, verbose, None)
+            spark = _session(master, _verbose(ctx), None, out)
             traces = f"{out.rstrip('/')}/traces"
             if "://" not in traces:
                 traces = os.path.abspath(traces)
             t0 = time.perf_counter()
-            rows = simulate(spark, traces, scenario, config, range(first_seed, first_seed + seeds), known_bad or ())
+            with _progress(spark, "spark sweep: simulate", progress):
+                rows = simulate(spark, traces, scenario, config, range(first_seed, first_seed + seeds),
+                                known_bad or ())
             _out.print(f"simulated {len(rows)} seeds ({sum(r[2] for r in rows)} operations) "
-                       f"in {time.perf_counter() - t0:.1f}s")  # fmt: skip
-            res = run_replay(spark, [r[1] for r in rows], out)
+                       f"in {time.perf_counter() - t0:.1f}s")
+            with _progress(spark, "spark sweep: replay", progress):
+                res = run_replay(spark, [r[1] for r in rows], out)
         _latest(out, "spark sweep")
     except CoordsimError as exc:
         raise _fail(exc) from exc
@@ -252,7 +298,7 @@ def synth_trace(
         with staged_dir(out, "synth-trace") as stage:
             write(stage, ops, seed=seed, planted=planted)
     except OSError as exc:
-        raise _fail(f"cannot write {out}: {exc.strerror or exc}") from exc
+        raise _fail(options.write_failed(out, exc)) from exc
     except CoordsimError as exc:
         raise _fail(exc) from exc
     _out.print(f"{ops} operations in {time.perf_counter() - t0:.1f}s")

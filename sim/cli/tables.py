@@ -1,7 +1,7 @@
 """How a command prints a table: built in the house style (`new_table`, from
 `sim.runtime.tablestyle`) and printed with `print_tables`, which gives a pipe
 or a log every column at full width instead of folding it at 80. Commands make
-tables only through this module (tests/sim/test_tables.py holds them to it).
+tables only through this module (tests/sim/compare/test_tables.py holds them to it).
 """
 
 from __future__ import annotations

@@ -20,13 +20,15 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from sim.cli import options  # noqa: TC001 - typer reads the annotations at run time
+from sim.cli import options
 from sim.cli.options import print_json, wrote
 from sim.cli.tables import new_table, plain, print_tables
-from sim.load.config import read_text_file
+from sim.load.limits import read_text_file
 from sim.model.validate import FACTS, ROLES, Outcome, band_text, load_facts, run_fact, table_lines
 from sim.runtime.errors import InvalidUsage
-from sim.runtime.outputs import atomic_write, run_dir, staged_dir
+from sim.runtime.outputs import atomic_write
+from sim.runtime.run_dirs import run_dir
+from sim.runtime.staging import staged_dir
 
 __all__ = ["register", "validate"]
 
@@ -64,40 +66,40 @@ def validate(
     outcomes: list[Outcome] = []
     wall0 = time.perf_counter()
     out = run_dir(output, "validate").absolute()
-    with staged_dir(out, "validate") as stage:
+    with options.disk_full_is_external(out), staged_dir(out, "validate") as stage:
         for i, fact in enumerate(chosen, start=1):
             t0 = time.perf_counter()
             o = run_fact(fact)
             outcomes.append(o)
             print(f"[{i}/{len(chosen)}] {fact.id}: {o.value:,.3g} ({'holds' if o.holds else 'DOES NOT HOLD'}, "  # noqa: T201
-                  f"{time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)  # fmt: skip
+                  f"{time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
         lines = table_lines(outcomes)
         details = ["", "## Each fact: source, band, mechanism, measurements", ""]
         for o in outcomes:
             details += [f"- **{o.fact.id}** ({o.fact.role}; {'holds' if o.holds else 'does not hold'}): "
                         f"{o.fact.claim}.", f"  Source: {o.fact.source}.",
                         f"  Band: {band_text(o.fact)} ({o.fact.band_reason}).",
-                        f"  Mechanism (model): {o.fact.mechanism}.", f"  Measured: {o.detail}."]  # fmt: skip
+                        f"  Mechanism (model): {o.fact.mechanism}.", f"  Measured: {o.detail}."]
         head = ["# coordsim validate", "",
                 f"{len(outcomes)} facts, virtual mode, fixed seeds, the shipped profile; "
                 f"{time.perf_counter() - wall0:.0f} s of wall time. Calibration facts set a model constant and "
-                "only show the calibration took; validation facts set nothing and test the model.", ""]  # fmt: skip
+                "only show the calibration took; validation facts set nothing and test the model.", ""]
         atomic_write(stage / "validate.md", lambda p: p.write_text("\n".join(head + lines + details) + "\n"))
 
         def write_csv(p: Path) -> None:
             with p.open("w", newline="") as fh:
                 w = csv.writer(fh)
                 w.writerow(["id", "role", "claim", "published", "metric", "lo", "hi", "simulated", "holds", "source",
-                            "band_reason", "measured"])  # fmt: skip
+                            "band_reason", "measured"])
                 for o in outcomes:
                     w.writerow([o.fact.id, o.fact.role, o.fact.claim, o.fact.published, o.fact.metric,
                                 f"{o.fact.between[0]:g}", f"{o.fact.between[1]:g}", f"{o.value:.6g}", o.holds,
-                                o.fact.source, o.fact.band_reason, o.detail])  # fmt: skip
+                                o.fact.source, o.fact.band_reason, o.detail])
 
         atomic_write(stage / "validate.csv", write_csv)
         doc = _document(outcomes, out)
         atomic_write(stage / "validate.json",
-                     lambda p: p.write_text(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"))  # fmt: skip
+                     lambda p: p.write_text(json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"))
     failed = [o.fact.id for o in outcomes if not o.holds]
     if as_json:
         print_json(doc)
@@ -108,10 +110,10 @@ def validate(
             if not group:
                 continue
             table = new_table(f"{role} fact", "published", "band", "simulated", "holds", plain=plain(_out),
-                              numeric=("simulated",))  # fmt: skip
+                              numeric=("simulated",))
             for o in group:
                 table.add_row(f"{o.fact.id}: {o.fact.claim}", o.fact.published, band_text(o.fact), f"{o.value:,.3g}",
-                              "yes" if o.holds else "NO")  # fmt: skip
+                              "yes" if o.holds else "NO")
             tables.append(table)
         print_tables(tables, console=_out)
         for role in ROLES:
@@ -119,11 +121,11 @@ def validate(
             bad = [o.fact.id for o in group if not o.holds]
             if group:
                 _out.print(f"{role}: {len(group) - len(bad)} of {len(group)} facts hold"
-                           + (f"; not: {', '.join(bad)}" if bad else ""), markup=False)  # fmt: skip
+                           + (f"; not: {', '.join(bad)}" if bad else ""), markup=False)
     if failed:
         if not as_json:
             _out.print(f"{len(failed)} of {len(outcomes)} facts do not hold: {', '.join(failed)} "
-                       f"(details in {out}/validate.md)", markup=False)  # fmt: skip
+                       f"(details in {out}/validate.md)", markup=False)
             wrote(out)
         raise typer.Exit(1)
     if not as_json:
@@ -138,7 +140,7 @@ def _document(outcomes: list[Outcome], out: Path) -> dict[str, object]:
         value = o.value if o.value == o.value else None  # NaN is not JSON
         return {"id": o.fact.id, "claim": o.fact.claim, "published": o.fact.published, "metric": o.fact.metric,
                 "between": list(o.fact.between), "band_reason": o.fact.band_reason, "simulated": value,
-                "holds": o.holds, "source": o.fact.source, "mechanism": o.fact.mechanism, "measured": o.detail}  # fmt: skip
+                "holds": o.holds, "source": o.fact.source, "mechanism": o.fact.mechanism, "measured": o.detail}
 
     groups = {role: [one(o) for o in outcomes if o.fact.role == role] for role in ROLES}
     return {

@@ -10,7 +10,7 @@ every output rather than hidden.
 
 More cores are a step of their own, never part of "decoupling": the
 architecture step runs the decoupled adapter on the event loop's one core,
-and the `cores` step after it gives it the latency profile's cores (`sim.load.config.profile_cores`)
+and the `cores` step after it gives it the latency profile's cores (`sim.load.latency_profile.profile_cores`)
 (its variant leaves `cores` unset, so the run's profile decides).
 """
 
@@ -25,7 +25,7 @@ from sim.runtime.errors import InvalidUsage
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from sim.compare.runner import LevelRow
+    from sim.compare.rows import LevelRow
 
 __all__ = ["ORDER", "Step", "chain", "parse_ablate", "waterfall_lines", "with_scale_out"]
 
@@ -87,7 +87,7 @@ def chain(src_name: str, dst_name: str) -> list[Step]:
     a, b = knobs(src), knobs(dst)
     for k, cfg in ((a, src), (b, dst)):
         if cfg.architecture is Architecture.DECOUPLED:
-            k["cores"] = _PROFILE  # what a run gives it (`sim.load.config.with_profile_cores`)
+            k["cores"] = _PROFILE  # what a run gives it (`sim.load.latency_profile.with_profile_cores`)
     arch = src.architecture
     steps = [Step(src_name, "start", None)]
     changed: dict[str, object] = {}
@@ -118,7 +118,7 @@ def chain(src_name: str, dst_name: str) -> list[Step]:
             changed["cores"] = _PROFILE
             continue
         steps.append(Step(f"{src_name} +{key}={_short(changed[key])}", key,
-                          {"base": src_name, **{k: v for k, v in changed.items() if v is not _PROFILE}}))  # fmt: skip
+                          {"base": src_name, **{k: v for k, v in changed.items() if v is not _PROFILE}}))
     if len(steps) == 1:
         raise InvalidUsage(f"{src_name} and {dst_name} differ in no mechanism")
     steps[-1] = Step(dst_name, steps[-1].mechanism, None)

@@ -44,7 +44,7 @@ from sim.runtime.errors import InvalidUsage
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from sim.compare.runner import LevelRow
+    from sim.compare.rows import LevelRow
 
 __all__ = [
     "FASTER",
@@ -213,7 +213,7 @@ class Conclusions:
             cells.setdefault((r.workload, r.concurrency, r.config), {})[r.measure] = r
         if cells:
             out += ["| workload | clients | configuration | throughput ratio (95 % CI) | p50 ratio | p99 ratio |",
-                    "|---|---:|---|---|---|---|"]  # fmt: skip
+                    "|---|---:|---|---|---|---|"]
             for (wl, c, cfg), by in cells.items():
                 shown = [by[m].text() if m in by else "—" for m, _, _ in _MEASURES]
                 out.append(f"| {wl} | {c} | {cfg} | " + " | ".join(shown) + " |")
@@ -291,7 +291,7 @@ def conclude(rows: Sequence[LevelRow], *, reference: str = "event-loop", alpha: 
     configs = list(dict.fromkeys(r.config for r in rows))
     if reference not in configs:
         raise InvalidUsage(f"reference configuration {reference!r} is not in this run; "
-                           f"its configurations are: {', '.join(configs)}")  # fmt: skip
+                           f"its configurations are: {', '.join(configs)}")
     cells: dict[tuple[str, str, int], LevelRow] = {}
     for r in rows:
         key = (r.workload, r.config, r.concurrency)
@@ -386,7 +386,7 @@ def _clause(r: Ratio, reference: str, *, first: bool) -> str:
         # An interval that excludes 1 yet no label: the run's other
         # comparisons (Holm) took the significance, which a reader must see.
         why = ("; significant alone, not over the run's comparisons"
-               if r.lo is not None and r.hi is not None and (r.lo > 1 or r.hi < 1) else "")  # fmt: skip
+               if r.lo is not None and r.hi is not None and (r.lo > 1 or r.hi < 1) else "")
         return f"{r.config}{what} ({x}, {r.interval()}{_TIMES}{why})"
     ci = f"({r.interval()}{_TIMES})"
     return f"{r.config} {verb} {x} {ci} {noun}" if first else f"{r.config} {x} {ci}"

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     from hdrh.histogram import HdrHistogram
 
-    from sim.compare.runner import LevelRow
+    from sim.compare.rows import LevelRow
 
 __all__ = ["HGRM_DIR", "hgrm_text", "mean_and_stddev", "write_hgrms"]
 

@@ -51,7 +51,7 @@ def thresholds_text() -> str:
     return (f"a real-mode cell is host-bound when, averaged over its passes, coordsim's own CPU reaches "
             f"{OWN_CPU_LIMIT:.0%} of the one core its event loop can use, a 1 ms timer fires "
             f"{LAG_LIMIT_MS:g} ms late or more on average, or Postgres's processes or the whole machine "
-            f"use {POSTGRES_CPU_LIMIT:.0%} of the usable cores")  # fmt: skip
+            f"use {POSTGRES_CPU_LIMIT:.0%} of the usable cores")
 
 
 def host_bound(figures: Sequence[HostFigures]) -> str:

@@ -96,7 +96,7 @@ ARCHITECTURES: Final[tuple[Architecture, ...]] = (
     Architecture("decoupled", "decoupled", 1, None, None, "victim and neighbour share the one adapter"),
     Architecture("decoupled-2-adapters", "decoupled-2-adapters", 2, 1, 2,
                  "victim on adapter 1, neighbour on adapter 2"),
-)  # fmt: skip
+)
 
 
 @final
@@ -121,7 +121,7 @@ NEIGHBOURS: Final[dict[str, Neighbour]] = {
                   f"{HEAVY_PEEK_CLIENTS} closed-loop clients of select-one's point peek (strict serializable) "
                   "on an indexed table of its own: 16x the victim's peek load"),
     )
-}  # fmt: skip
+}
 
 
 def parse_neighbours(spec: str | None) -> tuple[str, ...]:
@@ -140,7 +140,7 @@ def isolation_config(cfg: Config) -> Config:
     (in real mode the two adapters are two OS processes)."""
     variants = {**cfg.variants, "decoupled-2-adapters": {"base": "decoupled", "adapters": 2}}
     return cfg.with_overrides(configurations=[a.config for a in ARCHITECTURES], variants=variants,
-                              workloads=[VICTIM_WORKLOAD])  # fmt: skip
+                              workloads=[VICTIM_WORKLOAD])
 
 
 # --- one run ---------------------------------------------------------------------------
@@ -270,7 +270,7 @@ def run_pass(
         victim_ops_s=result.throughput, victim_p50_ms=p50, victim_p99_ms=p99,
         neighbour_ops_s=sum(inside) / result.elapsed_s if result.elapsed_s > 0 else 0.0,
         neighbour_errors=len(inside) - sum(inside),
-    )  # fmt: skip
+    )
 
 
 # --- the ratios ------------------------------------------------------------------------
@@ -318,7 +318,7 @@ class Ratio:
             "with": num(self.with_.mean), "with_ci95": num(self.with_.half),
             "ratio": num(self.value), "ratio_low": num(self.low), "ratio_high": num(self.high),
             "passes": self.n,
-        }  # fmt: skip
+        }
 
 
 def ratio_estimate(without: Sequence[float], with_: Sequence[float]) -> Ratio:
@@ -364,7 +364,7 @@ class IsolationRow:
             "neighbour_ops_s": None if not self.neighbour_ops_s.n else round(self.neighbour_ops_s.mean, 3),
             "victim_errors": self.victim_errors, "neighbour_errors": self.neighbour_errors,
             "p99_thin_tail": self.thin_tail, "note": self.note,
-        }  # fmt: skip
+        }
 
 
 def isolation_rows(results: Sequence[PassResult], neighbours: Sequence[str]) -> list[IsolationRow]:
@@ -380,7 +380,7 @@ def isolation_rows(results: Sequence[PassResult], neighbours: Sequence[str]) -> 
             continue
         for n in neighbours:
             pairs = [(by_key[arch.name, BASELINE, i], by_key[arch.name, n, i]) for i in indexes
-                     if (arch.name, BASELINE, i) in by_key and (arch.name, n, i) in by_key]  # fmt: skip
+                     if (arch.name, BASELINE, i) in by_key and (arch.name, n, i) in by_key]
             if not pairs:
                 continue
             base, noisy = [b for b, _ in pairs], [w for _, w in pairs]
@@ -393,5 +393,5 @@ def isolation_rows(results: Sequence[PassResult], neighbours: Sequence[str]) -> 
                 victim_errors=sum(r.victim_errors for b, w in pairs for r in (b, w)),
                 neighbour_errors=sum(w.neighbour_errors for w in noisy),
                 thin_tail=any(not percentile_shown(r.victim_samples, 99) for b, w in pairs for r in (b, w)),
-            ))  # fmt: skip
+            ))
     return rows

@@ -63,14 +63,14 @@ def table_lines(rows: Sequence[IsolationRow]) -> list[str]:
     """The short table printed on stdout: per row the victim's p50, p99 and
     throughput without → with the neighbour, and the with/without ratios."""
     cells = [("architecture", "neighbour", "p50 ms", "p50 ratio [95% CI]", "p99 ms", "p99 ratio [95% CI]",
-              "victim ops/s", "ops/s ratio [95% CI]", "neighbour ops/s")]  # fmt: skip
+              "victim ops/s", "ops/s ratio [95% CI]", "neighbour ops/s")]
     for r in rows:
         cells.append((r.architecture, r.neighbour, _pair(r.p50, ".3g"), ratio_text(r.p50), _pair(r.p99, ".3g"),
                       ratio_text(r.p99) + ("*" if r.thin_tail else ""), _pair(r.throughput, ".0f"),
-                      ratio_text(r.throughput), f"{r.neighbour_ops_s.mean:,.0f}"))  # fmt: skip
+                      ratio_text(r.throughput), f"{r.neighbour_ops_s.mean:,.0f}"))
     widths = [max(len(c[i]) for c in cells) for i in range(len(cells[0]))]
     lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-             for row in cells]  # fmt: skip
+             for row in cells]
     if any(r.thin_tail for r in rows):
         lines.append("* some pass had fewer than 1,000 victim operations: its p99 is among its few slowest")
     return lines
@@ -88,7 +88,7 @@ def write_csv(path: Path, rows: Sequence[IsolationRow]) -> None:
     cols = [*_CSV_FIELDS]
     for prefix, _ in _METRICS:
         cols += [f"{prefix}_without", f"{prefix}_with", f"{prefix}_ratio", f"{prefix}_ratio_low",
-                 f"{prefix}_ratio_high"]  # fmt: skip
+                 f"{prefix}_ratio_high"]
     cols += ["neighbour_ops_s", "victim_errors", "neighbour_errors", "p99_thin_tail", "note"]
 
     def write(p: Path) -> None:
@@ -97,14 +97,14 @@ def write_csv(path: Path, rows: Sequence[IsolationRow]) -> None:
             w.writeheader()
             for r in rows:
                 out: dict[str, object] = {"architecture": r.architecture, "neighbour": r.neighbour,
-                                          "passes": r.passes, "seeds": " ".join(map(str, r.seeds))}  # fmt: skip
+                                          "passes": r.passes, "seeds": " ".join(map(str, r.seeds))}
                 for prefix, attr in _METRICS:
                     d = getattr(r, attr).as_dict()
                     out |= {f"{prefix}_without": d["without"], f"{prefix}_with": d["with"],
                             f"{prefix}_ratio": d["ratio"], f"{prefix}_ratio_low": d["ratio_low"],
-                            f"{prefix}_ratio_high": d["ratio_high"]}  # fmt: skip
+                            f"{prefix}_ratio_high": d["ratio_high"]}
                 out |= {"neighbour_ops_s": round(r.neighbour_ops_s.mean, 3), "victim_errors": r.victim_errors,
-                        "neighbour_errors": r.neighbour_errors, "p99_thin_tail": r.thin_tail, "note": r.note}  # fmt: skip
+                        "neighbour_errors": r.neighbour_errors, "p99_thin_tail": r.thin_tail, "note": r.note}
                 w.writerow(out)
 
     atomic_write(path, write)
@@ -156,14 +156,14 @@ def isolation_figure(rows: Sequence[IsolationRow], *, subtitle: str) -> Figure:
             errs[1].append(max(0.0, high - y))
             labels.append(f"{_sig(est.value)}x" + ("*" if row.thin_tail else ""))
         ax.bar(xs, [y - 1 for y in ys], width * 0.92, bottom=1, color=st.color, hatch=st.hatch,
-               edgecolor="white", label=f"{arch.name} ({arch.description})")  # fmt: skip
+               edgecolor="white", label=f"{arch.name} ({arch.description})")
         ax.errorbar(xs, ys, yerr=errs, fmt="none", ecolor="0.15", elinewidth=1.2, capsize=4)
         for x, y, text, down, up in zip(xs, ys, labels, errs[0], errs[1], strict=True):
             # Beyond the bar's end and its error bar, so neither hides the number.
             above = y >= 1
             ax.annotate(text, (x, y + up if above else y - down), xytext=(0, 3 if above else -3),
                         textcoords="offset points", ha="center", va="bottom" if above else "top", fontsize=9,
-                        fontweight="bold")  # fmt: skip
+                        fontweight="bold")
     ax.axhline(1.0, color="0.2", linewidth=1.2, linestyle="--", label="1.0 = perfect isolation (no impact)")
     ax.set_yscale("log")
     ax.set_ylim(lo, hi)
@@ -201,27 +201,27 @@ def markdown(
     lines.append("\n## With / without the neighbour (1.0 = perfect isolation)\n")
     lines.append("Ratio of the victim's figure with the neighbour to without it: the geometric mean over "
                  "paired passes (same seed) with its 95 % Student-t interval on the log scale. Latency ratios above 1 and throughput ratios "
-                 "below 1 are the neighbour's impact.\n")  # fmt: skip
+                 "below 1 are the neighbour's impact.\n")
     lines.append("| architecture | neighbour | p50 ratio | p99 ratio | throughput ratio | passes |")
     lines.append("|---|---|---:|---:|---:|---:|")
     for r in rows:
         thin = "\\*" if r.thin_tail else ""
         lines.append(f"| {r.architecture} | {r.neighbour} | {ratio_text(r.p50)} | {ratio_text(r.p99)}{thin} | "
-                     f"{ratio_text(r.throughput)} | {r.passes} |")  # fmt: skip
+                     f"{ratio_text(r.throughput)} | {r.passes} |")
     if any(r.thin_tail for r in rows):
         lines.append("\n\\* some pass had fewer than 1,000 victim operations in its window: that p99 is among "
-                     "its few slowest operations.")  # fmt: skip
+                     "its few slowest operations.")
     lines.append(f"\n![victim p99 ratio]({plot_name})\n")
     lines.append("## The victim's figures (means over the passes)\n")
     lines.append("| architecture | neighbour | p50 ms without → with | p99 ms without → with | "
-                 "ops/s without → with | neighbour ops/s achieved | errors (victim / neighbour) |")  # fmt: skip
+                 "ops/s without → with | neighbour ops/s achieved | errors (victim / neighbour) |")
     lines.append("|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
         lines.append(f"| {r.architecture} | {r.neighbour} | {_pair(r.p50, '.2f')} | {_pair(r.p99, '.2f')} | "
                      f"{_pair(r.throughput, ',.0f')} | {r.neighbour_ops_s.mean:,.0f} | "
-                     f"{r.victim_errors} / {r.neighbour_errors} |")  # fmt: skip
+                     f"{r.victim_errors} / {r.neighbour_errors} |")
     lines.append("\nA neighbour is closed-loop: the same clients and statements everywhere, so what it "
-                 "achieves (above) depends on how fast the architecture serves it. `runs.csv` has every run.\n")  # fmt: skip
+                 "achieves (above) depends on how fast the architecture serves it. `runs.csv` has every run.\n")
     if provenance:
         lines.append("## Provenance\n")
         lines.extend(provenance)

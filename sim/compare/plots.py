@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from sim.compare.ablation import Step
-    from sim.compare.runner import LevelRow
+    from sim.compare.rows import LevelRow
 
 __all__ = [
     "BUILTIN",
@@ -134,7 +134,7 @@ class Point:
 def point(row: LevelRow) -> Point:
     """The plotted view of a compare row."""
     return Point(row.config, row.concurrency, row.throughput_ops_s, row.throughput_ci95, row.p50_ms, row.p99_ms,
-                 row.errors, not row.concludable)  # fmt: skip
+                 row.errors, not row.concludable)
 
 
 def _offsets(levels: Sequence[int], n: int) -> list[float]:
@@ -160,7 +160,7 @@ def _x_span(ax: Axes, levels: Sequence[int], offsets: Sequence[float]) -> None:
 
 
 def _markers(ax: Axes, xs: Sequence[float], ys: Sequence[float], hollow: Sequence[bool], st: Style, *,
-             size: float) -> None:  # fmt: skip
+             size: float) -> None:
     """The points themselves, filled or hollow; drawn apart from the line so
     one series can mix both."""
     for want in (False, True):
@@ -168,7 +168,7 @@ def _markers(ax: Axes, xs: Sequence[float], ys: Sequence[float], hollow: Sequenc
         if pts:
             ax.plot([x for x, _ in pts], [y for _, y in pts], linestyle="none", marker=st.marker, color=st.color,
                     markeredgecolor=st.color, markerfacecolor="none" if want else st.color, markeredgewidth=1.5,
-                    markersize=size)  # fmt: skip
+                    markersize=size)
 
 
 def _legends(ax: Axes, configs: Sequence[str], extra: Sequence[Artist]) -> None:
@@ -181,10 +181,10 @@ def _legends(ax: Axes, configs: Sequence[str], extra: Sequence[Artist]) -> None:
     legends = []
     if handles:
         legends.append(ax.legend(handles=handles, title="configuration", fontsize="small", title_fontsize="small",
-                                 loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0))  # fmt: skip
+                                 loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0))
     if extra:
         legends.append(ax.legend(handles=list(extra), fontsize="small", loc="lower left", bbox_to_anchor=(1.01, 0.0),
-                                 borderaxespad=0.0))  # fmt: skip
+                                 borderaxespad=0.0))
     # `ax.legend` replaces the axes' legend: the first is kept as an artist,
     # unclipped, or the layout would clip it to the axes and cut it off.
     for leg in legends[:-1]:
@@ -196,7 +196,7 @@ def _hollow_handle() -> Artist:
     from matplotlib.lines import Line2D
 
     return Line2D([], [], linestyle="none", marker="o", color="0.35", markerfacecolor="none", markeredgewidth=1.5,
-                  label=HOLLOW_NOTE)  # fmt: skip
+                  label=HOLLOW_NOTE)
 
 
 def _new_axes() -> tuple[Figure, Axes]:
@@ -226,7 +226,7 @@ def throughput_figure(points: Sequence[Point], *, title: str, ylabel: str = "ope
     for cfg, k in zip(configs, offsets, strict=True):
         st = style(cfg)
         mine = sorted((p for p in points if p.config == cfg and math.isfinite(p.throughput_ops_s)),
-                      key=lambda p: p.concurrency)  # fmt: skip
+                      key=lambda p: p.concurrency)
         xs = [p.concurrency * k for p in mine]
         ys = [p.throughput_ops_s for p in mine]
         ax.plot(xs, ys, color=st.color, linewidth=1.5)
@@ -234,13 +234,13 @@ def throughput_figure(points: Sequence[Point], *, title: str, ylabel: str = "ope
         if bars:
             ax.errorbar([x for x, _, _ in bars], [y for _, y, _ in bars], fmt="none", ecolor=st.color, capsize=3,
                         elinewidth=1.2, yerr=[[min(h or 0.0, max(y, 0.0)) for _, y, h in bars],
-                                              [h or 0.0 for _, _, h in bars]])  # fmt: skip
+                                              [h or 0.0 for _, _, h in bars]])
         _markers(ax, xs, ys, [p.hollow for p in mine], st, size=7)
         hollow |= any(p.hollow for p in mine)
         for x, p in zip(xs, mine, strict=True):
             if p.errors:
                 ax.annotate(f"{p.errors:,} err", (x, p.throughput_ops_s), fontsize=7, color=st.color,
-                            textcoords="offset points", xytext=(5, 5))  # fmt: skip
+                            textcoords="offset points", xytext=(5, 5))
     concurrency_axis(ax, levels)
     _x_span(ax, levels, offsets)
     ax.set_ylim(bottom=0)
@@ -275,7 +275,7 @@ def latency_figure(points: Sequence[Point], *, title: str) -> Figure:
         mine = sorted((p for p in points if p.config == cfg), key=lambda p: p.concurrency)
         for kind, dash, size in (("p50", "-", 7.0), ("p99", "--", 4.5)):
             pts = [(p.concurrency * k, v, p.hollow) for p in mine
-                   if (v := getattr(p, f"{kind}_ms")) is not None and v > 0]  # fmt: skip
+                   if (v := getattr(p, f"{kind}_ms")) is not None and v > 0]
             if not pts:
                 continue
             xs, ys, hs = [x for x, _, _ in pts], [y for _, y, _ in pts], [h for _, _, h in pts]
@@ -308,7 +308,7 @@ def latency_figure(points: Sequence[Point], *, title: str) -> Figure:
         ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if ratio < 1000 else ""))
     else:
         ax.text(0.5, 0.5, "too few samples for any percentile", transform=ax.transAxes, ha="center", va="center",
-                color="0.35")  # fmt: skip
+                color="0.35")
         ax.set_yticks([])
     missing = [c for c in configs if c not in drawn]
     if missing and values:
@@ -342,18 +342,18 @@ def waterfall_figure(rows: Sequence[LevelRow], steps: Sequence[Step], workload: 
     for i, st in enumerate(steps):
         look = style(st.name)
         cells = [(j + (i - (len(steps) - 1) / 2) * width, by[(st.name, c)]) for j, c in enumerate(levels)
-                 if (st.name, c) in by]  # fmt: skip
+                 if (st.name, c) in by]
         for x, r in cells:
             empty = not r.concludable
             hollow |= empty
             # A hatch is drawn in the edge colour: white on a filled bar (which
             # also parts adjacent bars), the step's colour on an unfilled one.
             ax.bar(x, r.throughput_ops_s, width, color="none" if empty else look.color, hatch=look.hatch or None,
-                   edgecolor=look.color if empty else "white", linewidth=1.2 if empty else 0.6)  # fmt: skip
+                   edgecolor=look.color if empty else "white", linewidth=1.2 if empty else 0.6)
             if half := r.throughput_ci95:
                 low = min(half, max(r.throughput_ops_s, 0.0))
                 ax.errorbar(x, r.throughput_ops_s, yerr=[[low], [half]], fmt="none", ecolor="0.2", capsize=2,
-                            elinewidth=1.0)  # fmt: skip
+                            elinewidth=1.0)
         label = st.name if i < len(steps) - 1 else f"{st.name} (+{st.mechanism})"
         handles.append(Patch(facecolor=look.color, edgecolor="white", hatch=look.hatch or None, label=label))
     if hollow:
@@ -367,7 +367,7 @@ def waterfall_figure(rows: Sequence[LevelRow], steps: Sequence[Step], workload: 
     ax.grid(True, axis="y", alpha=0.3)
     ax.set_axisbelow(True)
     ax.legend(handles=handles, title="step (in chain order)", fontsize="small", title_fontsize="small",
-              loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # fmt: skip
+              loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     return fig
 
 
@@ -380,9 +380,9 @@ def plot(directory: Path, rows: Sequence[LevelRow]) -> list[Path]:
         pts = [point(r) for r in mine]
         mode = mine[0].mode
         paths.append(save_figure(throughput_figure(pts, title=f"{wl}: throughput ({mode} mode)"),
-                                 directory / f"{wl}-throughput.png"))  # fmt: skip
+                                 directory / f"{wl}-throughput.png"))
         paths.append(save_figure(latency_figure(pts, title=f"{wl}: latency ({mode} mode)"),
-                                 directory / f"{wl}-latency.png"))  # fmt: skip
+                                 directory / f"{wl}-latency.png"))
     return paths
 
 
@@ -418,4 +418,4 @@ def plot_waterfall(directory: Path, rows: Sequence[LevelRow], steps: Sequence[St
     so a step's effect is the change from the bar before it
     (`sim.compare.plots.waterfall_figure`)."""
     return [save_figure(waterfall_figure(rows, steps, wl), directory / f"{wl}-ablation.png")
-            for wl in dict.fromkeys(r.workload for r in rows)]  # fmt: skip
+            for wl in dict.fromkeys(r.workload for r in rows)]

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-    from sim.compare.runner import LevelRow
+    from sim.compare.rows import LevelRow
     from sim.compare.stats import Verdict
     from sim.runtime.backend_stats import KindStats
 
@@ -107,7 +107,7 @@ COLUMNS: Final = (
 )
 
 #: The backend columns of `COLUMNS` that name a `LevelRow.backend` entry:
-#: one kind, or a group (`<prefix>*`, `sim.compare.runner.BACKEND_GROUPS`).
+#: one kind, or a group (`<prefix>*`, `sim.compare.rows.BACKEND_GROUPS`).
 _BACKEND_COLUMNS: Final = {
     "oracle_rtt": "oracle.pg.*",
     "oracle_read_ts": "oracle.pg.read_ts",
@@ -123,7 +123,7 @@ _BACKEND_COLUMNS: Final = {
 #: What `read_results` needs of a baseline (an older results.csv has these
 #: and not the columns added since; `compare_baseline` reads no others).
 _BASELINE_COLUMNS: Final = ("workload", "config", "concurrency", "throughput_samples", "p50_samples_ms",
-                            "p99_samples_ms")  # fmt: skip
+                            "p99_samples_ms")
 
 #: `--baseline`'s default threshold: a cell worse than this fraction (and
 #: outside the noise at family-wise 5 %, `sim.compare.stats.holm_family`) is a regression.
@@ -260,12 +260,12 @@ def isolation_line(rows: Sequence[LevelRow]) -> str | None:
     retried = sum(r.retries_40001 or 0 for r in rows)
     total = sum(r.backend_retries or 0 for r in rows)
     return (f"Postgres isolation: {names}; 40001 serialization failures retried: {retried:,} "
-            f"(all backend retries: {total:,})")  # fmt: skip
+            f"(all backend retries: {total:,})")
 
 
 _HEAD: Final = ("config", "clients", "ops/s (95% CI)", "ops", "errors", "p50 ms", "p99 ms", "p99.9 ms",
                 "mean ± sd ms", "lat. n", "censored", "window s", "Little", "steady", "oracle q/op", "loop busy",
-                "loop msg/op", "verdict")  # fmt: skip
+                "loop msg/op", "verdict")
 
 
 def _state(r: LevelRow) -> str:
@@ -273,7 +273,7 @@ def _state(r: LevelRow) -> str:
     if r.concludable:
         return "yes"
     why = [x for x in (r.steady_note if not r.steady else "", f"host-bound: {r.host_bound}" if r.host_bound else "")
-           if x]  # fmt: skip
+           if x]
     return "**no**: " + "; ".join(why)
 
 
@@ -288,7 +288,7 @@ def _cells(r: LevelRow) -> list[str]:
             _ms(r.p999_ms), _mean_sd(r), f"{r.latency_samples:,}", f"{r.censored:,}", f"{r.window_s:.3g}",
             fixed_text(r.littles_law_ratio, "{:.2f}"), _state(r), fixed_text(r.oracle_queries_per_op, "{:.2f}"),
             fixed_text(r.loop_busy_fraction, "{:.0%}"), fixed_text(r.loop_messages_per_op, "{:.2f}"),
-            r.verdict or "—"]  # fmt: skip
+            r.verdict or "—"]
 
 
 def fixed_text(v: float | None, fmt: str) -> str:
@@ -421,9 +421,9 @@ class BaselineCheck:
     def line(self) -> str:
         """The pass/fail line `coordsim compare --baseline` prints."""
         rule = (f"beyond {self.threshold:.0%} and significant at family-wise {self.alpha:.0%} "
-                "(Welch, one-sided; Holm)")  # fmt: skip
+                "(Welch, one-sided; Holm)")
         note = (f"; {self.untested} with one sample on a side, decided by the threshold alone"
-                if self.untested else "")  # fmt: skip
+                if self.untested else "")
         if self.within_noise:
             note += f"; {self.within_noise} more beyond {self.threshold:.0%} but within the noise"
         if self.regressions:
@@ -468,7 +468,7 @@ def compare_baseline(
             verdicts.append(compare_samples(old, new, threshold=threshold, higher_is_better=higher))
     judged = holm_family(verdicts, alpha=alpha)
     found = [Regression(r.workload, r.config, r.concurrency, measure, v.reason)
-             for (r, measure), v in zip(cells, judged, strict=True) if v.regressed]  # fmt: skip
+             for (r, measure), v in zip(cells, judged, strict=True) if v.regressed]
     within_noise = sum(v.beyond and not v.regressed for v in judged)
     return BaselineCheck(found, len(verdicts), untested, threshold, alpha, within_noise)
 
@@ -501,19 +501,19 @@ def write_markdown(
         # Read committed in bold: its figures are not CockroachDB's.
         bold = "**" if "not CockroachDB-like" in iso else ""
         lines.append(f"{bold}{iso}.{bold} Backend round trips per cell (count, p50 / p99 ms): "
-                     "results.csv `*_n`, `*_p50_ms`, `*_p99_ms` and `backend_ms`; summary.json `cells[].backend`.\n")  # fmt: skip
+                     "results.csv `*_n`, `*_p50_ms`, `*_p99_ms` and `backend_ms`; summary.json `cells[].backend`.\n")
     if conclusions:
         lines.extend(conclusions)
         lines.append("")
     lines.append("## Summary\n")
     lines.append("| workload | config | peak ops/s (95% CI) | at clients | p50 / p99 ms at most clients | "
-                 "mean ± sd ms at most clients | errors | verdict |")  # fmt: skip
+                 "mean ± sd ms at most clients | errors | verdict |")
     lines.append("|---|---|---:|---:|---:|---:|---:|---|")
     for pk in summary(rows):
         top = pk.top or pk.row
         lines.append(f"| {pk.workload} | {pk.config} | {tput_text(pk.row)}{_flag(pk.row)} | {pk.row.concurrency} | "
                      f"{_ms(top.p50_ms)} / {_ms(top.p99_ms)} at {top.concurrency}{_flag(top)} | {_mean_sd(top)} | "
-                     f"{errors_text(pk.row)} | {pk.verdict or '—'} |")  # fmt: skip
+                     f"{errors_text(pk.row)} | {pk.verdict or '—'} |")
     from sim.compare.scaleout import markdown_lines as scaleout_lines
 
     lines.extend(scaleout_lines(rows))
@@ -524,7 +524,7 @@ def write_markdown(
         lines.append("\n## Ablation: one mechanism at a time\n")
         lines.append("Each step changes one mechanism of the configuration before it; its share is of the whole "
                      "difference between the first configuration and the last (steps interact, so shares "
-                     "depend on the order).")  # fmt: skip
+                     "depend on the order).")
         lines.extend(ablation)
     if sensitivity:  # `sim.compare.breakeven.markdown_lines`: its own heading and rule
         lines.append("")
@@ -545,12 +545,12 @@ def write_markdown(
                 lines.append("| " + " | ".join(_cells(r)) + " |")
     lines.append("\n## Effective configuration\n")
     lines.append("Every knob of every configuration compared, as the run used it "
-                 "(also in `config.toml`):\n")  # fmt: skip
+                 "(also in `config.toml`):\n")
     lines.append("```toml\n" + knobs.rstrip() + "\n```")
     if provenance:
         lines.append("")
         lines.extend(provenance)
     lines.append("\nMachine-readable: [results.csv](results.csv), [summary.json](summary.json); "
-                 "traces: `traces/<workload>/<config>/`.\n")  # fmt: skip
+                 "traces: `traces/<workload>/<config>/`.\n")
     text = "\n".join(lines)
     atomic_write(path, lambda p: p.write_text(text))

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, final
 
 from coordinator.config import Architecture
-from sim.load.config import MAX_ADAPTERS, MAX_CORES, MAX_REAL_ADAPTERS, check_int
+from sim.load.limits import MAX_ADAPTERS, MAX_CORES, MAX_REAL_ADAPTERS, check_int
 from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from matplotlib.figure import Figure
 
-    from sim.compare.runner import LevelRow
+    from sim.compare.rows import LevelRow
     from sim.load.config import Config
 
 __all__ = [
@@ -188,7 +188,7 @@ def _why(r: LevelRow, equal: LevelRow | None) -> str:
         busy = f"{r.loop_busy_fraction:.0%}" if r.loop_busy_fraction is not None else "unknown"
         oracle = f"{r.oracle_queries_per_op:.2f}" if r.oracle_queries_per_op is not None else "unknown"
         parts.append(f"something shared, not the adapters' cores ({busy} busy): the oracle "
-                     f"({oracle} queries per statement), the catalog or persist")  # fmt: skip
+                     f"({oracle} queries per statement), the catalog or persist")
     if equal is not None and equal.throughput_ops_s > 0:
         parts.append(f"one adapter with the same {equal.cores} cores does {equal.throughput_ops_s / r.throughput_ops_s:.2f}x")
     return "; ".join(parts)
@@ -203,7 +203,7 @@ def markdown_lines(rows: Sequence[LevelRow]) -> list[str]:
                       "Throughput (95 % CI) and p50 against serving processes, at each client count. "
                       "A row `1 (cores of N)` is one adapter with the cores of N adapters, so that more "
                       "processes can be told from more cores. (!): not steady or host-bound, no "
-                      "conclusion rests on it.\n"]  # fmt: skip
+                      "conclusion rests on it.\n"]
         levels = sorted({r.concurrency for rs in g.by_adapters.values() for r in rs})
         lines.append(f"### {g.workload}: {g.base}\n")
         lines.append("| adapters | cores | " + " | ".join(f"{c} clients" for c in levels) + " |")
@@ -234,12 +234,12 @@ def _scaling_sentences(g: Group, levels: Sequence[int]) -> list[str]:
         stop = next(((a, b) for a, b in itertools.pairwise(known) if not _gain(a[1], b[1])[1]), None)
         if stop is None:
             out.append(f"{c} clients: {n0} → {n_last} adapters gives {total:.2f}x; every step gained "
-                       f"≥ {MIN_GAIN:.2f}x beyond its interval")  # fmt: skip
+                       f"≥ {MIN_GAIN:.2f}x beyond its interval")
             continue
         (na, ra), (nb, rb) = stop
         equal = _at(g.by_cores.get(rb.cores, []), c)
         out.append(f"{c} clients: {n0} → {n_last} adapters gives {total:.2f}x; scaling stops at {na} → {nb} "
-                   f"({_gain(ra, rb)[0]:.2f}x): {_why(rb, equal)}")  # fmt: skip
+                   f"({_gain(ra, rb)[0]:.2f}x): {_why(rb, equal)}")
     return out
 
 
@@ -270,11 +270,11 @@ def scaleout_figure(g: Group) -> Figure:
                 continue
             xs, ys = [x for x, _ in pts], [r.throughput_ops_s for _, r in pts]
             ax.plot(xs, ys, color=color, linestyle="--" if dashed else "-", linewidth=1.5,
-                    label=f"{c} clients" + (", 1 adapter with their cores" if dashed else ""))  # fmt: skip
+                    label=f"{c} clients" + (", 1 adapter with their cores" if dashed else ""))
             ax.errorbar(xs, ys, yerr=[r.throughput_ci95 or 0.0 for _, r in pts], fmt="none", ecolor=color, capsize=3)
             for x, (_, r) in zip(xs, pts, strict=True):
                 ax.plot([x], [r.throughput_ops_s], marker="s" if dashed else "o", color=color,
-                        markerfacecolor="white" if not r.concludable else color, markersize=6)  # fmt: skip
+                        markerfacecolor="white" if not r.concludable else color, markersize=6)
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(FixedLocator(counts))
     ax.xaxis.set_major_formatter(FixedFormatter([str(n) for n in counts]))

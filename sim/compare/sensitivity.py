@@ -11,9 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from controllers.replica import REPLICA_LATENCIES
+from controllers.replica_costs import REPLICA_LATENCIES
 from coordinator.config import Costs
-from sim.load.config import DEFAULT_PROFILE, profile_cores, profile_costs_tables
+from sim.load.config import DEFAULT_PROFILE
+from sim.load.latency_profile import profile_cores, profile_costs_tables
 from sim.model.unmeasured import PROFILE_LATENCIES
 from sim.runtime.latency import Constant, Distribution, Empirical, LogNormal, Uniform
 from sim.runtime.outputs import atomic_write

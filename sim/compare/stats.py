@@ -64,7 +64,7 @@ _T975: Final = {
     16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074,
     23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045,
     30: 2.042, 40: 2.021, 60: 2.000, 100: 1.984, 120: 1.980,
-}  # fmt: skip
+}
 _Z975: Final = 1.960
 
 #: A percentile q is shown only when at least this many samples lie above it
@@ -273,7 +273,7 @@ def compare_samples(
         if not beyond:
             return Verdict(change, False, f"{change:+.1%} within the {threshold:.0%} threshold")
         return Verdict(change, True, f"{change:+.1%} beyond {threshold:.0%} (one sample: no noise estimate, "
-                                     "the threshold alone decides)", None, True)  # fmt: skip
+                                     "the threshold alone decides)", None, True)
     p = _welch_worse(b, n, higher_is_better=higher_is_better)
     if not beyond:
         return Verdict(change, False, f"{change:+.1%} within the {threshold:.0%} threshold", p, False)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from rich.table import Table
 
-    from sim.compare.runner import LevelRow
+    from sim.compare.rows import LevelRow
 
 __all__ = ["DEFAULT_HEADERS", "WIDE_HEADERS", "tables"]
 
@@ -29,7 +29,7 @@ WIDE_HEADERS: Final = (
     "config", "clients", "ops/s\n(95% CI)", "ops", "errors", "p50\nms", "p99\nms", "p99.9\nms", "mean ± sd\nms",
     "lat. n", "censored", "Little's\nlaw", "oracle\nq/op", "loop\nbusy", "loop\nmsg/op", "verdict", "steady",
     "host-bound",
-)  # fmt: skip
+)
 _TEXT: Final = frozenset({"config", "verdict", "steady", "host-bound"})
 #: Marks beside the client count, explained in the table's caption.
 _UNSTEADY: Final = "*"
@@ -53,12 +53,12 @@ def tables(rows: Sequence[LevelRow], *, plain: bool, wide: bool) -> list[Table]:
         marks = [_mark(r) for r in mine]
         width = max(map(len, marks))
         t = new_table(*heads, title=f"{wl} ({mine[0].mode} mode)", caption=_legend(mine, wide=wide),
-                      plain=plain, numeric=numeric)  # fmt: skip
+                      plain=plain, numeric=numeric)
         for i, (r, mark) in enumerate(zip(mine, marks, strict=True)):
             clients = f"{r.concurrency:,}" + (" " + mark.ljust(width) if width else "")
             last = i + 1 == len(mine) or mine[i + 1].config != r.config
             t.add_row(*(_wide if wide else _default)(r, clients),
-                      style="yellow" if mark and not plain else None, end_section=last and not plain)  # fmt: skip
+                      style="yellow" if mark and not plain else None, end_section=last and not plain)
         out.append(t)
     return out
 
@@ -74,7 +74,7 @@ def _wide(r: LevelRow, clients: str) -> list[str]:
         fixed_text(r.oracle_queries_per_op, "{:.2f}"), fixed_text(r.loop_busy_fraction, "{:.0%}"),
         fixed_text(r.loop_messages_per_op, "{:.2f}"), r.verdict or "—",
         "yes" if r.steady else f"no: {r.steady_note}" if r.steady_note else "no", r.host_bound or "no",
-    ]  # fmt: skip
+    ]
 
 
 def _mark(r: LevelRow) -> str:

@@ -38,7 +38,7 @@ def selector_granularity_s() -> float:
     coarse = tuple(
         getattr(selectors, name) for name in ("EpollSelector", "PollSelector", "DevpollSelector")
         if hasattr(selectors, name)
-    )  # fmt: skip
+    )
     return 0.001 if selectors.DefaultSelector in coarse else 0.0
 
 

@@ -374,7 +374,7 @@ class HistoryBuilder:
                     h.res[h.res_off[i] : h.res_off[i + 1]] if h.kind[i] == READ and h.status[i] == OK else None,
                     h.count[i], h.args[i], h.error_code[i], h.error[i],
                     h.read_ts[i], h.write_ts[i], h.catalog_ts[i], h.client[i],
-                )  # fmt: skip
+                )
             return b._h
         return h
 
@@ -435,7 +435,7 @@ def validate(h: History) -> None:
         last[p] = i
     for name, col in (
         ("read_ts", h.read_ts), ("write_ts", h.write_ts), ("catalog_ts", h.catalog_ts), ("count", h.count)
-    ):  # fmt: skip
+    ):
         # C-speed scans first (a million-row history); the row only on failure.
         if min(filter(NONE.__ne__, col), default=0) < 0 or max(col, default=0) > MAX_TIME:
             i = next(i for i, v in enumerate(col) if v != NONE and not 0 <= v <= MAX_TIME)

@@ -113,7 +113,7 @@ class HistoryRecorder:
             [oid, process, KIND_CODE[Kind(kind)], obj, self._now(), NONE, INFO, tuple(elements),
              None, NONE, args_json,
              None, None, NONE, NONE, NONE, client]
-        )  # fmt: skip
+        )
         self._pending[oid] = process
         self._busy[process] = oid
         return oid

@@ -172,7 +172,7 @@ def _events_table(events: Sequence[Event], run: str) -> Any:
             "ops": list(e.ops), "detail": e.detail,
         }
         for e in events
-    ]  # fmt: skip
+    ]
     return pa.Table.from_pylist(rows, schema=EVENTS_SCHEMA)
 
 
@@ -265,7 +265,7 @@ def events_from_table(t: Any) -> list[Event]:
             actor=r["actor"], ops=tuple(r["ops"] or ()), detail=r["detail"],
         )
         for r in _conform(t, EVENTS_SCHEMA, "events").to_pylist()
-    ]  # fmt: skip
+    ]
 
 
 def history_from_table(t: Any) -> History:
@@ -395,7 +395,7 @@ def find_traces(path: Path | str) -> list[Path]:
         what = (
             "no trace directory (no such directory)" if not top.is_dir()
             else f"no trace directory (no {META_FILE}) here or below"
-        )  # fmt: skip
+        )
         raise HistoryError(f"{path}: {what}")
     return sorted(found)
 

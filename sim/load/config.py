@@ -4,23 +4,21 @@ seed and output directory. Loadable from TOML, overridable by flags; every
 field is validated when the value is built, so bad input fails before anything
 starts or is written.
 
-One module past 500 lines on purpose: it is one value, and its fields, their
-validation, the TOML it loads and the TOML `config show` prints must change
-together (a key added in one place and not the others is the drift this
-module exists to prevent).
+Its fields, their validation, the TOML it loads and the TOML `config show`
+prints live here together, because they must change together (a key added in
+one place and not the others is the drift this module exists to prevent). The
+bounds it checks against are `sim.load.limits`; the latency profile it names
+is read by `sim.load.latency_profile`.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import os
-import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 import tomli_w
 
@@ -32,7 +30,6 @@ from coordinator.config import (
     Costs,
     Frontend,
     GroupCommitPolicy,
-    Interpreter,
     KnownBad,
     OracleCalls,
     OracleKind,
@@ -43,16 +40,40 @@ from coordinator.config import (
     knobs,
     named,
 )
+from sim.load.latency_profile import (
+    load_profile,
+    profile_costs,
+    profile_interpreter,
+    with_profile_cores,
+)
+from sim.load.limits import (
+    MAX_ADAPTERS,
+    MAX_BATCH,
+    MAX_CONCURRENCY,
+    MAX_CORES,
+    MAX_DURATION_S,
+    MAX_LEVELS,
+    MAX_OPS,
+    MAX_RATE,
+    MAX_REPEAT,
+    MAX_SEED,
+    MAX_TABLES,
+    check_float,
+    check_int,
+    check_real_adapters,
+    read_text_file,
+)
 from sim.load.loadgen import DEFAULT_DRAIN_S, Window
 from sim.load.workloads import workload
 from sim.runtime.errors import InvalidUsage
-from sim.runtime.latency import Distribution, LatencyModel, LatencySpecError, TimerRealized
 from sim.runtime.urls import redact_mapping
 
+if TYPE_CHECKING:
+    from sim.runtime.latency import LatencyModel
+
 __all__ = [
-    "DEFAULT_PROFILE", "Config", "Mode", "coerce_override", "is_scenario_file", "knobs_toml", "load_profile",
-    "profile_cores", "profile_costs", "profile_costs_tables", "profile_interpreter", "with_profile_cores",
-]  # fmt: skip
+    "DEFAULT_PROFILE", "Config", "Mode", "coerce_override", "is_scenario_file", "knobs_toml",
+]
 
 Mode = str  # "real" | "virtual"
 MODES: Final = ("real", "virtual")
@@ -81,103 +102,6 @@ DEFAULT_MAX_WINDOW_S: Final = {"real": 10.0, "virtual": 30.0}
 #: degrees of freedom: wide, and honest about it).
 DEFAULT_REPEAT: Final = 3
 
-# --- limits ---------------------------------------------------------------------------
-# Bad input is refused before anything starts (DESIGN.md §9), and that includes
-# numbers too large to mean anything but a typo: without a bound, `--concurrency
-# 50000000` dies in a MemoryError and `--rate 1e300` never finishes. Each bound is
-# generous for real use on a 24 GiB machine; docs/guide.md ("Limits") lists them.
-
-#: Clients per concurrency level: each is a task and a session (a few KiB), so
-#: 10^5 is ~1 GiB of state — beyond any level the seeds' questions need (256).
-MAX_CONCURRENCY: Final = 100_000
-#: Concurrency levels in one sweep.
-MAX_LEVELS: Final = 1_000
-#: Operations per level (and warm-up operations): a history row is ~100 bytes,
-#: so 10^8 is ~10 GiB of history at the largest level's sqrt(clients) scaling.
-MAX_OPS: Final = 10**8
-#: Tables in the schema: each is a persist shard with its own writer.
-MAX_TABLES: Final = 10_000
-#: Open-loop arrivals per second: 10^7/s is beyond the fastest configuration's
-#: peak by three orders of magnitude (virtual time makes it cost wall time only).
-MAX_RATE: Final = 1e7
-#: Any duration a user gives (a modeled CPU cost, a latency, an interval): one day.
-MAX_DURATION_S: Final = 86_400.0
-#: A log-normal latency's sigma: 4 already puts the 99.99th percentile ~3x10^6
-#: times the median; calibrated round trips measure 0.05-1.5.
-MAX_SIGMA: Final = 4.0
-#: Seeds and other stored integers are signed 64-bit in a trace (Parquet int64).
-MAX_SEED: Final = 2**63 - 1
-#: Repetitions of a level.
-MAX_REPEAT: Final = 1_000
-#: Coordinator CPU cores (the decoupled adapter's pool) and loop batch size.
-MAX_CORES: Final = 1_024
-#: Serving processes of one decoupled deployment (issue 36): each is a set of
-#: tasks and its own core pool; 64 is beyond where one oracle row saturates.
-MAX_ADAPTERS: Final = 64
-#: Real mode runs each adapter as an OS process with its own Postgres
-#: connections (oracle, catalog, Consensus, write lock: about ten), so a
-#: server's default `max_connections` of 100 bounds it well below
-#: `MAX_ADAPTERS`.
-MAX_REAL_ADAPTERS: Final = 8
-MAX_BATCH: Final = 1_000_000
-#: A config file or latency profile: an empirical profile of 10^6 samples is
-#: ~20 MB; reading stops here, so `/dev/zero` is refused instead of eating RAM.
-MAX_FILE_BYTES: Final = 64 * 2**20
-
-
-def check_real_adapters(name: str, coordinator: CoordinatorConfig) -> None:
-    """Refuses a real-mode configuration whose adapters cannot run as OS
-    processes: more than `MAX_REAL_ADAPTERS`, or an oracle that lives in one
-    process (the in-memory oracle cannot be shared).
-
-    Raises:
-        InvalidUsage: with the reason.
-    """
-    n = coordinator.adapters
-    if n > MAX_REAL_ADAPTERS:
-        raise InvalidUsage(
-            f"{name}: real mode runs at most {MAX_REAL_ADAPTERS} adapters (each is an OS process "
-            f"with about ten Postgres connections), got {n}"
-        )
-    if n > 1 and coordinator.oracle is OracleKind.MEMORY:
-        raise InvalidUsage(f"{name}: {n} adapter processes need a shared oracle; the in-memory oracle lives in one process")
-
-
-def read_text_file(path: Path, what: str) -> str:
-    """`path`'s UTF-8 text, or `InvalidUsage` naming `what` and the reason
-    (unreadable, not UTF-8, larger than `MAX_FILE_BYTES`). Pipes (`<(…)`) work."""
-    try:
-        with path.open("rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise InvalidUsage(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
-    if len(data) > MAX_FILE_BYTES:
-        raise InvalidUsage(f"{what} {path} is larger than the maximum {MAX_FILE_BYTES // 2**20} MiB")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidUsage(f"{what} {path} is not UTF-8 text (byte {exc.start})") from exc
-
-
-def check_int(name: str, value: int, *, low: int, high: int, unit: str = "") -> None:
-    """`InvalidUsage` unless `low <= value <= high`, naming the limit (`name` is
-    how the user spelled it, e.g. `--concurrency`)."""
-    if value < low:
-        raise InvalidUsage(f"{name} must be >= {low}, got {value}")
-    if value > high:
-        raise InvalidUsage(f"{name} {value} exceeds the maximum {high}{' ' + unit if unit else ''}")
-
-
-def check_float(
-    name: str, value: float, *, low: float, high: float, unit: str = "", strict_low: bool = False
-) -> None:
-    """As `check_int`, and NaN and infinities are refused."""
-    if not math.isfinite(value):
-        raise InvalidUsage(f"{name} must be a finite number, got {value}")
-    if value < low or (strict_low and value == low):
-        raise InvalidUsage(f"{name} must be {'>' if strict_low else '>='} {low:g}, got {value:g}")
-    if value > high:
-        raise InvalidUsage(f"{name} {value:g} exceeds the maximum {high:g}{' ' + unit if unit else ''}")
 
 
 @final
@@ -216,7 +140,7 @@ class Config:
     open_loop_rate: float | None = None
     seed: int = 0
     #: None (or ""): a new run directory under the runs root
-    #: (`sim.runtime.outputs.run_dir`); a path: exactly that directory.
+    #: (`sim.runtime.run_dirs.run_dir`); a path: exactly that directory.
     output: str | None = None
     latency_profile: str | None = None  # None: the shipped default profile
     postgres_url: str | None = None  # real mode; None: $COORDSIM_POSTGRES_URL or embedded
@@ -248,7 +172,7 @@ class Config:
             if not is_scenario_file(name):
                 workload(name)
         if not self.concurrency or any(c < 1 for c in self.concurrency):
-            raise InvalidUsage(f"concurrency levels must be >= 1, got {list(self.concurrency)}")
+            raise InvalidUsage(f"concurrency levels must be >= 1 (--concurrency), got {list(self.concurrency)}")
         if len(self.concurrency) > MAX_LEVELS:
             raise InvalidUsage(f"{len(self.concurrency)} concurrency levels exceed the maximum {MAX_LEVELS}")
         for c in self.concurrency:
@@ -257,15 +181,15 @@ class Config:
             check_int("ops_per_level (--ops)", self.ops_per_level, low=1, high=MAX_OPS, unit="operations")
         if self.duration_s is not None:
             check_float("duration_s (--duration)", self.duration_s, low=0, high=MAX_DURATION_S,
-                        unit="seconds", strict_low=True)  # fmt: skip
+                        unit="seconds", strict_low=True)
         if self.warmup_s is not None:
             check_float("warmup_s (--warmup)", self.warmup_s, low=0, high=MAX_DURATION_S, unit="seconds")
         if self.max_window_s is not None:
             check_float("max_window_s (--max-window)", self.max_window_s, low=0, high=MAX_DURATION_S,
-                        unit="seconds", strict_low=True)  # fmt: skip
+                        unit="seconds", strict_low=True)
         if self.drain_s is not None:
             check_float("drain_s (--drain-limit)", self.drain_s, low=0, high=MAX_DURATION_S,
-                        unit="seconds", strict_low=True)  # fmt: skip
+                        unit="seconds", strict_low=True)
         if self.repeat is not None:
             check_int("repeat (--repeat)", self.repeat, low=1, high=MAX_REPEAT, unit="repetitions")
         check_int("tables (--tables)", self.tables, low=1, high=MAX_TABLES, unit="tables")
@@ -273,7 +197,7 @@ class Config:
         check_int("--seed", self.seed, low=-MAX_SEED, high=MAX_SEED)
         if self.open_loop_rate is not None:
             check_float("open_loop_rate (--rate)", self.open_loop_rate, low=0, high=MAX_RATE,
-                        unit="operations per second", strict_low=True)  # fmt: skip
+                        unit="operations per second", strict_low=True)
         known_costs = {f.name for f in fields(Costs)}
         bad = sorted(set(self.costs) - known_costs)
         if bad:
@@ -398,7 +322,7 @@ class Config:
         cap = self.max_window_s if self.max_window_s is not None else DEFAULT_MAX_WINDOW_S[self.mode]
         drain = self.drain_s if self.drain_s is not None else DEFAULT_DRAIN_S
         return Window(warmup_s=warmup, duration_s=duration, repeat=repeat,
-                      max_duration_s=cap if cap > duration else None, drain_s=drain)  # fmt: skip
+                      max_duration_s=cap if cap > duration else None, drain_s=drain)
 
     def effective(self) -> Config:
         """This value with every mode-dependent default filled in, as a run uses
@@ -407,7 +331,7 @@ class Config:
         if w.duration_s is None:
             return replace(self, repeat=w.repeat)
         return replace(self, duration_s=w.duration_s, warmup_s=w.warmup_s, repeat=w.repeat,
-                       max_window_s=w.max_duration_s or w.duration_s, drain_s=w.drain_s)  # fmt: skip
+                       max_window_s=w.max_duration_s or w.duration_s, drain_s=w.drain_s)
 
     def effective_postgres_url(self) -> str | None:
         return self.postgres_url or os.environ.get("COORDSIM_POSTGRES_URL") or None
@@ -457,7 +381,7 @@ def knobs_toml(cfg: Config) -> str:
     out = [head.rstrip(), ""]
     out.append(f"# latency profile: {cfg.latency_profile or DEFAULT_PROFILE}")
     out.append("# costs no measurement backs (CPU costs, replica, catalog feed) and their sources:"
-               " sim/model/unmeasured.py (`python -m sim.model.unmeasured`)")  # fmt: skip
+               " sim/model/unmeasured.py (`python -m sim.model.unmeasured`)")
     tables = {"configuration": {name: knobs(cfg.coordinator(name)) for name in cfg.configurations}}
     return "\n".join(out) + "\n\n" + tomli_w.dumps(tables)
 
@@ -539,164 +463,3 @@ def _ints(key: str, v: Any) -> list[int]:
     if not isinstance(v, list | tuple) or not all(isinstance(x, int) and not isinstance(x, bool) for x in v):
         raise InvalidUsage(f"{key} must be a list of integers, got {v!r}")
     return list(v)
-
-
-def _profile_document(p: Path) -> dict[str, Any]:
-    """A latency profile file (TOML, or JSON by its suffix) as a dict ({} for
-    a document that is not a table); one clear line on a file it cannot read."""
-    text = read_text_file(p, "latency profile")
-    try:
-        data = json.loads(text) if p.suffix == ".json" else tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise InvalidUsage(f"bad latency profile {p}: {' '.join(str(exc).split())}") from exc
-    return data if isinstance(data, dict) else {}
-
-
-def load_profile(path: str | Path) -> LatencyModel:
-    """Reads a latency profile (TOML or JSON): a `[latency]` table of
-    distributions as `LatencyModel.from_dict` reads them, plus an optional
-    `[meta]` saying where the numbers came from."""
-    p = Path(path)
-    data = _profile_document(p)
-    spec = data.get("latency")
-    if not isinstance(spec, dict):
-        raise InvalidUsage(f"latency profile {p} has no [latency] table")
-    try:
-        model = LatencyModel.from_dict(spec)
-    except LatencySpecError as exc:
-        raise InvalidUsage(f"bad latency profile {p}: {exc}") from exc
-    for name, dist in model.to_dict().items():
-        _check_distribution(p, name, dist)
-    timer = data.get("timer")
-    return model if timer is None else _timer_realized(p, model, timer)
-
-
-def _timer_realized(path: Path, model: LatencyModel, timer: object) -> LatencyModel:
-    """`model` with the latencies real mode realizes as timers rounded as the
-    profile's `[timer]` says its run's host did (`TimerRealized`)."""
-    from controllers.replica import REPLICA_LATENCIES
-    from sim.model.unmeasured import PROFILE_LATENCIES, REAL_MODE_TIMERS
-
-    if not isinstance(timer, dict) or set(timer) != {"granularity_ms", "overshoot_ms"}:
-        raise InvalidUsage(f"latency profile {path}: [timer] must set granularity_ms and overshoot_ms, and only them")
-    values = {}
-    for k, v in timer.items():
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise InvalidUsage(f"latency profile {path}: [timer] {k} must be a number of milliseconds, got {v!r}")
-        check_float(f"latency profile {path}: [timer] {k}", v, low=0, high=1000.0, unit="ms")
-        values[k] = float(v) / 1000
-    # A name the profile leaves out keeps the model's own default (as
-    # `sim.load.deployment.switchable_latency` does), rounded likewise.
-    defaults = {**REPLICA_LATENCIES, **PROFILE_LATENCIES}
-
-    def base(name: str) -> Distribution:
-        return model.distribution(name) if model.configures(name) else defaults[name]
-
-    return model.with_overrides({
-        name: TimerRealized(base(name), values["granularity_ms"], values["overshoot_ms"])
-        for name in REAL_MODE_TIMERS
-    })  # fmt: skip
-
-
-def profile_cores(path: str | Path) -> int:
-    """The cores of the coordinator process a latency profile describes: its
-    `[cpu] cores` if it has one; else the cores of the machine it was measured
-    on (`[meta] machine`, "…, N cores", as `coordsim calibrate` writes it: real
-    mode runs the coordinator there); else 1 — the event loop's one core — so
-    that no configuration gets more cores than another without a source."""
-    p = Path(path)
-    data = _profile_document(p)
-    cpu, meta = data.get("cpu"), data.get("meta")
-    if isinstance(cpu, dict) and "cores" in cpu:
-        cores = cpu["cores"]
-        if isinstance(cores, bool) or not isinstance(cores, int):
-            raise InvalidUsage(f"latency profile {p}: [cpu] cores must be an integer, got {cores!r}")
-    elif isinstance(meta, dict) and isinstance(meta.get("machine"), str):
-        found = re.search(r"(\d+) cores?$", meta["machine"].strip())
-        if found is None:
-            return 1
-        cores = int(found.group(1))
-    else:
-        return 1
-    check_int(f"latency profile {p}: cores", cores, low=1, high=MAX_CORES)
-    return cores
-
-
-def profile_costs_tables(path: str | Path) -> dict[str, Any]:
-    """A profile's raw `[costs]` table (numbers, and a table per
-    configuration), {} if it has none: what a rewritten profile must carry."""
-    p = Path(path)
-    table = _profile_document(p).get("costs")
-    if table is None:
-        return {}
-    if not isinstance(table, dict):
-        raise InvalidUsage(f"latency profile {p}: [costs] must be a table")
-    return dict(table)
-
-
-def profile_costs(path: str | Path, config_name: str) -> dict[str, float]:
-    """The coordinator CPU costs (seconds, `Costs` fields) a latency profile sets
-    for configuration `config_name`: its `[costs]` numbers, then its
-    `[costs."<config_name>"]` table's over them; {} for a profile without
-    (every profile before `coordsim calibrate --from`). A run's own [costs]
-    still override these."""
-    p = Path(path)
-    table = profile_costs_tables(p)
-    own = table.get(config_name)
-    chosen = {k: v for k, v in table.items() if not isinstance(v, dict)}
-    chosen.update(own if isinstance(own, dict) else {})
-    known = {f.name for f in fields(Costs)}
-    for name, cost in chosen.items():
-        if name not in known:
-            raise InvalidUsage(f"latency profile {p}: unknown cost {name!r}; known: {', '.join(sorted(known))}")
-        if isinstance(cost, bool) or not isinstance(cost, int | float):
-            raise InvalidUsage(f"latency profile {p}: cost {name} must be a number of seconds, got {cost!r}")
-        check_float(f"latency profile {p}: cost {name}", cost, low=0, high=MAX_DURATION_S, unit="seconds")
-    return {k: float(v) for k, v in chosen.items()}
-
-
-def profile_interpreter(path: str | Path, config_name: str, workload: str) -> Interpreter | None:
-    """The Python interpreter (`coordinator.config.Interpreter`) that a profile
-    built from a real run (`coordsim calibrate --from`) measured for
-    `config_name` running `workload`; None if it has none (every other
-    profile, and the published system's: it is not Python)."""
-    p = Path(path)
-    table = _profile_document(p).get("interpreter")
-    if table is None:
-        return None
-    if not isinstance(table, dict):
-        raise InvalidUsage(f"latency profile {p}: [interpreter] must be a table")
-    per_config = table.get(config_name)
-    spec = per_config.get(workload) if isinstance(per_config, dict) else None
-    if spec is None:
-        return None
-    known = {f.name for f in fields(Interpreter)}
-    if not isinstance(spec, dict) or set(spec) - known or any(
-        isinstance(v, bool) or not isinstance(v, int | float) for v in spec.values()
-    ):
-        raise InvalidUsage(f"latency profile {p}: [interpreter.{config_name}.{workload}] must map "
-                           f"{', '.join(sorted(known))} to numbers")  # fmt: skip
-    return Interpreter(**{k: float(v) for k, v in spec.items()})
-
-
-def with_profile_cores(config: CoordinatorConfig, path: str | Path) -> CoordinatorConfig:
-    """`config` with the profile's cores if it is decoupled (the event loop
-    has one core whatever the machine has)."""
-    if config.architecture is not Architecture.DECOUPLED:
-        return config
-    return config.with_overrides(cores=profile_cores(path))
-
-
-def _check_distribution(path: Path, name: str, dist: Mapping[str, Any]) -> None:
-    """Latencies beyond `MAX_DURATION_S` (or a sigma beyond `MAX_SIGMA`) are typos:
-    the virtual clock would jump past anything a trace can store."""
-    where = f"bad latency profile {path}: latency {name!r}"
-    limit_ms = MAX_DURATION_S * 1000
-    for key, value in dist.items():
-        values = value if key == "samples_ms" else [value] if key.endswith("_ms") else []
-        for ms in values:
-            if ms > limit_ms:
-                raise InvalidUsage(f"{where}: {key} {ms:g} exceeds the maximum {limit_ms:g} ms (one day)")
-    sigma = dist.get("sigma")
-    if isinstance(sigma, float) and sigma > MAX_SIGMA:
-        raise InvalidUsage(f"{where}: sigma {sigma:g} exceeds the maximum {MAX_SIGMA:g}")

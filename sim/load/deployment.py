@@ -13,11 +13,11 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from controllers.replica import REPLICA_LATENCIES
+from controllers.replica_costs import REPLICA_LATENCIES
 from coordinator.environment import Environment
 from coordinator.factory import build_coordinator
 from persist.faults import UnreliableBlob, UnreliableConsensus
-from sim.history.recording import event_sink
+from sim.history.capture import event_sink
 from sim.load.harness import Stores, open_stores
 from sim.runtime.core import ProcessClock
 from sim.runtime.errors import CoordsimError
@@ -193,7 +193,7 @@ class Deployment:
         async with cls.running(
             rt, cfg.coordinator(config_name, workload), recorder, LatencySwitch(), postgres_url=pg, modeled=True,
             blob_url=cfg.blob_url,
-        ) as dep:  # fmt: skip
+        ) as dep:
             yield dep
 
     @property

@@ -18,7 +18,7 @@ import anyio
 from coordinator.adapters import MultiAdapterCoordinator
 from coordinator.session import Result
 from coordinator.statements import SqlError, SqlState
-from sim.history.recording import PreparedStatements, RecordingSession
+from sim.history.capture import PreparedStatements, RecordingSession
 from sim.load.deployment import Deployment, LatencySwitch
 from sim.runtime.errors import InvalidUsage
 
@@ -185,7 +185,7 @@ class Sim:
     def __init__(
         self, rt: Runtime, dep: Deployment, recorder: HistoryRecorder, *, n_clients: int = 2, size: int = 4,
         transcript: list[Step] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.rt, self.dep, self.recorder = rt, dep, recorder
         self.n_clients, self.size = n_clients, size
         self.failures: list[str] = []
@@ -292,5 +292,5 @@ async def drive(
     async with Deployment.running(
         rt, config, recorder, switch or LatencySwitch(), postgres_url=postgres_url, modeled=modeled,
         blob_url=blob_url,
-    ) as dep:  # fmt: skip
+    ) as dep:
         yield Sim(rt, dep, recorder, n_clients=n_clients, size=size, transcript=transcript)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Final, final
 
 import anyio
 
-from persist.mem import MemBlob, MemConsensus
+from persist.open import open_location
 from sim.load.latent import LatentBlob, LatentConsensus
 from sim.runtime.owners import private_tmpdir
 from sim.runtime.urls import driver_url, with_query_param
@@ -113,30 +113,20 @@ async def open_stores(
     a temporary directory for Blob; all removed afterwards."""
     if postgres_url is None:
         if modeled is None:
-            yield Stores(MemBlob(), MemConsensus())
+            yield Stores(*await open_location())
         else:
             # The modeled round trip is the yield before each call.
-            yield Stores(
-                LatentBlob(MemBlob(yields=False), modeled),
-                LatentConsensus(MemConsensus(yields=False), modeled),
-            )
+            mem = await open_location(yields=False)
+            yield Stores(LatentBlob(mem.blob, modeled), LatentConsensus(mem.consensus, modeled))
         return
-    from persist.open import open_blob, open_consensus
-
     db = await fresh_database(postgres_url)
     tmp = str(private_tmpdir("coordsim-blob-", "blob"))  # claimed: reclaimed after a SIGKILL
     try:
         blob_url = blob_url or f"file://{tmp}?fsync=false"
-        blob = await open_blob(blob_url)
-        try:
-            # Named, so a pg-kill's event says whose backends it killed.
-            consensus = await open_consensus(with_query_param(db, "application_name", "coordsim-consensus"))
-            try:
-                yield Stores(blob, consensus, db, blob_url)
-            finally:
-                await consensus.close()
-        finally:
-            await blob.close()
+        # Consensus is named, so a pg-kill's event says whose backends it killed.
+        consensus_url = with_query_param(db, "application_name", "coordsim-consensus")
+        async with await open_location(blob=blob_url, consensus=consensus_url) as location:
+            yield Stores(*location, db, blob_url)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         await drop_database(postgres_url, db)

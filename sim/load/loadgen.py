@@ -345,7 +345,7 @@ async def open_loop(
     result = LevelResult(max_in_flight, rate=rate)
     result.start_s = rt.now()
     await _arrivals(rt, op, rate, max_in_flight, lambda intended, code: result.add(rt.now() - intended, code),
-                    ops=ops)  # fmt: skip
+                    ops=ops)
     result.elapsed_s = rt.now() - result.start_s
     return result
 
@@ -451,7 +451,7 @@ async def measure_closed(
         ratio = mean * ops / (length * window.repeat) / concurrency if mean is not None else None
         halves = [steady.Slices(tuple(r.slices), r.elapsed_s) for r in results]
         if not (steady.littles_note(ratio) or steady.window_note(length, mean)
-                or steady.halves_note(halves, None)):  # fmt: skip
+                or steady.halves_note(halves, None)):
             return results
         if steady.window_note(cap, mean):
             return results  # not even the longest window would be long enough: growing costs, and cannot help
@@ -545,7 +545,7 @@ async def measure_open(
     first = rt.now() + window.warmup_s
     end = first + length * window.repeat
     results = [LevelResult(max_in_flight, rate=rate, start_s=first + i * length, elapsed_s=length)
-               for i in range(window.repeat)]  # fmt: skip
+               for i in range(window.repeat)]
     pending: dict[int, float] = {}
 
     def at(t: float) -> LevelResult:

@@ -161,6 +161,6 @@ def saturation_note(
     if arrivals and completions < (1 - SATURATION_SHORTFALL) * arrivals:
         return f"saturated: {completions:,} of {arrivals:,} arrivals completed in the window"
     if (first_n >= _MIN_HALF_OPS and second_n >= _MIN_HALF_OPS and first_mean_s and second_mean_s
-            and second_mean_s > SATURATION_LATENCY_GROWTH * first_mean_s):  # fmt: skip
+            and second_mean_s > SATURATION_LATENCY_GROWTH * first_mean_s):
         return f"saturated: latency grew {second_mean_s / first_mean_s:.1f}x through the window"
     return ""

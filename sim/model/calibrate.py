@@ -2,7 +2,7 @@
 statement of the Postgres oracle, the timestamp stash's and the catalog stash's
 transactions, every Consensus and Blob operation — against a real Postgres (and
 S3 if given), and renders them as a latency profile `--mode virtual` reads
-(`sim.load.config.load_profile`), headed by the machine, server and date they were
+(`sim.load.latency_profile.load_profile`), headed by the machine, server and date they were
 measured on.
 
 Each operation is timed `samples` times (one client, no contention: the model
@@ -258,10 +258,11 @@ async def _rounds(ops: Mapping[str, _Op], samples: int) -> dict[str, list[float]
 
 
 async def _oracle_ops(stack: contextlib.AsyncExitStack, db: str, rt: Runtime) -> dict[str, _Op]:
-    from oracle.postgres import PostgresOracle
+    from oracle.open import OracleBackend, OracleSpec, open_oracles
 
-    oracle = await PostgresOracle.open(db, "calibrate", rt)
-    stack.push_async_callback(oracle.close)
+    oracles = await open_oracles(OracleSpec(OracleBackend.POSTGRES, url=db), rt)
+    stack.push_async_callback(oracles.close)
+    oracle = await oracles.timeline("calibrate")
     last = [await oracle.write_ts()]
 
     async def write_ts() -> None:
@@ -341,7 +342,6 @@ async def _consensus_ops(stack: contextlib.AsyncExitStack, db: str, samples: int
 
 
 async def _blob_ops(stack: contextlib.AsyncExitStack, s3_url: str | None, samples: int) -> dict[str, _Op]:
-    from persist.file import FileBlob
     from persist.open import open_blob
 
     blob: Blob
@@ -350,7 +350,7 @@ async def _blob_ops(stack: contextlib.AsyncExitStack, s3_url: str | None, sample
     else:
         # As real mode's default Blob (sim/compare/runner.py): files, fsync=false.
         tmp = stack.enter_context(owned_tmpdir("coordsim-calibrate-", "blob"))  # reclaimed after a SIGKILL
-        blob = FileBlob(tmp, fsync=False)
+        blob = await open_blob(f"file://{tmp}?fsync=false")
     stack.push_async_callback(blob.close)
     keys = [f"calibrate-k{i}" for i in range(_BLOB_KEYS)]
 
@@ -568,7 +568,7 @@ def render_profile(measured: Calibration, *, json_format: bool = False) -> str:
         "#",
         "# Not measured (values and sources in sim/model/unmeasured.py; `python -m sim.model.unmeasured` prints them):",
         *(f"#   {name}: written below from sim/model/unmeasured.py" for name in PROFILE_LATENCIES),
-        "#   replica.*: controllers/replica.py REPLICA_LATENCIES, unless this file names them",
+        "#   replica.*: controllers/replica_costs.py REPLICA_LATENCIES, unless this file names them",
         "#   coordinator CPU: coordinator/config.py Costs, unless a config file's [costs] overrides them",
         "",
         "[meta]",

@@ -9,6 +9,7 @@ latencies, with a fixed seed: the same call gives the same numbers.
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from dataclasses import dataclass
@@ -17,8 +18,9 @@ from typing import TYPE_CHECKING, Final, final
 import anyio
 
 from sim.history.recorder import HistoryRecorder
-from sim.load.config import DEFAULT_PROFILE, load_profile
+from sim.load.config import DEFAULT_PROFILE
 from sim.load.deployment import Deployment, LatencySwitch
+from sim.load.latency_profile import load_profile
 from sim.runtime.core import run
 from sim.runtime.latency import Constant, LatencyModel
 
@@ -32,11 +34,13 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchingResult",
     "Latencies",
+    "OracleTraffic",
     "ThroughputResult",
     "VictimResult",
     "WriteResult",
     "batched_read_ts",
     "latency_model",
+    "oracle_traffic",
     "percentile",
     "throughput",
     "victim_select_one",
@@ -210,7 +214,7 @@ def writes_per_commit(
             s = coord.connect()
             for k in range(ops_per_client):
                 sql = (f"UPDATE t SET b = b + 1 WHERE a = {i}" if statement == "update"
-                       else f"INSERT INTO t VALUES ({i * 1_000_000 + k}, 0)")  # fmt: skip
+                       else f"INSERT INTO t VALUES ({i * 1_000_000 + k}, 0)")
                 start = rt.now()
                 r = await s.execute(sql)
                 assert r.ok, r.error
@@ -338,12 +342,13 @@ def batched_read_ts(
     pausing a random fraction of a round trip between calls (so requests
     arrive at every phase of a backing call, not in lockstep with it)."""
     from oracle.batching import BatchingOracle
-    from oracle.modeled import ModeledOracle, ModeledOracleRows
+    from oracle.open import OracleBackend, OracleSpec, open_oracles
 
     rtt = round_trip_ms / 1000
 
     async def main(rt: Runtime) -> BatchingResult:
-        inner = ModeledOracle(ModeledOracleRows(), "realtime", rt)
+        oracles = await open_oracles(OracleSpec(OracleBackend.MODELED), rt)
+        inner = await oracles.timeline("realtime", owns_backend=True)
         waits: list[float] = []
         async with BatchingOracle(inner, rt) as oracle:
             stop = anyio.Event()
@@ -414,4 +419,56 @@ def ddl_latency(
 
     result = _run(config, body, seed=seed, overrides_ms=overrides_ms)
     assert isinstance(result, DdlResult)
+    return result
+
+
+@final
+@dataclass(frozen=True)
+class OracleTraffic:
+    """Backing oracle queries while `inserters` closed-loop sessions insert (0:
+    an idle environment, where only the keepalive tick commits): per second
+    and per group commit (the periodic empty ones included)."""
+
+    queries_per_s: float
+    queries_per_commit: float
+    commits_per_s: float
+
+
+def oracle_traffic(
+    config: CoordinatorConfig,
+    *,
+    inserters: int,
+    duration_s: float = 30.0,
+    warmup_s: float = 2.0,
+    seed: int = 1,
+    overrides_ms: Mapping[str, float] | None = None,
+) -> OracleTraffic:
+    """PR #37706's profile of an environment's oracle traffic: count the
+    queries that reach the oracle's backing store over `duration_s`."""
+
+    async def body(rt: Runtime, coord: Coordinator) -> OracleTraffic:
+        assert (await coord.connect().execute("CREATE TABLE t (a int)")).ok
+        await rt.sleep(warmup_s)
+        stop = anyio.Event()
+
+        async def inserter(i: int) -> None:
+            s = coord.connect()
+            k = 0
+            while not stop.is_set():
+                await s.execute(f"INSERT INTO t VALUES ({i * 1_000_000 + k})")
+                k += 1
+
+        async with anyio.create_task_group() as tg:
+            for i in range(inserters):
+                tg.start_soon(inserter, i)
+            before = coord.statistics()
+            await rt.sleep(duration_s)
+            after = coord.statistics()
+            stop.set()
+        queries = after.oracle_calls - before.oracle_calls
+        commits = after.group_commits - before.group_commits
+        return OracleTraffic(queries / duration_s, queries / commits if commits else math.nan, commits / duration_s)
+
+    result = _run(config, body, seed=seed, overrides_ms=overrides_ms)
+    assert isinstance(result, OracleTraffic)
     return result

@@ -65,7 +65,7 @@ FROM_KINDS: Final[Mapping[str, tuple[str, ...]]] = {
 #: z of the 99th percentile of a normal: a log-normal's sigma from its p50 and p99.
 _Z99: Final = 2.3263
 _MIN_SIGMA: Final = 0.05
-_MAX_SIGMA: Final = 4.0  # sim.load.config.MAX_SIGMA
+_MAX_SIGMA: Final = 4.0  # sim.load.limits.MAX_SIGMA
 
 
 def _refuse(run_dir: Path, why: str) -> CoordsimError:
@@ -139,7 +139,7 @@ def costs_from_handlers(architecture: str, cpu: Mapping[str, tuple[int, float]])
     """The Python CPU (seconds) to add to each `Costs` field, from handler kind
     -> (calls, CPU seconds) as real mode records them.
 
-    The handlers charge the model's costs as follows (coordinator/event_loop.py,
+    The handlers charge the model's costs as follows (coordinator/event_loop*.py,
     coordinator/decoupled.py), so each field takes the handler that charges it:
     the statement's first handler charges `parse_plan` alone for the cheapest
     statement kind (its least mean), `peek_sequence` / `write_sequence` /
@@ -241,14 +241,14 @@ def profile_from_run(
                 if k and k.get("count") and k.get("p50_ms") is not None and k.get("p99_ms") is not None:
                     mean = k.get("mean_ms")
                     entries.append((int(k["count"]), float(k["p50_ms"]), float(k["p99_ms"]),
-                                    None if mean is None else float(mean)))  # fmt: skip
+                                    None if mean is None else float(mean)))
                     used.append(_cell_name(c))
         if not entries:
             continue
         median, sigma, n, how = _fit(entries)
         latency[name] = {"kind": "lognormal", "median_ms": median, "sigma": sigma}
         sources[name] = (f"{where}: {'+'.join(kinds)} in cells {', '.join(dict.fromkeys(used))} "
-                         f"({n} round trips; log-normal of the cells' pooled {how})")  # fmt: skip
+                         f"({n} round trips; log-normal of the cells' pooled {how})")
     config = _run_config(run_dir)
     knobs = config.get("configuration", {}) if isinstance(config.get("configuration"), dict) else {}
     costs: dict[str, dict[str, float]] = {}
@@ -278,12 +278,12 @@ def profile_from_run(
         calls = sum(n for n, _ in cpu.values())
         cost_sources[name] = (f"{where}: the run's modeled costs (slept by real mode) + the Python CPU of "
                               f"{calls} handler calls in {len(mine)} cells, mapped by "
-                              "sim.model.from_run.costs_from_handlers; loop_dispatch as modeled")  # fmt: skip
+                              "sim.model.from_run.costs_from_handlers; loop_dispatch as modeled")
         python, total = sum(extra.values()), sum(costs[name].values())
         share = python / total if total > 0 else 0.0
         for wl in sorted({str(c["workload"]) for c in mine}):
             fitted = interpreter_from_cells([c for c in mine if c.get("workload") == wl], share,
-                                            timer_overshoot_ms=overshoot_ms)  # fmt: skip
+                                            timer_overshoot_ms=overshoot_ms)
             if fitted is not None:
                 interpreter.setdefault(name, {})[wl] = fitted
                 cost_sources[f"interpreter.{name}.{wl}"] = (
@@ -310,7 +310,7 @@ def profile_from_run(
         meta["timer_source"] = (f"{where}: its provenance's timer probe (sim.compare.timer; "
                             f"{prov['timer'].get('n')} sleeps of {prov['timer'].get('probe_ms')} ms, "
                             f"{prov['timer'].get('selector')}); applied to the latencies real mode "
-                            "realizes as timers (sim.model.unmeasured.REAL_MODE_TIMERS)")  # fmt: skip
+                            "realizes as timers (sim.model.unmeasured.REAL_MODE_TIMERS)")
     return RunProfile(latency, sources, costs, cost_sources, cores, meta, interpreter or None, timer)
 
 
@@ -372,7 +372,7 @@ SPREAD_TO_SPLIT: Final = 1.5
 def _interpreter(
     python_share: float, base: float, k: float, handler_s: float, statements: float,
     cells: Sequence[Mapping[str, Any]], timer_overshoot_ms: float,
-) -> dict[str, float]:  # fmt: skip
+) -> dict[str, float]:
     per_handler = handler_s / statements if statements else 0.0
     fitted = {
         "python_share": round(min(max(python_share, 0.0), 1.0), 4),
@@ -416,10 +416,10 @@ def _tables(prefix: str, table: Mapping[str, Any]) -> list[str]:
 def render_run_profile(profile: RunProfile, *, json_format: bool = False) -> str:
     """The profile file text (TOML, or JSON): `[meta]` (what it describes, the
     run and its provenance, every source), `[cpu] cores`, `[costs."<config>"]`
-    and `[latency]`, as `sim.load.config` reads them."""
+    and `[latency]`, as `sim.load.latency_profile` reads them."""
     meta = {**profile.meta, "latency_sources": profile.latency_sources, "cost_sources": profile.cost_sources}
     doc: dict[str, Any] = {"meta": meta, "cpu": {"cores": profile.cores}, "costs": profile.costs,
-                           "latency": profile.latency}  # fmt: skip
+                           "latency": profile.latency}
     if profile.interpreter:
         doc["interpreter"] = profile.interpreter
     if profile.timer:

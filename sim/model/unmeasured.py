@@ -1,10 +1,10 @@
 """The one list of modeled costs that no measurement backs (DESIGN.md §10):
 coordinator CPU (`coordinator.config.Costs`), the simulated replica
-(`controllers.replica.REPLICA_LATENCIES`) and the catalog feed, each with its
+(`controllers.replica_costs.REPLICA_LATENCIES`) and the catalog feed, each with its
 value and where that value comes from.
 
 Everything else virtual mode draws, `coordsim calibrate` measures (see
-`sim.model.calibrate.MEASURED`); `tests/sim/test_calibrate.py` fails when the model
+`sim.model.calibrate.MEASURED`); `tests/sim/model/test_calibrate.py` fails when the model
 draws a latency that is in neither list, or when a cost here has no source.
 Values are read from where the model takes them, so this list cannot drift
 from them; only the sources are written here. `python -m sim.model.unmeasured`
@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Final, final
 
-from controllers.replica import REPLICA_LATENCIES
+from controllers.replica_costs import REPLICA_LATENCIES
 from coordinator.config import Costs
 from sim.runtime.latency import Constant, Distribution, LogNormal
 
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 #: How long a committed catalog change takes to reach a controller's command
-#: task (`coordinator/decoupled.py`). The profile carries it (it has no other
+#: task (`coordinator/follow_catalog.py`). The profile carries it (it has no other
 #: default): `coordsim calibrate` copies it from here into every profile it writes.
 CATALOG_FEED: Final[Distribution] = LogNormal(0.002, 0.5)
 
@@ -77,7 +77,7 @@ LATENCY_SOURCES: Final[Mapping[str, str]] = {
         "p50 4.21 ms, p95 36.24 ms): median 4.21 ms, sigma ln(36.24/4.21)/1.645; the model's own few "
         "hundred microseconds of loop time for SELECT 1 are counted twice, a 2-5 % overestimate"
     ),
-    # The replica's own comment block (controllers/replica.py) gives the reasoning.
+    # The replica's own comment block (controllers/replica_costs.py) gives the reasoning.
     "replica.command": "assumed: one environmentd->clusterd hop in one availability zone, ~0.5 ms round trip",
     "replica.response": "assumed: as replica.command, the hop back",
     "replica.peek": (
@@ -168,11 +168,11 @@ def unmeasured() -> list[Unmeasured]:
             LATENCY_SOURCES[name],
         )
         for name, dist in PROFILE_LATENCIES.items()
-    ]  # fmt: skip
+    ]
     out.extend(
         Unmeasured(
             name, describe(dist),
-            "controllers/replica.py REPLICA_LATENCIES (a profile entry of the same name overrides it)",
+            "controllers/replica_costs.py REPLICA_LATENCIES (a profile entry of the same name overrides it)",
             LATENCY_SOURCES[name],
         )
         for name, dist in REPLICA_LATENCIES.items()

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
 from coordinator.config import named
-from sim.load.config import DEFAULT_PROFILE, coerce_override, with_profile_cores
+from sim.load.config import DEFAULT_PROFILE, coerce_override
+from sim.load.latency_profile import with_profile_cores
 from sim.model import experiments as ex
 from sim.runtime.errors import InvalidUsage
 
@@ -88,7 +89,7 @@ def _throughput_ratio(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     ratio = cand.ops_per_s / base.ops_per_s if base.ops_per_s else math.nan
     detail = (f"{p['workload']} at {p['clients']} clients: {p['baseline']} {base.ops_per_s:,.0f} ops/s "
               f"(p50 {base.latency.p50_ms:.2f} ms, n={base.latency.n}), {p['candidate']} {cand.ops_per_s:,.0f} ops/s "
-              f"(p50 {cand.latency.p50_ms:.2f} ms, n={cand.latency.n})")  # fmt: skip
+              f"(p50 {cand.latency.p50_ms:.2f} ms, n={cand.latency.n})")
     return {"ratio": ratio, "p50_ratio": cand.latency.p50_ms / base.latency.p50_ms}, detail
 
 
@@ -102,25 +103,25 @@ def _mechanism_share(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     share = (one.ops_per_s - base.ops_per_s) / total if total else math.nan
     knobs = ", ".join(f"{k}={v}" for k, v in p["overrides"].items())
     detail = (f"{p['workload']} at {p['clients']} clients: {p['baseline']} {base.ops_per_s:,.0f}, "
-              f"+{knobs} {one.ops_per_s:,.0f}, {p['candidate']} {cand.ops_per_s:,.0f} ops/s")  # fmt: skip
+              f"+{knobs} {one.ops_per_s:,.0f}, {p['candidate']} {cand.ops_per_s:,.0f} ops/s")
     return {"share": share}, detail
 
 
 def _writes_per_commit(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     overrides = p.get("overrides", {})
     r = ex.writes_per_commit(_config(p["config"], overrides), clients=p["clients"],
-                             statement=p.get("statement", "insert"))  # fmt: skip
+                             statement=p.get("statement", "insert"))
     knobs = "".join(f", {k}={v}" for k, v in overrides.items())
     detail = (f"{p['config']}{knobs}, {p['clients']} clients x 10 {p.get('statement', 'insert')}s: "
               f"{r.writes_per_commit:.2f} writes/commit, {r.ops_per_s:,.0f} ops/s, "
-              f"{r.loop_messages_per_op:.2f} loop messages/op")  # fmt: skip
+              f"{r.loop_messages_per_op:.2f} loop messages/op")
     return {"writes_per_commit": r.writes_per_commit, "ops_per_s": r.ops_per_s}, detail
 
 
 def _batched_read_ts(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     r = ex.batched_read_ts(callers=p["callers"], round_trip_ms=p.get("round_trip_ms", 1.0))
     detail = (f"{p['callers']} callers, {r.calls:,} read_ts calls, {r.backing_queries:,} backing queries; "
-              f"wait p50 {r.p50_wait_round_trips:.2f}, max {r.max_wait_round_trips:.2f} round trips")  # fmt: skip
+              f"wait p50 {r.p50_wait_round_trips:.2f}, max {r.max_wait_round_trips:.2f} round trips")
     return {"queries_per_round_trip": r.queries_per_round_trip, "max_wait_round_trips": r.max_wait_round_trips}, detail
 
 
@@ -131,12 +132,12 @@ def _victim(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     slow = {"oracle.pg": p["oracle_ms"]} if "oracle_ms" in p else None
     overrides = {**p.get("overrides", {}), "oracle_calls": p["oracle_calls"]}
     r = ex.victim_select_one(_config(p["config"], overrides), inserters=p["inserters"], overrides_ms=slow,
-                             duration_s=float(p.get("duration_s", 30.0)))  # fmt: skip
+                             duration_s=float(p.get("duration_s", 30.0)))
     knobs = ", ".join(f"{k}={v}" for k, v in overrides.items())
     oracle = f"{p['oracle_ms']:g} ms oracle" if slow else "the profile's oracle"
     detail = (f"{p['config']} ({knobs}), SELECT 1 beside {p['inserters']} inserters, {oracle}: p50 "
               f"{r.victim.p50_ms:,.3f} / p95 {r.victim.p95_ms:,.3f} ms (n={r.victim.n}); "
-              f"{r.inserts:,} inserts, {r.writes_per_commit:.2f} writes/commit")  # fmt: skip
+              f"{r.inserts:,} inserts, {r.writes_per_commit:.2f} writes/commit")
     return {"p50_ms": r.victim.p50_ms, "p95_ms": r.victim.p95_ms}, detail
 
 
@@ -146,7 +147,7 @@ def _throughput(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     knobs = "".join(f", {k}={v}" for k, v in overrides.items())
     detail = (f"{p['config']}{knobs}, {p['workload']} at {p['clients']} clients: {r.ops_per_s:,.0f} ops/s "
               f"(p50 {r.latency.p50_ms:.2f} ms, n={r.latency.n}), {r.loop_messages_per_op:.2f} loop messages/op, "
-              f"{r.errors} errors")  # fmt: skip
+              f"{r.errors} errors")
     return {"ops_per_s": r.ops_per_s, "loop_messages_per_op": r.loop_messages_per_op}, detail
 
 
@@ -157,7 +158,7 @@ def _loop_cap(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     cfg = replace(cfg, costs=replace(cfg.costs, parse_plan=p["parse_plan_ms"] / 1000))
     r = ex.throughput(cfg, "select-constant", clients=p["clients"])
     detail = (f"{p['config']}, SELECT 1 at {p['clients']} clients, parse_plan {p['parse_plan_ms']:g} ms: "
-              f"{r.ops_per_s:,.1f} ops/s (p50 {r.latency.p50_ms:,.1f} ms, n={r.latency.n})")  # fmt: skip
+              f"{r.ops_per_s:,.1f} ops/s (p50 {r.latency.p50_ms:,.1f} ms, n={r.latency.n})")
     return {"ops_per_s": r.ops_per_s}, detail
 
 
@@ -173,8 +174,52 @@ def _ddl_growth(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     drop = (padded.drop.p50_ms - empty.drop.p50_ms) * 1000 / n
     detail = (f"{p['config']}, {padded.create.n} DDLs of each kind: CREATE TABLE p50 {empty.create.p50_ms:.3f} -> "
               f"{padded.create.p50_ms:.3f} ms, DROP TABLE {empty.drop.p50_ms:.3f} -> {padded.drop.p50_ms:.3f} ms "
-              f"(0 -> {n:,} tables)")  # fmt: skip
+              f"(0 -> {n:,} tables)")
     return {"create_us_per_table": create, "drop_us_per_table": drop}, detail
+
+
+def _oracle_traffic(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
+    """PR #37706's count of oracle queries, with the oracle's calls where
+    `oracle_calls` says (the era)."""
+    overrides = {**p.get("overrides", {}), "oracle_calls": p["oracle_calls"]}
+    r = ex.oracle_traffic(_config(p["config"], overrides), inserters=p["inserters"],
+                          duration_s=float(p.get("duration_s", 30.0)))
+    knobs = ", ".join(f"{k}={v}" for k, v in overrides.items())
+    detail = (f"{p['config']} ({knobs}), {p['inserters']} inserters: {r.queries_per_s:,.2f} oracle queries/s, "
+              f"{r.commits_per_s:,.2f} group commits/s, {r.queries_per_commit:.2f} queries per commit")
+    return {"queries_per_s": r.queries_per_s, "queries_per_commit": r.queries_per_commit}, detail
+
+
+#: How far two measured slopes may differ before `_ddl_at_scale` refuses to
+#: extrapolate: the model's DDL cost has only terms linear in the catalog's
+#: size, and this checks that it still has.
+LINEAR_WITHIN: Final = 0.10
+
+
+def _ddl_at_scale(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
+    """CREATE TABLE's p50 on a catalog of `objects` entries, end to end as the
+    fact's configuration says (its frontend included). Padding a catalog entry
+    by entry costs the simulator quadratic wall time (28,000 tables would take
+    most of an hour), so: the p50 at an empty catalog (200 DDLs), plus the
+    slope per entry, which is measured without the frontend (whose draws would
+    drown it) at `padding` and at 2 x `padding` tables. With one session on an
+    idle loop, the catalog's size adds the same CPU to every DDL, so it shifts
+    the p50 by exactly that. The two slopes must agree within `LINEAR_WITHIN`,
+    or the metric is NaN (the fact fails, saying so)."""
+    overrides = dict(p.get("overrides", {}))
+    cfg = _config(p["config"], overrides)
+    bare = _config(p["config"], {k: v for k, v in overrides.items() if k != "frontend"})
+    n, objects = p["padding"], p["objects"]
+    base = ex.ddl_latency(cfg, padding=0, reps=200).create
+    p50 = [ex.ddl_latency(bare, padding=k).create.p50_ms for k in (0, n, 2 * n)]
+    first, second = (p50[1] - p50[0]) / n, (p50[2] - p50[1]) / n
+    linear = abs(first - second) <= LINEAR_WITHIN * max(abs(first), abs(second))
+    value = base.p50_ms + second * objects if linear else math.nan
+    detail = (f"{p['config']}: CREATE TABLE p50 {base.p50_ms:.3f} ms on an empty catalog (n={base.n}); without "
+              f"the frontend {p50[0]:.3f} / {p50[1]:.3f} / {p50[2]:.3f} ms at 0 / {n:,} / {2 * n:,} tables, slopes "
+              f"{first * 1000:.2f} and {second * 1000:.2f} us per table: "
+              f"{'extended to' if linear else 'NOT linear, not extended to'} {objects:,} objects")
+    return {"create_p50_ms": value, "create_p50_empty_ms": base.p50_ms}, detail
 
 
 #: Experiment name → function of the fact's params → (metrics, one-line detail).
@@ -187,10 +232,12 @@ EXPERIMENTS: Final[dict[str, Callable[[Mapping[str, Any]], tuple[dict[str, float
     "loop-cap": _loop_cap,
     "ddl-growth": _ddl_growth,
     "throughput": _throughput,
+    "oracle-traffic": _oracle_traffic,
+    "ddl-at-scale": _ddl_at_scale,
 }
 
 _FIELDS: Final = ("id", "role", "claim", "source", "mechanism", "experiment", "metric", "published", "between",
-                  "band_reason")  # fmt: skip
+                  "band_reason")
 
 
 def load_facts(path: Path = FACTS) -> list[Fact]:
@@ -206,20 +253,20 @@ def load_facts(path: Path = FACTS) -> list[Fact]:
             raise InvalidUsage(f"{path}: fact #{i + 1} lacks {', '.join(missing)}")
         if entry["experiment"] not in EXPERIMENTS:
             raise InvalidUsage(f"{path}: fact {entry['id']}: unknown experiment {entry['experiment']!r}; "
-                               f"known: {', '.join(EXPERIMENTS)}")  # fmt: skip
+                               f"known: {', '.join(EXPERIMENTS)}")
         if entry["role"] not in ROLES:
             raise InvalidUsage(f"{path}: fact {entry['id']}: role must be one of {', '.join(ROLES)}, "
-                               f"got {entry['role']!r}")  # fmt: skip
+                               f"got {entry['role']!r}")
         band = entry["between"]
         if (not isinstance(band, list) or len(band) != 2
                 or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in band)
-                or not band[0] <= band[1]):  # fmt: skip
+                or not band[0] <= band[1]):
             raise InvalidUsage(f"{path}: fact {entry['id']}: between must be [lo, hi] with lo <= hi, got {band!r}")
         if not str(entry["band_reason"]).strip():
             raise InvalidUsage(f"{path}: fact {entry['id']}: band_reason is empty")
         fields_ = {k: entry[k] for k in _FIELDS if k != "between"}
         out.append(Fact(**fields_, between=(float(band[0]), float(band[1])), params=entry.get("params", {}),
-                        quick=bool(entry.get("quick", False))))  # fmt: skip
+                        quick=bool(entry.get("quick", False))))
     ids = [f.id for f in out]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
@@ -232,7 +279,7 @@ def run_fact(fact: Fact) -> Outcome:
     metrics, detail = EXPERIMENTS[fact.experiment](fact.params)
     if fact.metric not in metrics:
         raise InvalidUsage(f"fact {fact.id}: experiment {fact.experiment} has no metric {fact.metric!r}; "
-                           f"it gives {', '.join(metrics)}")  # fmt: skip
+                           f"it gives {', '.join(metrics)}")
     value = metrics[fact.metric]
     return Outcome(fact, value, fact.holds(value), detail)
 
@@ -246,10 +293,10 @@ def table_lines(outcomes: Sequence[Outcome]) -> list[str]:
         if not group:
             continue
         lines += [f"## {role.capitalize()} facts", "", "| fact | published | band | simulated | holds |",
-                  "|---|---|---|---:|:---:|"]  # fmt: skip
+                  "|---|---|---|---:|:---:|"]
         for o in group:
             lines.append(f"| {o.fact.id}: {o.fact.claim} | {o.fact.published} | {band_text(o.fact)} | "
-                         f"{o.value:,.3g} | {'yes' if o.holds else '**no**'} |")  # fmt: skip
+                         f"{o.value:,.3g} | {'yes' if o.holds else '**no**'} |")
         lines.append("")
     return lines
 

@@ -21,7 +21,11 @@ is left alone. Victims come from a random stream of their own.
 (`coordinator.oracle_switch`: in-memory <-> distributed, every timeline) and
 flips it back after `duration` if that coordinator still runs; faults that
 overlap flip in turn. Its plans need the event-loop architecture
-(`check_single_coordinator`)."""
+(`check_single_coordinator`).
+
+With the Runtime's event log on (`sim.runtime.events`), each fault is two
+`nemesis.fault` events: `phase=start` once it acts, naming its kind and its
+target, and `phase=stop` once healed, with what its trace event records."""
 
 from __future__ import annotations
 
@@ -32,7 +36,6 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from coordinator.adapters import MultiAdapterCoordinator
-from oracle.stash import Fenced as OracleFenced
 from sim.history.model import EventKind, Status
 from sim.nemesis.plan import (
     ADAPTER_FAULTS,
@@ -44,7 +47,7 @@ from sim.nemesis.plan import (
     check_plan,
     check_single_coordinator,
 )
-from sim.runtime.errors import InvalidUsage
+from sim.runtime.errors import Fenced, InvalidUsage
 
 if TYPE_CHECKING:
 
@@ -87,6 +90,7 @@ class Nemesis:
         self._victims = dep.rt.derive("nemesis-adapters").rng
         #: Whose clock a time fault moves (likewise a stream of its own).
         self._clock_victims = dep.rt.derive("nemesis-clocks").rng
+        self._events = dep.rt.events.bind(config=dep.config.name, actor="nemesis")
 
     async def run(self) -> None:
         rt, t0 = self.dep.rt, self.dep.rt.now()
@@ -95,7 +99,14 @@ class Nemesis:
                 await rt.sleep(t0 + fault.at_s - rt.now())
                 tg.start_soon(self._inject, fault)
 
+    def _started(self, fault: Fault, target: object) -> None:
+        """The `phase=start` event of `fault`, acting on `target`."""
+        if self._events.on:
+            self._events.emit("nemesis.fault", phase="start", kind=str(fault.kind), target=target, spec=str(fault))
+
     def _record(self, fault: Fault, start_ns: int, **detail: Any) -> None:
+        if self._events.on:
+            self._events.emit("nemesis.fault", phase="stop", kind=str(fault.kind), spec=str(fault), **detail)
         self.dep.recorder.event(
             EventKind.FAULT,
             "nemesis",
@@ -114,6 +125,7 @@ class Nemesis:
             if not dep.live:
                 return
             victim = dep.live[0]
+            self._started(fault, victim.name)
             await dep.stop_coordinator(victim)
             await rt.sleep(fault.duration_s)
             new = await dep.start_coordinator()
@@ -121,9 +133,11 @@ class Nemesis:
         elif fault.kind is FaultKind.SPLIT_BRAIN:
             if len(dep.live) >= 2:
                 return  # one split at a time keeps the scenario readable
+            self._started(fault, "a new coordinator")
             new = await dep.start_coordinator()
             self._record(fault, start, started=new, beside=[h.name for h in dep.live[:-1]])
         elif fault.kind is FaultKind.STORE_ERRORS:
+            self._started(fault, "blob, consensus")
             for store in (dep.blob, dep.consensus):
                 store.set_rates(p_fail=STORE_P_FAIL, p_timeout=STORE_P_TIMEOUT)
                 store.enabled = True
@@ -138,6 +152,7 @@ class Nemesis:
                 return
             compute = _incarnation(coord).compute
             cluster, replica = DEFAULT_CLUSTER
+            self._started(fault, f"replica {cluster}.{replica}")
             compute.crash_replica(cluster, replica)
             await rt.sleep(fault.duration_s)
             # The coordinator may have been replaced meanwhile: its controller
@@ -153,6 +168,7 @@ class Nemesis:
             await self._oracle_switch(fault, start)
         elif fault.kind is FaultKind.PG_KILL:
             assert dep.database_url is not None  # check_plan: real mode only
+            self._started(fault, "postgres backends")
             rounds, killed, apps = await _kill_backends(rt, dep.database_url, fault.duration_s)
             self._record(fault, start, rounds=rounds, killed=killed, applications=apps)
         elif fault.kind is FaultKind.PG_SIGKILL:
@@ -162,11 +178,13 @@ class Nemesis:
             pid = await anyio.to_thread.run_sync(pg.sigkill_postmaster)
             if pid is None:
                 return  # an overlapping pg-sigkill has it down; that one restarts it
+            self._started(fault, f"postmaster {pid}")
             await rt.sleep(fault.duration_s)
             await anyio.to_thread.run_sync(pg.restart)
             self._record(fault, start, postmaster=pid)
         else:
             group = "oracle" if fault.kind is FaultKind.ORACLE_SLOW else "replica"
+            self._started(fault, group)
             dep.switch.factors[group] = fault.factor
             try:
                 await rt.sleep(fault.duration_s)
@@ -185,12 +203,14 @@ class Nemesis:
             serving = sum(not coord.adapter_down(k) for k in range(len(coord.adapters)))
             if coord.adapter_down(i) or serving < 2:
                 return  # one crash of an adapter at a time, and one always serves
+            self._started(fault, f"adapter {i + 1}")
             await coord.crash_adapter(i)
             await rt.sleep(fault.duration_s)
             if dep.is_live(coord):
                 await coord.restart_adapter(i)
         else:
             gate = coord.gates[i]
+            self._started(fault, f"adapter {i + 1}")
             pause = fault.kind is FaultKind.ADAPTER_PAUSE
             if pause:
                 gate.pause()
@@ -213,6 +233,7 @@ class Nemesis:
             return  # the deployment is between coordinators
         inc = _incarnation(host.coord)
         flips: list[dict[str, Any]] = []
+        self._started(fault, host.name)
         try:
             flips.append((await inc.switch_oracle()).as_detail())
             if fault.duration_s:
@@ -221,7 +242,7 @@ class Nemesis:
                 # the configured oracle, above both implementations.
                 if dep.is_live(host.coord):
                     flips.append((await inc.switch_oracle()).as_detail())
-        except OracleFenced:
+        except Fenced:
             pass  # its stash epoch moved on: it stops serving at its next oracle call
         except Exception:
             if dep.is_live(host.coord):
@@ -255,6 +276,7 @@ class Nemesis:
             return  # another time fault has it: one at a time per clock
         now = rt.true_wall_ms()
         detail: dict[str, Any] = {"processes": [name for name, _ in pair]}
+        self._started(fault, detail["processes"])
         if fault.kind is FaultKind.CLOCK_STALL:
             rate = 1.0 / fault.factor
             pair[0][1].set_rate(rate, now_ms=now)

@@ -20,13 +20,9 @@ from sim.history.recorder import HistoryRecorder
 from sim.load.deployment import switchable_latency
 from sim.load.driver import Step, drive
 from sim.load.scenarios.builtin import PROGRAMS
-from sim.nemesis.anomalies import (
-    SCENARIOS,
-    STUCK_AFTER_S,
-    coordinator_config,
-    latency_model,
-    run_spec,
-)
+from sim.nemesis.anomalies import run_spec
+from sim.nemesis.anomaly_scenarios import SCENARIOS, latency_model
+from sim.nemesis.anomaly_spec import STUCK_AFTER_S, coordinator_config
 from sim.nemesis.nemesis import Nemesis
 from sim.nemesis.plan import FaultPlan
 from sim.runtime.core import run
@@ -41,7 +37,7 @@ if TYPE_CHECKING:
     from sim.history.model import Event, History
     from sim.load.driver import Sim
     from sim.load.scenarios.builtin import Program
-    from sim.nemesis.anomalies import Spec
+    from sim.nemesis.anomaly_spec import Spec
     from sim.nemesis.plan import Fault
     from sim.runtime.core import Runtime
 
@@ -201,7 +197,7 @@ def run_program(
 ) -> tuple[History, list[Event]]:
     """Runs `program` as `sim.nemesis.anomalies.run_spec` runs the scenario's
     own (virtual mode: same deployment, latencies, nemesis and stuck limit;
-    tests/anomalies/test_shrink.py checks both give the same history), with
+    tests/sim/nemesis/test_shrink.py checks both give the same history), with
     the statements appended to `transcript` if given.
 
     Raises:
@@ -222,7 +218,7 @@ def run_program(
         rec = HistoryRecorder(rt.now)
         with anyio.fail_after(STUCK_AFTER_S):
             sims = drive(rt, cfg, rec, switch=switch, n_clients=spec.clients, size=spec.size,
-                         transcript=transcript)  # fmt: skip
+                         transcript=transcript)
             async with sims as sim, anyio.create_task_group() as tg:
                 tg.start_soon(Nemesis(sim.dep, spec.faults).run)
                 await program(sim)
@@ -351,7 +347,7 @@ def shrink_ops(
         if tried[candidate] is not None and progress is not None:
             progress(f"still {target} with {len(candidate.steps)} statements, "
                      f"{len(candidate.clients)} clients, faults={candidate.spec.faults}, "
-                     f"background={candidate.background} ({h.n} ops)")  # fmt: skip
+                     f"background={candidate.background} ({h.n} ops)")
         return tried[candidate] is not None
 
     for source in scripts:
@@ -463,7 +459,7 @@ def script_file(result: ShrunkScript, *, replay: str) -> str:
 
 #: The keys of a scenario file's `RUN`, and the types they must have.
 RUN_KEYS: Final = {"scenario": str, "config": str, "seed": int, "known_bad": list,
-                   "faults": str, "schedule": str}  # fmt: skip
+                   "faults": str, "schedule": str}
 
 
 def load_scenario_file(path: Path) -> tuple[Program, dict[str, Any]]:

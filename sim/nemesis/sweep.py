@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, Final, final
 from sim.history.checker import CHECKERS, check_history
 from sim.history.checker.verdict import Outcome
 from sim.history.traces import write_trace
-from sim.history.verdict import VERDICT_FILE, outcome_json, verdict_document, write_verdict
-from sim.nemesis.anomalies import Spec, default_spec, parse_known_bad, run_spec
+from sim.history.verdict_file import VERDICT_FILE, outcome_json, verdict_document, write_verdict
+from sim.nemesis.anomalies import run_spec
+from sim.nemesis.anomaly_spec import Spec, default_spec, parse_known_bad
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.outputs import atomic_write
 from sim.runtime.schedule import parse_schedule
@@ -74,7 +75,7 @@ class SeedTask:
         return default_spec(
             self.scenario, self.config, self.seed, known_bad=parse_known_bad(self.known_bad),
             schedule=self.schedule,
-        )  # fmt: skip
+        )
 
     def replay(self) -> str:
         """The seed's replay command, its scheduling policy included."""
@@ -179,7 +180,7 @@ def run_seed(task: SeedTask) -> SeedResult:
         task.seed, history.n, report.outcome.value, replay,
         dict(sorted(counts.items())), internal, checkers=runs,
         ops_to_judge=report.ops_to_judge, ops_judged=report.ops_judged,
-    )  # fmt: skip
+    )
     if not result.failing:
         return result
     return replace(result, report=report, history=history, events=events)
@@ -332,7 +333,7 @@ def write_run_trace(directory: Path, spec: Spec, history: History, events: Seque
     write_trace(directory, history, events, run=f"{spec.scenario}-{spec.seed}", config=spec.config,
                 seed=spec.seed, extra_meta={"scenario": spec.scenario, "mode": spec.mode,
                                             "schedule": spec.schedule,
-                                            "replay": spec.command()})  # fmt: skip
+                                            "replay": spec.command()})
 
 
 @final

@@ -114,14 +114,14 @@ class BackendStats:
 
     def mark(self) -> Mark:
         return Mark({k: len(v) for k, v in self._samples.items()}, dict(self._retries),
-                    {k: (int(n), t) for k, (n, t) in self._cpu.items()})  # fmt: skip
+                    {k: (int(n), t) for k, (n, t) in self._cpu.items()})
 
     def since(self, mark: Mark) -> BackendWindow:
         """What was recorded after `mark`."""
         samples = {k: v[mark.lengths.get(k, 0) :] for k, v in self._samples.items()}
         retries = {k: n - mark.retries.get(k, 0) for k, n in self._retries.items()}
         cpu = {k: (int(n) - mark.cpu.get(k, (0, 0.0))[0], t - mark.cpu.get(k, (0, 0.0))[1])
-               for k, (n, t) in self._cpu.items()}  # fmt: skip
+               for k, (n, t) in self._cpu.items()}
         return BackendWindow(
             {k: v for k, v in samples.items() if v}, {k: n for k, n in retries.items() if n},
             {k: c for k, c in cpu.items() if c[0]},
@@ -189,7 +189,7 @@ class KindStats:
 
     def as_dict(self) -> dict[str, float | int | None]:
         return {"count": self.count, "p50_ms": self.p50_ms, "p99_ms": self.p99_ms, "retries": self.retries,
-                "retries_40001": self.retries_40001, "mean_ms": self.mean_ms}  # fmt: skip
+                "retries_40001": self.retries_40001, "mean_ms": self.mean_ms}
 
 
 @final
@@ -257,7 +257,7 @@ class BackendWindow:
             xs = sorted(self.samples.get(name, ()))
             retries = sum(n for (k, _), n in self.retries.items() if k == name)
             out.append(KindStats(name, len(xs), _percentile_ms(xs, 50), _percentile_ms(xs, 99), retries,
-                                 self.retries.get((name, _SERIALIZATION), 0), _mean_ms(xs)))  # fmt: skip
+                                 self.retries.get((name, _SERIALIZATION), 0), _mean_ms(xs)))
         return tuple(out)
 
     def group(self, prefix: str) -> KindStats:

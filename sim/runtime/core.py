@@ -19,6 +19,7 @@ import sniffio
 
 from sim.runtime.cpu import CorePool, Hold
 from sim.runtime.errors import InvalidUsage
+from sim.runtime.events import OFF, EventLog, runtime_log
 from sim.runtime.interrupts import guard
 from sim.runtime.latency import Constant, LatencyModel
 from sim.runtime.loop import VirtualEventLoop, wake
@@ -128,6 +129,9 @@ class Runtime:
         latency: the latency model `delay` samples from (default: all zero).
         wall_clock: overrides the true wall clock (`true_wall_ms`).
         clock: this process's clock (default: a fresh one, reading true time).
+        events: where the components' structured events go, bound to `seed`
+            (`sim.runtime.events`; default: nowhere, at the cost of one
+            attribute test per decision point).
     """
 
     def __init__(
@@ -137,6 +141,7 @@ class Runtime:
         latency: LatencyModel | None = None,
         wall_clock: WallClock | None = None,
         clock: ProcessClock | None = None,
+        events: EventLog = OFF,
         _name: str = "",
     ) -> None:
         self.seed = seed
@@ -145,13 +150,14 @@ class Runtime:
         self.latency = latency if latency is not None else LatencyModel(default=Constant(0.0))
         self._wall_clock = wall_clock
         self.clock = clock if clock is not None else ProcessClock()
+        self.events = events.bind(seed=seed) if events.on else events
 
     def derive(self, name: str) -> Runtime:
         """A Runtime sharing clocks and models, with an independent RNG stream named
         `name`, so one component's draws never shift another's."""
         full = f"{self.name}/{name}" if self.name else name
         return Runtime(seed=self.seed, latency=self.latency, wall_clock=self._wall_clock, clock=self.clock,
-                       _name=full)  # fmt: skip
+                       events=self.events, _name=full)
 
     def with_clock(self, clock: ProcessClock) -> Runtime:
         """This Runtime read through `clock`: a simulated process of its own,
@@ -160,6 +166,13 @@ class Runtime:
         moves no clock interleave exactly as before."""
         view = copy.copy(self)
         view.clock = clock
+        return view
+
+    def with_events(self, events: EventLog) -> Runtime:
+        """This Runtime emitting through `events` (e.g. with the configuration
+        bound), sharing everything else, its random stream's very object too."""
+        view = copy.copy(self)
+        view.events = events
         return view
 
     # Clock.
@@ -302,10 +315,13 @@ def run(
     latency: LatencyModel | None = None,
     wall_clock: WallClock | None = None,
     schedule: str = "fifo",
+    events: EventLog | None = None,
 ) -> T:
     """Runs `main(runtime)` to completion on a fresh virtual or stock loop.
 
     Args:
+        events: the Runtime's event log; default: over the sink the command
+            installed (`sim.runtime.events.installed`), or nowhere.
         schedule: the virtual loop's scheduling policy (`sim.runtime.schedule`;
             its randomness is the seed's `schedule` stream). The stock loop
             runs asyncio's own order: any other policy is an error there.
@@ -313,7 +329,8 @@ def run(
     Raises:
         InvalidUsage: an unknown policy, or one other than fifo for the stock loop.
     """
-    rt = Runtime(seed=seed, latency=latency, wall_clock=wall_clock)
+    rt = Runtime(seed=seed, latency=latency, wall_clock=wall_clock,
+                 events=events if events is not None else runtime_log())
     policy = parse_schedule(schedule)
     if not virtual and policy != "fifo":
         raise InvalidUsage(f"schedule {policy!r} needs the virtual loop; real mode runs asyncio's own order")

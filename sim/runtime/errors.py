@@ -1,10 +1,11 @@
 """The error tiers every layer raises and every caller relies on: misuse
-(`InvalidUsage`, never retried) and external failures that definitely did
-not take effect (`Determinate`) or may have (`Indeterminate`), DESIGN.md §9."""
+(`InvalidUsage`, never retried), a deposed leader (`Fenced`, never retried)
+and external failures that definitely did not take effect (`Determinate`) or
+may have (`Indeterminate`), DESIGN.md §9."""
 
 from __future__ import annotations
 
-__all__ = ['CoordsimError', 'Determinate', 'ExternalError', 'Indeterminate', 'InvalidUsage']
+__all__ = ['CoordsimError', 'Determinate', 'ExternalError', 'Fenced', 'Indeterminate', 'InvalidUsage']
 
 # --- Errors -----------------------------------------------------------------------------
 
@@ -21,6 +22,19 @@ class InvalidUsage(CoordsimError, ValueError):
     """The caller broke an interface's contract (a bug in the caller).
 
     Raised at once and never retried: retrying a misuse cannot succeed.
+    """
+
+
+class Fenced(CoordsimError):
+    """A newer process took over: it bumped the epoch of a store this process
+    holds (the oracle's timestamp stash, the durable catalog), so this process
+    is no longer the leader, must stop serving (Materialize halts) and never
+    writes again. An answer, not a failure: never retried, and nothing was
+    written by the call that raised it.
+
+    One class whichever store fenced: every caller reacts the same way (it
+    answers its statements with the fenced error and stops), and the catalog,
+    whose appends also call the oracle, need not tell the two apart.
     """
 
 

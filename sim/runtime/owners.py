@@ -132,7 +132,7 @@ class Owner:
         except OSError:
             pidns = None
         return cls(pid, process_start(pid), _read_text("/proc/sys/kernel/random/boot_id"),
-                   pidns, os.uname().nodename)  # fmt: skip
+                   pidns, os.uname().nodename)
 
     def state(self, here: Owner | None = None) -> State:
         """`alive`, `dead`, `reused` or `foreign`, as seen from `here` (this
@@ -157,7 +157,7 @@ class Owner:
     def record(self, path: Path, kind: str) -> dict[str, Any]:
         return {"magic": _MAGIC, "version": _VERSION, "kind": kind, "path": str(path),
                 "pid": self.pid, "start": self.start, "boot": self.boot,
-                "pidns": self.pidns, "host": self.host}  # fmt: skip
+                "pidns": self.pidns, "host": self.host}
 
 
 @final
@@ -182,13 +182,13 @@ def _parse(data: bytes) -> _Record | None:
     boot, pidns, host, inode = r.get("boot"), r.get("pidns"), r.get("host"), r.get("inode")
     if not (isinstance(pid, int) and pid > 0 and isinstance(kind, str) and isinstance(path, str)
             and isinstance(host, str) and (start is None or isinstance(start, int))
-            and all(v is None or isinstance(v, str) for v in (boot, pidns))):  # fmt: skip
+            and all(v is None or isinstance(v, str) for v in (boot, pidns))):
         return None
     if inode is not None and not (isinstance(inode, list) and len(inode) == 2
-                                  and all(isinstance(i, int) for i in inode)):  # fmt: skip
+                                  and all(isinstance(i, int) for i in inode)):
         return None
     return _Record(Owner(pid, start, boot, pidns, host), kind, path,
-                   None if inode is None else (inode[0], inode[1]))  # fmt: skip
+                   None if inode is None else (inode[0], inode[1]))
 
 
 def _read_record(path: Path) -> _Record | None:

@@ -5,7 +5,7 @@ turn), 4, 5, 6 (the ready queue) and 7; patches 2 and 3 (the selector loop's
 self-pipe and timer heap) went when patch 1 became a scheduler of its own
 (issue 20). Each is documented below with why it is needed, what breaks without
 it and the versions it was verified against. Missing internals raise `UnverifiedInternals` when a loop is built, and
-tests/sim/test_patches.py has a test per patched behaviour, so a library upgrade
+tests/sim/runtime/test_patches.py has a test per patched behaviour, so a library upgrade
 shows up as a failing test, not as a flaky trace.
 
 Verified against CPython 3.11 (3.11.7) and anyio 4.16 (4.16.0).
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 from anyio._backends import _asyncio as anyio_asyncio
 
 from sim.runtime.errors import InvalidUsage
+from sim.runtime.verified import VERIFIED_ANYIO, VERIFIED_PYTHON
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -43,11 +44,6 @@ __all__ = [
     "running",
 ]
 
-#: (major, minor) of the CPython versions the asyncio patches were verified on.
-VERIFIED_PYTHON: Final = ((3, 11),)
-#: (major, minor) of the anyio versions the anyio patches were verified on;
-#: pyproject.toml pins anyio to these.
-VERIFIED_ANYIO: Final = ((4, 16),)
 
 
 class UnverifiedInternals(RuntimeError):
@@ -60,7 +56,7 @@ def _unverified(what: str) -> UnverifiedInternals:
         f"{what}; sim/runtime/patches.py was verified on CPython "
         f"{', '.join(f'{a}.{b}' for a, b in VERIFIED_PYTHON)} and anyio "
         f"{', '.join(f'{a}.{b}' for a, b in VERIFIED_ANYIO)}: re-verify it "
-        "(tests/sim/test_patches.py) before running virtual-time simulations"
+        "(tests/sim/runtime/test_patches.py) before running virtual-time simulations"
     )
 
 
@@ -78,7 +74,7 @@ _asyncio_checked = False
 
 def check_asyncio() -> None:
     """Raises `UnverifiedInternals` unless asyncio still has what patch 1
-    relies on (a cheap structural check; tests/sim/test_patches.py and
+    relies on (a cheap structural check; tests/sim/runtime/test_patches.py and
     tests/sim/test_loop.py check the behaviour).
 
     Patch 1: the virtual loop's turn. `VirtualEventLoop` subclasses
@@ -240,7 +236,7 @@ def _patch_child_scopes(applies: Callable[[], bool]) -> None:
     `CancelScope`s, which hash by memory address, so the order in which the
     cancelled tasks wake would depend on where the allocator put the scopes.
     Without it: same seed, different traces from one process to the next
-    (tests/sim/test_runtime_determinism.py).
+    (tests/sim/runtime/test_runtime_determinism.py).
     Only scopes created while `applies()` get the ordered set. Verified: anyio
     4.16.0, `anyio._backends._asyncio.CancelScope` (add on enter and reparent,
     remove on exit, discard on reparent, iterated by `_deliver_cancellation`).

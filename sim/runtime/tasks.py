@@ -85,7 +85,7 @@ class _Group:
     an exception group, `join` raises the group's first exception."""
 
     __slots__ = ("_aborting", "_base_error", "_errors", "_loop", "_on_completed_fut",
-                 "_parent_cancel_requested", "_parent_task", "_tasks")  # fmt: skip
+                 "_parent_cancel_requested", "_parent_task", "_tasks")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, parent: asyncio.Task[Any]) -> None:
         self._loop = loop

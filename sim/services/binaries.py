@@ -5,7 +5,7 @@ Python dependencies — PostgreSQL 16 from `pgserver`, a Java 21 runtime from
 
 Protects: one answer, shared by the embedded server, the Spark session and
 `coordsim doctor`, so what doctor reports is what then runs. The PostgreSQL
-search of the system itself is `sim.services.postgres.find_postgres_bindir`.
+search of the system itself is `sim.services.pg_bindir.find_postgres_bindir`.
 Made here, in private temporary directories removed at exit (and by a
 watchdog on SIGKILL; claimed by an owner record, for the next start should
 the watchdog die too): a copy of the packaged PostgreSQL that an unprivileged

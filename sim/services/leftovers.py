@@ -119,7 +119,7 @@ def _stop(path: Path, pids: list[int], wait_s: float) -> list[int]:
 
 
 def reclaim(root: Path | None = None, *, wait_s: float = CLEAN_WAIT_S,
-            found: list[Leftover] | None = None) -> Reclaimed:  # fmt: skip
+            found: list[Leftover] | None = None) -> Reclaimed:
     """Removes every reclaimable leftover in TMPDIR (`root`), or of `found`
     (from `owners.scan`), stopping what still runs in it first (at most
     `wait_s` in all). Never raises for a leftover: one that cannot go is kept.

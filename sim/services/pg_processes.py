@@ -230,7 +230,7 @@ class Watchdog:
                 stdout=subprocess.DEVNULL,  # nor may it hold the owner's pipes open
                 stderr=subprocess.DEVNULL,
                 cwd="/",
-            )  # fmt: skip
+            )
         except OSError as exc:
             os.close(self._write_end)
             raise BackendUnavailable(f"cannot start the PostgreSQL watchdog: {exc}") from exc

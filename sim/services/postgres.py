@@ -10,8 +10,8 @@ hand (the OOM killer, a stray `kill -9`) and tells the owner (`on_death`). An
 environment variable (`COORDSIM_POSTGRES_URL`) points at an existing server
 instead.
 
-This module is the server's lifecycle (start, stop, crash, restart) and the
-search for the system's binaries; making its data directory is
+This module is the server's lifecycle (start, stop, crash, restart); finding
+its binaries is `sim.services.pg_bindir`, making its data directory
 `sim.services.pg_initdb`, finding, waiting for and cleaning up after its
 processes `sim.services.pg_processes`, and the packaged binaries used when the
 system has none `sim.services.binaries`.
@@ -36,23 +36,22 @@ from sim.runtime import owners
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.urls import redact_url
 from sim.services import binaries, pg_initdb, pg_processes
-from sim.services.binaries import Found
 from sim.services.errors import BackendUnavailable
+from sim.services.pg_bindir import find_postgres
 from sim.services.processes import free_port, run_group
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
     from types import TracebackType
 
+    from sim.services.binaries import Found
+
 __all__ = [
-    "PG_BINDIR_ENV",
     "POSTGRES_URL_ENV",
     "WATCH_S",
     "BackendUnavailable",
     "EmbeddedPostgres",
     "embedded_serving",
-    "find_postgres",
-    "find_postgres_bindir",
     "postgres_server",
     "postgres_url_from_env",
     "redact_url",
@@ -60,20 +59,7 @@ __all__ = [
 
 #: An existing Postgres (or CockroachDB) server to use instead of an embedded one.
 POSTGRES_URL_ENV: Final = "COORDSIM_POSTGRES_URL"
-#: The directory holding `initdb` and `pg_ctl`, when they are not found by themselves.
-PG_BINDIR_ENV: Final = "COORDSIM_PG_BINDIR"
 
-_PG_MISSING: Final = (
-    "PostgreSQL server binaries (initdb, pg_ctl) not found; install them "
-    "(e.g. `apt-get install postgresql`) or set COORDSIM_POSTGRES_URL to an existing server"
-)
-_PG_NOWHERE: Final = (
-    "PostgreSQL server binaries (initdb, pg_ctl) not found on the system, and the packaged "
-    "ones (pgserver, a dependency) are not installed: there is no wheel for this platform "
-    "or Python; install the system's (e.g. `apt-get install postgresql`) or set "
-    "COORDSIM_POSTGRES_URL to an existing server"
-)
-_PG_LIB_ROOT: Final = Path("/usr/lib/postgresql")  # Debian/Ubuntu: one bin/ per major version
 _START_ATTEMPTS: Final = 3  # another process may take the free port we picked before we bind it
 #: How long a dead postmaster's backends may linger before they are SIGKILLed,
 #: and then how long they get to vanish before `restart()` gives up.
@@ -95,89 +81,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _has_pg_binaries(d: Path) -> bool:
-    return all(os.access(d / name, os.X_OK) for name in ("initdb", "pg_ctl"))
-
-
-def _version_key(d: Path) -> tuple[int, ...]:
-    # /usr/lib/postgresql/<version>/bin: compare versions numerically (10 > 9.6).
-    try:
-        return tuple(int(part) for part in d.parent.name.split("."))
-    except ValueError:
-        return (-1,)
-
-
-def _system_postgres(explicit: str | None) -> Found | None:
-    """The system's PostgreSQL server binaries (see `find_postgres_bindir`), or None.
-
-    Raises:
-        BackendUnavailable: a directory named explicitly lacks the binaries.
-    """
-    for source, named in (("bindir", explicit), (PG_BINDIR_ENV, os.environ.get(PG_BINDIR_ENV))):
-        if named:
-            if _has_pg_binaries(Path(named)):
-                return Found("postgres", "system", source, Path(named))
-            raise BackendUnavailable(
-                f"{source}={named} holds no PostgreSQL server binaries (initdb, pg_ctl); "
-                f"point it at the right directory or set {POSTGRES_URL_ENV} to an existing server"
-            )
-    candidates: list[tuple[str, Path]] = []
-    pg_config = shutil.which("pg_config")
-    if pg_config is not None:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            out = subprocess.run(
-                [pg_config, "--bindir"], capture_output=True, text=True, timeout=10, check=True
-            )
-            candidates.append(("pg_config", Path(out.stdout.strip())))
-    candidates.extend(
-        (str(_PG_LIB_ROOT), d)
-        for d in sorted(_PG_LIB_ROOT.glob("*/bin"), key=_version_key, reverse=True)
-    )
-    initdb = shutil.which("initdb")
-    if initdb is not None:
-        candidates.append(("PATH", Path(initdb).resolve().parent))
-    for source, candidate in candidates:
-        if _has_pg_binaries(candidate):
-            return Found("postgres", "system", source, candidate)
-    return None
-
-
-def find_postgres_bindir(explicit: str | None = None) -> Path:
-    """Returns the directory holding the system's PostgreSQL server binaries.
-
-    Looks at, in order: `explicit`, `$COORDSIM_PG_BINDIR`, `pg_config --bindir`,
-    the newest `/usr/lib/postgresql/*/bin`, and the directory of `initdb` on PATH.
-    A directory named explicitly (argument or variable) is authoritative: if it
-    lacks the binaries, the search stops there. The embedded server also falls
-    back to packaged binaries: `find_postgres` is what it runs.
-
-    Raises:
-        BackendUnavailable: no candidate holds both `initdb` and `pg_ctl`.
-    """
-    found = _system_postgres(explicit)
-    if found is None:
-        raise BackendUnavailable(_PG_MISSING)
-    return found.path
-
-
-def find_postgres(explicit: str | None = None) -> Found:
-    """The PostgreSQL server binaries the embedded server runs, and why those:
-    the system's (`find_postgres_bindir`'s search, a directory named
-    explicitly being authoritative), else pgserver's packaged PostgreSQL 16.
-
-    Raises:
-        BackendUnavailable: a directory named explicitly lacks the binaries, or
-            there are none on the system and no packaged ones.
-    """
-    found = _system_postgres(explicit)
-    if found is not None:
-        return found
-    packaged = binaries.packaged_pg_bindir()
-    if packaged is None:
-        raise BackendUnavailable(_PG_NOWHERE)
-    return Found("postgres", "packaged", "pgserver", packaged)
 
 
 def postgres_url_from_env() -> str | None:

@@ -88,7 +88,7 @@ def run_group(
         cmd, cwd=cwd, env=env, text=True, start_new_session=True, preexec_fn=_dies_with_us(),
         stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    ) as proc:  # fmt: skip
+    ) as proc:
         try:
             out, err = proc.communicate(input, timeout=timeout)
         except BaseException:

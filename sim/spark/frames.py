@@ -39,7 +39,7 @@ INF: Final = 2**62
 DDL_KINDS: Final = (
     "create-table", "drop-table", "create-index", "drop-index",
     "create-view", "drop-view", "create-cluster", "drop-cluster",
-)  # fmt: skip
+)
 TABLE_DDL: Final = ("create-table", "drop-table")
 DATA_KINDS: Final = ("add", "read", "update", "delete")
 #: A table of a run: `pk`, a hash of (run, object), partitions the table ops
@@ -133,7 +133,7 @@ def _read_metas(spark: Any, traces: Sequence[str]) -> tuple[list[str], list[dict
         # Spark reads the files in an order of its own: each document names
         # its trace by its file's URL.
         docs = [r.asDict() for r in spark.read.option("multiLine", True).json([f"{t}/{META_FILE}" for t in traces])
-                .select(F.input_file_name().alias("f"), F.to_json(F.struct("*")).alias("doc")).collect()]  # fmt: skip
+                .select(F.input_file_name().alias("f"), F.to_json(F.struct("*")).alias("doc")).collect()]
         places = [str(d["f"]).rsplit("/", 1)[0] for d in docs]
         metas = [json.loads(d["doc"]) for d in docs]
     else:
@@ -168,7 +168,7 @@ def load(spark: Any, traces: Sequence[str]) -> tuple[Any, Any, Any, Any, dict[st
         (str(m["run"]), str(m["config"]), int(m["seed"]), str(m["run"] if m.get("workload") is None else m["workload"]),
          "-" if m.get("concurrency") is None else str(m["concurrency"]))
         for m in metas
-    ]  # fmt: skip
+    ]
     meta = spark.createDataFrame(rows, META_SCHEMA)
     runs = spark.createDataFrame([(r, i) for i, r in enumerate(sorted({r[0] for r in rows}))], "run string, rid bigint")
     run_ops = {str(m["run"]): int(m.get("ops") or 0) for m in metas}
@@ -195,7 +195,7 @@ def load_windows(spark: Any, traces: Sequence[str]) -> Any:
         (str(m["run"]), str(int(w["concurrency"])), round(float(w["start_s"]) * 1e9), round(float(w["end_s"]) * 1e9))
         for m in _read_metas(spark, traces)[1]
         for w in m.get("windows") or ()
-    ]  # fmt: skip
+    ]
     return spark.createDataFrame(rows, WINDOWS_SCHEMA)
 
 

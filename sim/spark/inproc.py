@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COVERED", "GAP_TYPE", "INPROC", "NATIVE", "RESULT_COLUMNS", "RESULT_SCHEMA", "Slice", "balance", "check_run", "check_segment",
     "check_slice", "read_slice", "slice_results", "with_row_order",
-]  # fmt: skip
+]
 
 #: Anomaly names the Spark job decides, with the in-process checker they match.
 COVERED: Final = {
@@ -63,7 +63,7 @@ INPROC: Final = ("named", "blackbox", "oracle", "linear", "table", "subscribe")
 #: clusters, and `not_judged` the first `SHOWN_TABLES` of those tables with
 #: their reasons. `grp` is the slice's group.
 RESULT_COLUMNS: Final = ("run", "anomaly", "checker", "op_id", "ops", "detail", "outcome", "skipped", "count",
-                         "to_judge", "judged", "tables", "tables_partial", "not_tables", "not_judged", "grp")  # fmt: skip
+                         "to_judge", "judged", "tables", "tables_partial", "not_tables", "not_judged", "grp")
 #: One table not fully judged: its operations to judge, how many were
 #: judged, every reason given (`TableCoverage.reasons`) and the first op ids
 #: not judged.
@@ -181,9 +181,9 @@ def check_segment(
     t0 = time.perf_counter()
     skip = Collector("linear").verdict(
         unknown=f"{run_ops} operations exceed checker 5's limit of {LINEAR_MAX_OPS}",
-        skipped=True, seconds=time.perf_counter() - t0)  # fmt: skip
+        skipped=True, seconds=time.perf_counter() - t0)
     verdicts.append(replace(skip, coverage=nothing_judged(f"over the limit of {LINEAR_MAX_OPS} operations",
-                                                          range(h.n))))  # fmt: skip
+                                                          range(h.n))))
     verdicts.append(back(check_multiset(rest, time_limit_s=linear_time_limit_s)))
     verdicts.append(check_subscribe(h))
     tables, not_tables = coverage_of(h, verdicts)
@@ -196,13 +196,13 @@ def _rows(run: str, verdicts: Sequence[Verdict], *, native: bool) -> list[dict[s
     for v in verdicts:
         own = {n: c for n, c in v.counts.items() if not native or COVERED.get(n) != v.checker}
         rows.append({"run": run, "checker": v.checker, "detail": v.reason, "outcome": str(v.outcome),
-                     "skipped": v.skipped, "count": sum(own.values())})  # fmt: skip
+                     "skipped": v.skipped, "count": sum(own.values())})
         rows += [
             {"run": run, "anomaly": a.name, "checker": a.checker, "op_id": a.ops[0] if a.ops else None,
              "ops": list(a.ops), "detail": a.explanation}
             for a in v.anomalies
             if not native or COVERED.get(a.name) != a.checker
-        ]  # fmt: skip
+        ]
     return rows
 
 
@@ -216,7 +216,7 @@ def _coverage_row(run: str, rep: Report) -> dict[str, Any]:
         "to_judge": rep.ops_to_judge, "judged": rep.ops_judged, "tables": len(rep.coverage),
         "tables_partial": len(gaps), "not_tables": rep.not_tables,
         "not_judged": [(t.table, t.ops, t.judged, t.reasons(), list(t.unjudged_ops)) for t in gaps[:SHOWN_TABLES]],
-    }  # fmt: skip
+    }
 
 
 # --- reading a slice ------------------------------------------------------------------------------

@@ -109,13 +109,13 @@ def replay(
     with _sql_conf(spark, conf):
         try:
             an, checks, coverage = anomalies(ops, runs, keep, partitions, places, run_ops=run_ops,
-                                             group_ops=group_ops, native=NATIVE_FORM if native is None else native)  # fmt: skip
+                                             group_ops=group_ops, native=NATIVE_FORM if native is None else native)
             if out is None:
                 an = keep(an)
                 n = an.count()
                 v_rows = [r.asDict() for r in verdicts(ops, an, meta, checks, coverage).select("verdict").collect()]
                 return ReplayResult(len(v_rows), sum(r["verdict"] == "invalid" for r in v_rows), n,
-                                    time.perf_counter() - t0, None, sum(r["verdict"] == "unknown" for r in v_rows))  # fmt: skip
+                                    time.perf_counter() - t0, None, sum(r["verdict"] == "unknown" for r in v_rows))
             base = str(out).rstrip("/")
             # One sorted file: the anomalies are few. (A global orderBy would
             # compute every check twice: once to sample the range bounds.)
@@ -221,10 +221,10 @@ def write_report(
 
     out.mkdir(parents=True, exist_ok=True)
     order = sorted(verdict_rows, key=lambda r: (str(r.get("config")), str(r.get("workload")),
-                                                concurrency_key(r.get("concurrency")), str(r["run"])))  # fmt: skip
+                                                concurrency_key(r.get("concurrency")), str(r["run"])))
     lines = ["# Trace replay", "", "## Verdicts", ""]
     lines += _md_table(order, ["run", "config", "seed", "workload", "concurrency", "ops", "ops_to_judge",
-                               "ops_judged", "verdict", "anomalies", *ANOMALY_NAMES, "replay_skipped"])  # fmt: skip
+                               "ops_judged", "verdict", "anomalies", *ANOMALY_NAMES, "replay_skipped"])
     lines += coverage_section(order)
     lines += ["", f"## Anomalies ({anomalies_total:,}; first {min(anomalies_total, REPORT_ROWS)} shown)", ""]
     lines += _md_table(anomaly_rows, ["run", "anomaly", "checker", "op_id", "ops", "detail"])
@@ -234,7 +234,7 @@ def write_report(
         metric_rows = sorted(metric_rows, key=lambda r: (r["workload"], r["config"], concurrency_key(r["concurrency"])))
         lines += _md_table(metric_rows, cols)
         lines += ["", "Every column is defined in docs/metrics.md (the names `coordsim compare` uses where "
-                  "the two measure the same thing).", ""]  # fmt: skip
+                  "the two measure the same thing).", ""]
         lines += [f"![{p.stem}]({p.name})" for p in plot(out, metric_rows, window_rows, WINDOW_MS)]
     (out / "report.md").write_text("\n".join(lines) + "\n")
 
@@ -254,13 +254,13 @@ def coverage_section(verdict_rows: Sequence[dict[str, Any]]) -> list[str]:
             continue
         partial = r.get("tables_not_fully_judged") or 0
         lines.append(f"- {r['run']} ({r['verdict']}): {number(r['ops_judged'])} of {number(r['ops_to_judge'])} "
-                     f"operations judged; {number(partial)} of {number(r['tables'])} tables not fully")  # fmt: skip
+                     f"operations judged; {number(partial)} of {number(r['tables'])} tables not fully")
         shown = r.get("not_judged") or []
         for t in shown:
             t = t if isinstance(t, dict) else t.asDict()
             eg = ", ".join(map(str, (t["op_ids"] or [])[:8]))
             lines.append(f"  - {t['table']}: {number(t['ops'] - t['judged'])} of {number(t['ops'])} operations "
-                         f"not judged (e.g. ops {eg})")  # fmt: skip
+                         f"not judged (e.g. ops {eg})")
             lines += [f"    - {reason}" for reason in t["reasons"] or ()]
         if partial > len(shown):
             lines.append(f"  - … and {number(partial - len(shown))} more tables not fully judged")

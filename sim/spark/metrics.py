@@ -63,7 +63,7 @@ def metrics(ops: Any, events: Any, meta: Any, *, level_windows: Any = None) -> t
         .drop("client")
         .join(windowed, key, "left")
         .withColumn("windowed", F.coalesce(F.col("windowed"), F.lit(False)))
-    )  # fmt: skip
+    )
     ok = F.col("status") == "ok"
     lat_ms = (F.col("complete_ns") - F.col("invoke_ns")) / 1e6
     unit = ("run", *GROUP)  # a run, or one level of a compare trace
@@ -107,9 +107,9 @@ def metrics(ops: Any, events: Any, meta: Any, *, level_windows: Any = None) -> t
         .join(meta.select("run", levels.alias("levels")), "run")
         .unionByName(win.select(*unit, F.col("start_ns").alias("lo"), (F.col("end_ns") - 1).alias("hi"),
                                 F.lit(True).alias("levels")))
-    )  # fmt: skip
+    )
     e = events.select(F.col("run").cast("string").alias("run"), F.col("kind").cast("string").alias("kind"),
-                      "start_ns", "batch_size").alias("e")  # fmt: skip
+                      "start_ns", "batch_size").alias("e")
     ev = e.join(
         spans.alias("s"),
         (F.col("e.run") == F.col("s.run"))
@@ -131,11 +131,11 @@ def metrics(ops: Any, events: Any, meta: Any, *, level_windows: Any = None) -> t
         .withColumn("window_ms", (F.floor((F.col("complete_ns") - F.col("start_ns")) / (WINDOW_MS * 1_000_000))
                                   * WINDOW_MS).cast("long"))
         .groupBy(*GROUP, "run", "window_ms").agg(F.count("*").alias("ops"))
-    )  # fmt: skip
+    )
     wstats = windows.groupBy(*GROUP).agg(
         F.min("ops").alias("window_ops_min"), F.max("ops").alias("window_ops_max"),
         F.avg("ops").alias("window_ops_mean"), F.sum("ops").alias("done"),
-    )  # fmt: skip
+    )
     comp = (
         lat.join(durations, list(GROUP))
         .join(evm, list(GROUP), "left")
@@ -151,5 +151,5 @@ def metrics(ops: Any, events: Any, meta: Any, *, level_windows: Any = None) -> t
             "group_commits", "group_commit_batch_mean", "group_commit_batch_max",
         )
         .orderBy(*GROUP)
-    )  # fmt: skip
+    )
     return comp, windows.orderBy(*GROUP, "run", "window_ms")

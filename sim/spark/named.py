@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from sim.spark.anomaly_rows import anomaly
 from sim.spark.frames import INF, KEYS, NAMES
-from sim.spark.replay import anomaly
 
 if TYPE_CHECKING:
     from sim.spark.frames import Kept
@@ -59,27 +59,27 @@ def _unknown_table(t: Any) -> Any:
     ev = wit.select(*KEYS, *NAMES, F.col("e").alias("t"), F.lit(1).alias("typ"), "op_id",
                     F.struct("inv", (-F.col("e")).alias("ne"), (-F.col("op_id")).alias("nid"),
                              F.col("op_id").alias("id")).alias("w"),
-                    F.lit(None).cast("string").alias("kind"), F.lit(None).cast("long").alias("fe"))  # fmt: skip
+                    F.lit(None).cast("string").alias("kind"), F.lit(None).cast("long").alias("fe"))
     q = unknown.select(*KEYS, *NAMES, F.col("inv").alias("t"), F.lit(0).alias("typ"), "op_id",
-                       F.lit(None).alias("w"), "kind", F.col("e").alias("fe"))  # fmt: skip
+                       F.lit(None).alias("w"), "kind", F.col("e").alias("fe"))
     win = W.partitionBy(*KEYS).orderBy("t", "typ", "op_id").rowsBetween(W.unboundedPreceding, 0)
     best = (
         ev.unionByName(q).withColumn("best", F.max("w").over(win)).filter((F.col("typ") == 0) & F.col("best").isNotNull())
         .select(*KEYS, *NAMES, "op_id", "kind", F.col("t").alias("f_inv"), "fe",
                 F.col("best.id").alias("w_id"), F.col("best.inv").alias("w_inv"))
-    )  # fmt: skip
+    )
     drops = _sel(t.filter((k == "drop-table") & (st != "fail")), "d")
     cond = (
         (best.pk == drops.pk) & (best.tid == drops.tid)
         & (drops.d_e > best.w_inv) & (drops.d_inv < best.fe)
-    )  # fmt: skip
+    )
     fired = best.join(drops, cond, "left_anti")
     return anomaly(
         fired,
         F.when(F.col("kind") == "read", "select-unknown-table").otherwise("insert-unknown-table"),
         "named", F.col("op_id"), F.array("w_id", "op_id"),
         F.format_string("failed 42P01 although op %d on %s completed before it began", F.col("w_id"), F.col("object")),
-    )  # fmt: skip
+    )
 
 
 def _writer(elems: Any) -> Any:
@@ -105,12 +105,12 @@ def _dropped_visible(t: Any, elems: Any) -> list[Any]:
     cond = (
         (s.pk == creates.pk) & (s.tid == creates.tid)
         & (creates.c_e > s.d_inv) & (creates.c_inv < s.e)
-    )  # fmt: skip
+    )
     a1 = anomaly(
         s.join(creates, cond, "left_anti"), "dropped-object-visible", "named", F.col("op_id"),
         F.array("d_id", "op_id"),
         F.format_string("succeeded after op %d dropped %s", F.col("d_id"), F.col("object")),
-    )  # fmt: skip
+    )
     # Re-created in between: a read may still not return the old incarnation's
     # elements (added and acknowledged before the drop began). Few reads:
     # their results are fetched and looked up by hashing them.
@@ -120,17 +120,17 @@ def _dropped_visible(t: Any, elems: Any) -> list[Any]:
     rs = (
         t.select(*KEYS, "op_id", "result").join(rs.hint("shuffle_hash"), [*KEYS, "op_id"])
         .select(*KEYS, "run", "op_id", "d_id", "d_inv", F.posexplode("result").alias("pos", "el"))
-    )  # fmt: skip
+    )
     old = (
         _writer(elems).join(rs.hint("shuffle_hash"), [*KEYS, "el"])
         .filter(F.col("a_e") < F.col("d_inv"))
         .groupBy(*KEYS, "run", "op_id", "d_id")
         .agg(F.min(F.struct("pos", "a_op_id", "el")).alias("o"))
-    )  # fmt: skip
+    )
     a2 = anomaly(
         old, "dropped-object-visible", "named", F.col("op_id"), F.array("o.a_op_id", "d_id", "op_id"),
         F.format_string("returned %d, added before op %d dropped the table", F.col("o.el"), F.col("d_id")),
-    )  # fmt: skip
+    )
     return [a1, a2]
 
 
@@ -143,14 +143,14 @@ def _from_future(t: Any, elems: Any, facts: Any) -> Any:
         t.select(*KEYS, "op_id", "run", "result")
         .join(facts.filter(F.col("ff").isNotNull()).hint("shuffle_hash"), [*KEYS, "op_id"])
         .select(*KEYS, "op_id", "run", F.array_distinct("result")[F.col("ff")].alias("el"))
-    )  # fmt: skip
+    )
     x = elems.select(*KEYS, "el", "a_op_id", "f_id").join(x.hint("shuffle_hash"), [*KEYS, "el"], "right")
     other = F.coalesce("a_op_id", "f_id")
     return anomaly(
         x, "read-from-future", "named", F.col("op_id"),
         F.when(other.isNull(), F.array("op_id")).otherwise(F.array(F.col("op_id"), other)),
         F.format_string("returned %d, which no write could have produced yet", F.col("el")),
-    )  # fmt: skip
+    )
 
 
 def _stale(t: Any, elems: Any, facts: Any, keep: Kept) -> Any:
@@ -175,28 +175,28 @@ def _stale(t: Any, elems: Any, facts: Any, keep: Kept) -> Any:
         .join(dc.hint("shuffle_hash"), list(KEYS), "left")
         .groupBy(*KEYS, "op_id", "inv").agg(F.max(F.when(between, F.col("d_e"))).alias("horizon"))
         .filter(F.col("horizon").isNull() | (F.col("horizon") < INF))
-    )  # fmt: skip
+    )
     # Count: acknowledged elements (with end < the read's invoke) vs found,
     # for reads without a horizon.
     ev = okw.groupBy(*KEYS, "a_op_id", "a_e").agg(F.count("*").alias("n")).select(
         *KEYS, F.col("a_e").alias("t"), F.lit(1).alias("typ"), F.col("a_op_id").alias("op_id"), "n",
         F.lit(None).cast("long").alias("horizon"),
-    )  # fmt: skip
+    )
     q = reads.select(*KEYS, F.col("inv").alias("t"), F.lit(0).alias("typ"), "op_id",
-                     F.lit(0).cast("long").alias("n"), "horizon")  # fmt: skip
+                     F.lit(0).cast("long").alias("n"), "horizon")
     win = W.partitionBy(*KEYS).orderBy("t", "typ", "op_id").rowsBetween(W.unboundedPreceding, 0)
     cand = keep(
         ev.unionByName(q).withColumn("want", F.sum("n").over(win)).filter(F.col("typ") == 0)
         .join(facts.select(*KEYS, "op_id", "got"), [*KEYS, "op_id"], "left")
         .filter(F.col("horizon").isNotNull() | (F.col("want") > F.coalesce("got", F.lit(0))))
         .select(*KEYS, "op_id", F.col("t").alias("inv"), "horizon")
-    )  # fmt: skip
+    )
     c = t.select(*KEYS, "run", "op_id", "result").join(cand.hint("shuffle_hash"), [*KEYS, "op_id"])
     miss = (
         okw.join(c.hint("shuffle_hash"), list(KEYS))
         .filter((F.col("a_e") < F.col("inv")) & (F.col("horizon").isNull() | (F.col("a_inv") > F.col("horizon"))))
         .filter(~F.array_contains("result", F.col("el")))
-    )  # fmt: skip
+    )
     # The element named first is the earliest known: acknowledged, or returned
     # by a completed read, whichever came first (looked up for the tables of
     # the candidates only).
@@ -205,7 +205,7 @@ def _stale(t: Any, elems: Any, facts: Any, keep: Kept) -> Any:
         .join(cand.select(*KEYS).distinct().hint("shuffle_hash"), list(KEYS), "left_semi")
         .select(*KEYS, "e", F.explode("result").alias("el"))
         .groupBy(*KEYS, "el").agg(F.min("e").alias("fr"))
-    )  # fmt: skip
+    )
     named = (
         miss.join(first_read, [*KEYS, "el"], "left")
         .withColumn("known", F.least("a_e", F.coalesce("fr", F.col("a_e"))))
@@ -216,7 +216,7 @@ def _stale(t: Any, elems: Any, facts: Any, keep: Kept) -> Any:
         named, "stale-read", "named", F.col("op_id"), F.array("m.a_op_id", "op_id"),
         F.format_string("misses %d element(s), e.g. %d acknowledged by op %d before the read began",
                         F.col("n_missing"), F.col("m.el"), F.col("m.a_op_id")),
-    )  # fmt: skip
+    )
 
 
 def named_parts(t: Any, elems: Any, facts: Any, keep: Kept) -> list[Any]:

@@ -57,12 +57,12 @@ def plot(
         mine = [r for r in metric_rows if r["workload"] == wl and _numeric(r["concurrency"]) is not None]
         mine.sort(key=lambda r: (_config_rank(str(r["config"])), concurrency_key(r["concurrency"])))
         pts = [Point(str(r["config"]), _numeric(r["concurrency"]) or 0, float(r["throughput_ops_s"] or 0.0),
-                     p50_ms=r["p50_ms"], p99_ms=r["p99_ms"], errors=int(r.get("errors") or 0)) for r in mine]  # fmt: skip
+                     p50_ms=r["p50_ms"], p99_ms=r["p99_ms"], errors=int(r.get("errors") or 0)) for r in mine]
         if pts:
             fig = throughput_figure(pts, title=f"{wl}: throughput (replayed traces)", ylabel="ok operations / s")
             paths.append(save_figure(fig, out / f"{wl}-throughput.png"))
             paths.append(save_figure(latency_figure(pts, title=f"{wl}: latency (replayed traces)"),
-                                     out / f"{wl}-latency.png"))  # fmt: skip
+                                     out / f"{wl}-latency.png"))
         windows = windows_figure(window_rows, window_ms, wl)
         if windows is not None:
             paths.append(save_figure(windows, out / f"{wl}-windows.png"))
@@ -142,7 +142,7 @@ def windows_figure(window_rows: Sequence[dict[str, Any]], window_ms: int, worklo
             st = style(cfg)
             xs, ys = rebin(per_run, k, window_ms)
             ax.plot(xs, ys, color=st.color, marker=st.marker, markersize=4, markevery=max(1, len(xs) // 12),
-                    linewidth=1.4, label=cfg)  # fmt: skip
+                    linewidth=1.4, label=cfg)
         c = _numeric(names[level])
         head = f"concurrency {names[level]}" if c is None else f"{c} client{'s' if c != 1 else ''}"
         ms = k * window_ms
@@ -158,6 +158,6 @@ def windows_figure(window_rows: Sequence[dict[str, Any]], window_ms: int, worklo
     grid[0][0].set_ylim(bottom=0)
     handles = [Line2D([], [], color=style(c).color, marker=style(c).marker, markersize=5, label=c) for c in configs]
     fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4), fontsize="small",
-               frameon=False)  # fmt: skip
+               frameon=False)
     fig.suptitle(f"{workload}: ok operations per second over time, one panel per level (replayed traces)")
     return fig

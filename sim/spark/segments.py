@@ -41,7 +41,7 @@ __all__ = ["GROUP_OPS", "Plan", "key_column", "plan"]
 GROUP_OPS: Final = 100_000
 #: The carry rows' fields, in `History` row order.
 _CARRY: Final = ("op_id", "process", "kind", "invoke_ns", "complete_ns", "status", "read_ts", "write_ts",
-                 "catalog_ts", "client")  # fmt: skip
+                 "catalog_ts", "client")
 
 
 @final
@@ -63,12 +63,12 @@ class Plan:
         to the next group's) and one per other run of `traces` (run -> trace
         directory), whole."""
         out = [Slice(run, trace, ops=run_ops.get(run, 0)) for run, trace in sorted(traces.items())
-               if run not in self.runs]  # fmt: skip
+               if run not in self.runs]
         for run, starts in sorted(self.starts.items()):
             for g in range(len(starts)):
                 out.append(Slice(run, traces[run], ops=self.sizes[(run, g)], grp=g,
                                  lo=None if g == 0 else starts[g], hi=starts[g + 1] if g + 1 < len(starts) else None,
-                                 cut=True, run_ops=self.runs[run], carries=tuple(self.carries[(run, g)])))  # fmt: skip
+                                 cut=True, run_ops=self.runs[run], carries=tuple(self.carries[(run, g)])))
         return out
 
 
@@ -99,9 +99,9 @@ def plan(ops: Any, run_ops: Mapping[str, int], *, group_ops: int = GROUP_OPS) ->
         # The largest timestamp; of those, the earliest to complete, then the
         # first row: the op `_sweep` names (`first_at`).
         cols = [F.lit(None).cast("long").alias(c) if c in drop else
-                (kind if c == "kind" else st if c == "status" else F.col(c)).alias(c) for c in _CARRY]  # fmt: skip
+                (kind if c == "kind" else st if c == "status" else F.col(c)).alias(c) for c in _CARRY]
         return F.max(F.when(cond, F.struct(ts.alias("ts"), (-F.col("complete_ns")).alias("ne"),
-                                           (-F.col("_row")).alias("nr"), *cols)))  # fmt: skip
+                                           (-F.col("_row")).alias("nr"), *cols)))
 
     dts = F.greatest("read_ts", "write_ts")
     data = (st == "ok") & dts.isNotNull() & F.col("complete_ns").isNotNull()
@@ -119,7 +119,7 @@ def plan(ops: Any, run_ops: Mapping[str, int], *, group_ops: int = GROUP_OPS) ->
         .groupBy("run", "seg").agg(F.min("lo").alias("lo"), F.sum("n").alias("n"), F.max("d").alias("d"),
                                    F.max("c").alias("c"))
         .collect()
-    )  # fmt: skip
+    )
     by_run: dict[str, list[Any]] = {}
     for r in segs:
         by_run.setdefault(r["run"], []).append(r)

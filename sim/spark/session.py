@@ -3,6 +3,11 @@ Spark's own logging at WARN, so every entry point (CLI, spark-submit script,
 tests, benchmark) fails the same way — one line naming what is missing — when
 a local session cannot start, and starts the same java: JAVA_HOME's, else the
 one on PATH, else the packaged one (`sim.services.binaries.find_java`).
+
+The JVM writes its log lines (log4j2's, "WARN NativeCodeLoader" and the like)
+to the standard output and error it inherits; with `log_file` the JVM a call
+starts inherits that file instead (the CLI's `spark.log`), so nothing of it
+reaches the console.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from sim.services.errors import BackendUnavailable
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
+    from pathlib import Path
 
 __all__ = [
     "DEFAULT_MASTER",
@@ -87,6 +93,31 @@ def _launch_env(extra: Mapping[str, str]) -> Iterator[None]:
                 os.environ[k] = v
 
 
+@contextlib.contextmanager
+def _output_to(log_file: Path) -> Iterator[None]:
+    """This process's standard output and error, the file descriptors, into
+    `log_file` (emptied first) for the block: a JVM started in it inherits
+    them and keeps writing there for its life. pyspark starts the JVM with no
+    way to redirect its output but a developer's hook; the descriptors are
+    the operating system's. Only the block's own writes to fd 1 and 2 are
+    diverted with it (start-up, before any progress display runs)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    saved = (os.dup(1), os.dup(2))  # not inherited by children (PEP 446)
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for f in (*saved, fd):
+            os.close(f)
+
+
 def spark_session(
     master: str | None = None,
     *,
@@ -94,6 +125,7 @@ def spark_session(
     verbose: bool = False,
     shuffle_partitions: int | None = None,
     conf: Mapping[str, str] | None = None,
+    log_file: Path | None = None,
 ) -> Any:
     """A SparkSession (the active one if it exists, which `spark-submit` made).
 
@@ -103,6 +135,10 @@ def spark_session(
         verbose: Spark's INFO logs instead of WARN.
         shuffle_partitions: small for small inputs (Spark's 200 default makes
             a test spend its time scheduling empty tasks).
+        log_file: where the JVM this call starts writes its output (its log
+            lines) instead of this process's stdout and stderr. A JVM that
+            already runs (an earlier session of the process, spark-submit's)
+            keeps writing where it does.
 
     Raises:
         SparkUnavailable: Java is missing or the JVM did not start.
@@ -147,11 +183,13 @@ def spark_session(
         # context applies `spark.log.level` as it starts.
         b = b.config("spark.driver.extraJavaOptions", "-Dlog4j2.level=warn").config("spark.log.level", "WARN")
     try:
-        with _launch_env(java_env()):
+        redirect = _output_to(log_file) if log_file is not None else contextlib.nullcontext()
+        with _launch_env(java_env()), redirect:
             spark = b.getOrCreate()
     except Exception as exc:  # the JVM's errors are not typed from Python
         first = str(exc).strip().splitlines()[:1]
-        raise SparkUnavailable(f"Spark did not start: {first[0] if first else type(exc).__name__}") from exc
+        where = f" (the JVM's output: {log_file})" if log_file is not None else ""
+        raise SparkUnavailable(f"Spark did not start: {first[0] if first else type(exc).__name__}{where}") from exc
     spark.sparkContext.setLogLevel("INFO" if verbose else "WARN")
     jvm = spark.sparkContext._jvm
     if not verbose and jvm is not None:

@@ -26,7 +26,9 @@ def run_seed(
     """Runs one seed and writes its trace to `out/<scenario>-<config>-sNNNN`;
     (seed, trace dir, operations). Executed inside a Spark task."""
     from sim.history.traces import write_trace
-    from sim.nemesis.anomalies import SCENARIOS, parse_known_bad, run_scenario
+    from sim.nemesis.anomalies import run_scenario
+    from sim.nemesis.anomaly_scenarios import SCENARIOS
+    from sim.nemesis.anomaly_spec import parse_known_bad
 
     bad = parse_known_bad(list(known_bad))
     h, events = run_scenario(scenario, config, seed, known_bad=bad)
@@ -34,7 +36,7 @@ def run_seed(
     run = f"{scenario}-{config}{suffix}-s{seed:04d}"
     d = f"{out.rstrip('/')}/{run}"
     write_trace(d, h, events, run=run, config=config + suffix, seed=seed,
-                extra_meta={"workload": scenario, "concurrency": SCENARIOS[scenario].clients})  # fmt: skip
+                extra_meta={"workload": scenario, "concurrency": SCENARIOS[scenario].clients})
     return seed, d, h.n
 
 
@@ -45,7 +47,8 @@ def simulate(
     tasks per core, so a thousand seeds are not a thousand schedulings); the
     trace directories come back to the driver (a few bytes each), sorted by
     seed."""
-    from sim.nemesis.anomalies import SCENARIOS, parse_known_bad
+    from sim.nemesis.anomaly_scenarios import SCENARIOS
+    from sim.nemesis.anomaly_spec import parse_known_bad
     from sim.spark.session import SparkUnavailable
 
     if scenario not in SCENARIOS:

@@ -118,6 +118,6 @@ def synth_trace(
         tmp.unlink(missing_ok=True)  # ours, and never renamed if we get here with it
     pq.write_table(_events_table([], run), d / EVENTS_FILE)
     meta = {"schema_version": SCHEMA_VERSION, "run": run, "config": config, "seed": seed, "ops": written,
-            "events": 0, "workload": "synthetic-set", "concurrency": 10, "planted": len(plant_at)}  # fmt: skip
+            "events": 0, "workload": "synthetic-set", "concurrency": 10, "planted": len(plant_at)}
     (d / META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return d

@@ -93,7 +93,7 @@ def anomalies(
         res = slice_results(ops.sparkSession, whole, native=True)
         cols = parts[0].columns
         parts.append(res.where(F.col("anomaly").isNotNull()).select(
-            *[F.col(c).cast(parts[0].schema[c].dataType).alias(c) for c in cols]))  # fmt: skip
+            *[F.col(c).cast(parts[0].schema[c].dataType).alias(c) for c in cols]))
         checks = _checks(res).select("run", "checker", "outcome", "skipped", "count")
         coverage = run_coverage(res)
     return reduce(lambda a, b: a.unionByName(b), parts), checks, coverage
@@ -156,10 +156,10 @@ def _inproc(ops: Any, traces: Mapping[str, str], run_ops: Mapping[str, int], gro
     if plan.runs:
         cut = F.col("run").isin(list(plan.runs))
         redo = [r["run"] for r in _checks(res).where(cut).groupBy("run", "checker").agg(F.sum("count").alias("n"))
-                .where(F.col("n") > MAX_REPORTED).select("run").distinct().collect()]  # fmt: skip
+                .where(F.col("n") > MAX_REPORTED).select("run").distinct().collect()]
         if redo:
             whole = slice_results(spark, [Slice(r, traces[r], ops=run_ops.get(r, 0)) for r in sorted(redo)],
-                                  native=False)  # fmt: skip
+                                  native=False)
             res = res.where(~F.col("run").isin(redo)).unionByName(whole)
     an = res.where(F.col("anomaly").isNotNull()).select(*ANOMALY_COLS)
     merged = _checks(res).groupBy("run", "checker").agg(
@@ -177,13 +177,13 @@ def _inproc(ops: Any, traces: Mapping[str, str], run_ops: Mapping[str, int], gro
         .otherwise("valid")
     )
     checks = merged.select("run", "checker", outcome.alias("outcome"),
-                           (F.col("skipped") & (F.col("count") == 0)).alias("skipped"), "count")  # fmt: skip
+                           (F.col("skipped") & (F.col("count") == 0)).alias("skipped"), "count")
     return an, checks, run_coverage(res)
 
 
 #: verdicts.parquet's coverage columns (`run_coverage`).
 COVERAGE_COLS: Final = ("ops_to_judge", "ops_judged", "tables", "tables_not_fully_judged", "not_table_ops",
-                        "not_judged")  # fmt: skip
+                        "not_judged")
 
 
 def verdicts(ops: Any, anomalies_df: Any, meta: Any, checks: Any = None, coverage: Any = None) -> Any:
@@ -203,7 +203,7 @@ def verdicts(ops: Any, anomalies_df: Any, meta: Any, checks: Any = None, coverag
         F.count("*").alias("ops"),
         F.max((F.col("read_ts").isNotNull() | F.col("write_ts").isNotNull()
                | F.col("catalog_ts").isNotNull()).cast("int")).alias("timestamped"),
-    )  # fmt: skip
+    )
     counts = anomalies_df.groupBy("run").pivot("anomaly", list(ANOMALY_NAMES)).count()
     out = meta.join(per_run, "run", "right").join(counts, "run", "left")
     for name in ANOMALY_NAMES:
@@ -215,7 +215,7 @@ def verdicts(ops: Any, anomalies_df: Any, meta: Any, checks: Any = None, coverag
         per = checks.groupBy("run").agg(
             F.array_sort(F.array_distinct(F.concat(F.collect_list("checker"), F.array(*map(F.lit, NATIVE)))))
             .alias("checkers"),
-        )  # fmt: skip
+        )
         out = out.join(per, "run", "left")
     if coverage is not None:
         out = out.join(coverage, "run", "left")
@@ -224,7 +224,7 @@ def verdicts(ops: Any, anomalies_df: Any, meta: Any, checks: Any = None, coverag
 
         out = out.select("*", *[F.lit(None).cast("long").alias(c) for c in COVERAGE_COLS[:-1]],
                          F.lit(None).cast(f"array<{GAP_TYPE}>").alias("not_judged"),
-                         F.lit(None).cast("string").alias("slice_outcome"))  # fmt: skip
+                         F.lit(None).cast("string").alias("slice_outcome"))
     slices = F.coalesce(F.col("slice_outcome"), F.lit("unknown"))
     out = (
         out.withColumn("anomalies", total)
@@ -233,5 +233,5 @@ def verdicts(ops: Any, anomalies_df: Any, meta: Any, checks: Any = None, coverag
         .withColumn("coverage_complete", F.coalesce(F.col("ops_judged") == F.col("ops_to_judge"), F.lit(False)))
         .withColumn("replay_skipped", F.col("timestamped") == 0)
         .drop("timestamped", "slice_outcome")
-    )  # fmt: skip
+    )
     return out.orderBy("run")

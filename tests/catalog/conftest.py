@@ -1,4 +1,5 @@
-"""Catalog implementations for the tests: each gives fresh, empty locations.
+"""Catalog implementations for the tests: each gives fresh, empty locations,
+whose handles open their catalog through `catalog.open.open_catalog`.
 
 `persist-mem`, `stash-mem` and `shadow-mem` run on the virtual-time loop; the
 `-postgres` ones use the session's Postgres (persist: Postgres Consensus + a
@@ -17,13 +18,12 @@ from urllib.parse import urlencode
 
 import pytest
 
-from catalog.persist_catalog import PersistCatalog
-from catalog.shadow import ShadowCatalog
-from catalog.stash_catalog import MemStashStore, StashCatalog
+from catalog.open import CatalogFlavor, CatalogSpec, open_catalog
+from catalog.stash_catalog import MemStashStore
 from persist.client import PersistClient
-from persist.file import FileBlob
-from persist.mem import MemBlob, MemConsensus
+from persist.open import Location, open_location
 from sim.runtime.pg import Isolation, with_isolation
+from sim.runtime.urls import with_query_param
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from catalog.api import DurableCatalog
     from catalog.testing import NewLocation, OpenCatalog
     from oracle.api import TimestampOracle
-    from persist.location import Blob, Consensus
     from sim.runtime.core import Runtime
 
 
@@ -48,69 +47,65 @@ def _fresh(tag: str) -> str:
     return f"{tag}-{uuid.uuid4().hex[:12]}"
 
 
+def _location(
+    rt: Runtime, services: Services, flavor: CatalogFlavor, *, postgres: bool, oracle: TimestampOracle | None
+) -> OpenCatalog:
+    """A fresh location of `flavor`: each handle opens its catalog through
+    `catalog.open.open_catalog`, as the coordinators do. In memory the stores
+    outlive the handles (each handle is a process on them); on Postgres each
+    handle connects anew."""
+    shard, env = _fresh("catalog"), _fresh("env")
+    if not postgres:
+        store = MemStashStore(rt) if flavor.on_stash else None
+        shared: list[Location] = []
+
+        @contextlib.asynccontextmanager
+        async def in_memory() -> AsyncIterator[DurableCatalog]:
+            spec = CatalogSpec(flavor, shard=shard, store=store)
+            if not flavor.on_persist:
+                async with open_catalog(spec, rt, oracle=oracle) as catalog:
+                    yield catalog
+                return
+            if not shared:
+                shared.append(await open_location())
+            async with PersistClient(*shared[0], rt) as client, open_catalog(
+                spec, rt, oracle=oracle, persist=client
+            ) as catalog:
+                yield catalog
+
+        return in_memory
+    assert services.pg_url is not None
+    blob = f"file://{services.tmp / _fresh('blob')}"
+    if services.s3_blob is not None:
+        bucket, _, query = services.s3_blob.partition("?")
+        blob = f"{bucket}/{_fresh('catalog')}?{query}"
+    spec = CatalogSpec(
+        flavor, shard=shard, blob=blob, consensus=with_query_param(services.pg_url, "pool_size", "2"),
+        stash=services.pg_url, stash_env=env, stash_pool_size=2,
+    )
+
+    def on_postgres() -> contextlib.AbstractAsyncContextManager[DurableCatalog]:
+        return open_catalog(spec, rt, oracle=oracle)
+
+    return on_postgres
+
+
 def persist_location(
     rt: Runtime, services: Services, *, postgres: bool, oracle: TimestampOracle | None = None
 ) -> OpenCatalog:
-    shared_blob: Blob = FileBlob(str(services.tmp / _fresh("blob"))) if postgres else MemBlob()
-    mem_consensus = MemConsensus()
-    shard = _fresh("catalog")
-    s3_prefix = _fresh("catalog")
-
-    @contextlib.asynccontextmanager
-    async def handle() -> AsyncIterator[DurableCatalog]:
-        consensus: Consensus = mem_consensus
-        blob = shared_blob
-        async with contextlib.AsyncExitStack() as stack:
-            if services.s3_blob is not None:
-                from persist.open import open_blob
-
-                bucket, _, query = services.s3_blob.partition("?")
-                blob = await stack.enter_async_context(await open_blob(f"{bucket}/{s3_prefix}?{query}"))
-            if postgres:
-                from persist.postgres import PostgresConsensus
-
-                assert services.pg_url is not None
-                consensus = await stack.enter_async_context(await PostgresConsensus.open(services.pg_url, pool_size=2))
-            client = await stack.enter_async_context(PersistClient(blob, consensus, rt))
-            cat = await PersistCatalog.connect(client, rt, shard_id=shard, oracle=oracle)
-            stack.push_async_callback(cat.close)
-            yield cat
-
-    return handle
+    return _location(rt, services, CatalogFlavor.PERSIST, postgres=postgres, oracle=oracle)
 
 
 def stash_location(
     rt: Runtime, services: Services, *, postgres: bool, oracle: TimestampOracle | None = None
 ) -> OpenCatalog:
-    mem = MemStashStore(rt)
-    env = _fresh("env")
-
-    @contextlib.asynccontextmanager
-    async def handle() -> AsyncIterator[DurableCatalog]:
-        if not postgres:
-            yield StashCatalog(mem, rt, oracle=oracle)
-            return
-        from catalog.stash_postgres import PostgresStashStore
-
-        assert services.pg_url is not None
-        async with await PostgresStashStore.connect(services.pg_url, rt, env=env, pool_size=2) as store:
-            yield StashCatalog(store, rt, oracle=oracle)
-
-    return handle
+    return _location(rt, services, CatalogFlavor.STASH, postgres=postgres, oracle=oracle)
 
 
 def shadow_location(
     rt: Runtime, services: Services, *, postgres: bool, oracle: TimestampOracle | None = None
 ) -> OpenCatalog:
-    primary = persist_location(rt, services, postgres=postgres)
-    secondary = stash_location(rt, services, postgres=postgres)
-
-    @contextlib.asynccontextmanager
-    async def handle() -> AsyncIterator[DurableCatalog]:
-        async with primary() as a, secondary() as b:
-            yield ShadowCatalog(a, b, oracle=oracle)
-
-    return handle
+    return _location(rt, services, CatalogFlavor.SHADOW, postgres=postgres, oracle=oracle)
 
 
 LOCATIONS: dict[str, Callable[..., OpenCatalog]] = {

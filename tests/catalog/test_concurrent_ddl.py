@@ -13,8 +13,7 @@ from catalog.api import Appended, Changes, Conflict, Progress
 from catalog.objects import Table
 from catalog.testing import COLUMNS
 from oracle.api import CATALOG_TIMELINE
-from oracle.memory import MemoryOracle
-from oracle.stash import MemTimestampStash
+from oracle.open import open_oracles
 from sim.runtime.core import Runtime
 
 if TYPE_CHECKING:
@@ -55,7 +54,7 @@ async def run_concurrent_ddl(
 ) -> None:
     """TASKS tasks, each `rounds` times CREATE TABLE then DROP TABLE, retrying on
     conflict, with a subscriber from the start; checks exactly-once and order."""
-    oracle = await MemoryOracle.open(MemTimestampStash(rt), CATALOG_TIMELINE, rt)
+    oracle = await (await open_oracles("mem://", rt)).timeline(CATALOG_TIMELINE, owns_backend=True)
     location = impl(oracle) if callable(impl) else impl.new_location(rt, oracle=oracle)()
     acked: list[tuple[int, str, str, int]] = []  # (ts, op, table, id)
     events: list[Changes | Progress] = []

@@ -12,14 +12,13 @@ import anyio
 import pytest
 from typer.testing import CliRunner
 
-from catalog.api import Fenced
 from catalog.migrations import legacy_state
 from catalog.objects import Column
 from catalog.open import open_catalog
 from sim.cli.catalog import catalog_app
 from sim.cli.main import app
 from sim.runtime.core import Runtime, run
-from sim.runtime.errors import InvalidUsage
+from sim.runtime.errors import Fenced, InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

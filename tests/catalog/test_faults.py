@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 from catalog.faults import UnreliableStashStore
-from catalog.persist_catalog import PersistCatalog
-from catalog.stash_catalog import MemStashStore, StashCatalog
+from catalog.open import CatalogFlavor, CatalogSpec, open_catalog
+from catalog.stash_catalog import MemStashStore
 from persist.client import PersistClient
 from persist.faults import UnreliableBlob, UnreliableConsensus
-from persist.mem import MemBlob, MemConsensus
+from persist.open import open_blob, open_consensus
 from sim.runtime.core import Runtime
 from tests.catalog.test_concurrent_ddl import run_concurrent_ddl
 
@@ -30,16 +30,16 @@ pytestmark = [pytest.mark.virtual, pytest.mark.asyncio]
 
 async def test_persist_catalog_on_unreliable_blob_and_consensus() -> None:
     rt = Runtime(seed=31)
-    blob = UnreliableBlob(MemBlob(), random.Random(1), p_fail=0.05, p_timeout=0.05)
-    consensus = UnreliableConsensus(MemConsensus(), random.Random(2), p_fail=0.05, p_timeout=0.05)
+    blob = UnreliableBlob(await open_blob("mem://"), random.Random(1), p_fail=0.05, p_timeout=0.05)
+    consensus = UnreliableConsensus(await open_consensus("mem://"), random.Random(2), p_fail=0.05, p_timeout=0.05)
 
     def location(oracle: TimestampOracle) -> OpenCatalog:
         @contextlib.asynccontextmanager
         async def handle() -> AsyncIterator[DurableCatalog]:
-            async with PersistClient(blob, consensus, rt) as client:
-                cat = await PersistCatalog.connect(client, rt, oracle=oracle)
+            async with PersistClient(blob, consensus, rt) as client, open_catalog(
+                CatalogSpec(CatalogFlavor.PERSIST), rt, oracle=oracle, persist=client
+            ) as cat:
                 yield cat
-                await cat.close()
 
         return handle
 
@@ -52,9 +52,8 @@ async def test_stash_catalog_on_an_unreliable_store() -> None:
     store = UnreliableStashStore(MemStashStore(rt), random.Random(3), p_fail=0.05, p_timeout=0.1)
 
     def location(oracle: TimestampOracle) -> OpenCatalog:
-        @contextlib.asynccontextmanager
-        async def handle() -> AsyncIterator[DurableCatalog]:
-            yield StashCatalog(store, rt, oracle=oracle)
+        def handle() -> contextlib.AbstractAsyncContextManager[DurableCatalog]:
+            return open_catalog(CatalogSpec(CatalogFlavor.STASH, store=store), rt, oracle=oracle)
 
         return handle
 

@@ -19,11 +19,10 @@ from catalog.objects import (
     canonical,
     decode_object,
 )
-from catalog.stash_catalog import MemStashStore, StashCatalog
+from catalog.open import open_catalog
 from catalog.transaction import CatalogError, Transaction
 from oracle.api import CATALOG_TIMELINE
-from oracle.memory import MemoryOracle
-from oracle.stash import MemTimestampStash
+from oracle.open import open_oracles
 from sim.runtime.core import Runtime
 from sim.runtime.errors import InvalidUsage
 
@@ -118,16 +117,16 @@ async def test_writes_use_and_advance_the_catalog_oracle() -> None:
     """Decoupled path: commit at write_ts, then apply_write(ts): a read at the
     oracle's read_ts sees the change."""
     rt = Runtime(seed=5)
-    oracle = await MemoryOracle.open(MemTimestampStash(rt), CATALOG_TIMELINE, rt)
-    catalog = StashCatalog(MemStashStore(rt), rt, oracle=oracle)
-    await catalog.open()
-    assert catalog.cached_upper > rt.wall_ms() - 1_000  # timestamps from the oracle
-    tx = catalog.transaction()
-    tx.create_table(1, "t", [Column("a", "int")])
-    result = await catalog.commit_transaction(tx)
-    assert isinstance(result, Appended)
-    read_ts = await oracle.read_ts()
-    assert read_ts == result.upper - 1
-    snapshot = await catalog.snapshot_at(read_ts)
-    assert [t.name for t in snapshot.objects(Table)] == ["t"]
-    assert (await oracle.write_ts()).ts >= result.upper
+    oracle = await (await open_oracles("mem://", rt)).timeline(CATALOG_TIMELINE, owns_backend=True)
+    async with open_catalog("stash+mem://", rt, oracle=oracle) as catalog:
+        await catalog.open()
+        assert catalog.cached_upper > rt.wall_ms() - 1_000  # timestamps from the oracle
+        tx = catalog.transaction()
+        tx.create_table(1, "t", [Column("a", "int")])
+        result = await catalog.commit_transaction(tx)
+        assert isinstance(result, Appended)
+        read_ts = await oracle.read_ts()
+        assert read_ts == result.upper - 1
+        snapshot = await catalog.snapshot_at(read_ts)
+        assert [t.name for t in snapshot.objects(Table)] == ["t"]
+        assert (await oracle.write_ts()).ts >= result.upper

@@ -22,13 +22,13 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from catalog.api import Appended, Conflict, Fenced
+from catalog.api import Appended, Conflict
 from catalog.faults import UnreliableStashStore
 from catalog.objects import CatalogState, CatalogUpdate, Config, Setting
 from catalog.stash_catalog import MemStashStore, StashStore
 from sim.runtime.conformance import ConformanceFailure, expect, fresh_name
 from sim.runtime.core import Runtime
-from sim.runtime.errors import ExternalError
+from sim.runtime.errors import ExternalError, Fenced
 from sim.runtime.latency import LatencyModel, Uniform
 from sim.runtime.pg import Isolation, with_isolation
 

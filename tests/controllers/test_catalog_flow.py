@@ -22,7 +22,7 @@ from controllers.commands import (
 from controllers.derive import derive
 from controllers.transform import Comparison, Transform
 from persist.client import PersistClient
-from persist.mem import MemBlob, MemConsensus
+from persist.open import open_location
 from sim.runtime.core import Runtime
 from tests.controllers.harness import Harness
 
@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.virtual, pytest.mark.asyncio]
 async def test_ddl_from_the_catalog_then_writes_and_peeks() -> None:
     rt = Runtime(seed=1)
     state = initial_state()
-    async with PersistClient(MemBlob(), MemConsensus(), rt) as persist, Harness(persist, rt) as h:
+    async with PersistClient(*await open_location(), rt) as persist, Harness(persist, rt) as h:
         for cmd in derive(state.as_updates(0)):  # the builtin default cluster and replica
             await h.send(cmd)
         await h.send(AdvanceCatalogFrontier(1))

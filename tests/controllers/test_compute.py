@@ -34,7 +34,7 @@ from controllers.compute import ComputeController
 from controllers.storage import AppendOk, StorageController
 from controllers.transform import Comparison, Transform
 from persist.client import PersistClient
-from persist.mem import MemBlob, MemConsensus
+from persist.open import open_location
 from sim.runtime.core import Runtime
 from sim.runtime.errors import InvalidUsage
 from tests.controllers.harness import Harness
@@ -60,7 +60,7 @@ async def _setup(h: Harness, *, replicas: int = 1) -> None:
 
 async def test_peek_at_as_of_is_exact_on_every_path() -> None:
     rt = Runtime(seed=1)
-    async with PersistClient(MemBlob(), MemConsensus(), rt) as persist, Harness(persist, rt) as h:
+    async with PersistClient(*await open_location(), rt) as persist, Harness(persist, rt) as h:
         await _setup(h)
         await h.append(0, {T: [((1, "a"), 1), ((2, "b"), 1)]})
         await h.append(1, {T: [((3, "a"), 1)]})
@@ -90,7 +90,7 @@ async def test_peek_at_as_of_is_exact_on_every_path() -> None:
 
 async def test_peek_ahead_of_catalog_frontier_waits_then_sees_the_object() -> None:
     rt = Runtime(seed=2)
-    async with PersistClient(MemBlob(), MemConsensus(), rt) as persist, Harness(persist, rt) as h:
+    async with PersistClient(*await open_location(), rt) as persist, Harness(persist, rt) as h:
         await h.apply(CreateCluster(1), CreateReplica(1, 1))
         # The query saw the table at catalog time `ts`; the controllers have not yet.
         ts = await h.apply(_table(), CreateDataflow(IDX, 1, "index", T), advance=False)
@@ -109,7 +109,7 @@ async def test_peek_ahead_of_catalog_frontier_waits_then_sees_the_object() -> No
 
 async def test_append_waits_for_the_catalog_frontier() -> None:
     rt = Runtime(seed=6)
-    async with PersistClient(MemBlob(), MemConsensus(), rt) as persist, Harness(persist, rt) as h:
+    async with PersistClient(*await open_location(), rt) as persist, Harness(persist, rt) as h:
         ts = await h.apply(_table(), advance=False)
         done: list[object] = []
 
@@ -126,7 +126,7 @@ async def test_append_waits_for_the_catalog_frontier() -> None:
 
 async def test_object_dropped_at_or_before_catalog_ts_is_a_clean_error() -> None:
     rt = Runtime(seed=3)
-    async with PersistClient(MemBlob(), MemConsensus(), rt) as persist, Harness(persist, rt) as h:
+    async with PersistClient(*await open_location(), rt) as persist, Harness(persist, rt) as h:
         await _setup(h)
         await h.append(0, {T: [((1, "a"), 1)]})
         drop_ts = await h.apply(DropDataflow(IDX))
@@ -161,7 +161,7 @@ async def test_object_dropped_at_or_before_catalog_ts_is_a_clean_error() -> None
 
 async def test_first_answer_wins_and_cancel() -> None:
     rt = Runtime(seed=4)
-    async with PersistClient(MemBlob(), MemConsensus(), rt) as persist, Harness(persist, rt) as h:
+    async with PersistClient(*await open_location(), rt) as persist, Harness(persist, rt) as h:
         await _setup(h, replicas=3)
         await h.append(0, {T: [((1, "a"), 1)]})
         for _ in range(5):
@@ -180,7 +180,7 @@ async def test_first_answer_wins_and_cancel() -> None:
 
 async def test_unknown_column_and_non_table_input_are_clean_errors() -> None:
     rt = Runtime(seed=5)
-    async with PersistClient(MemBlob(), MemConsensus(), rt) as persist, Harness(persist, rt) as h:
+    async with PersistClient(*await open_location(), rt) as persist, Harness(persist, rt) as h:
         await _setup(h)
         await h.apply(CreateDataflow(20, 1, "index", MV))  # an index on a view
         await h.append(0, {T: []})
@@ -195,7 +195,7 @@ async def test_unknown_column_and_non_table_input_are_clean_errors() -> None:
 
 async def test_compaction_bounds_what_peeks_can_read() -> None:
     rt = Runtime(seed=7)
-    async with PersistClient(MemBlob(), MemConsensus(), rt) as persist, Harness(persist, rt, window=5) as h:
+    async with PersistClient(*await open_location(), rt) as persist, Harness(persist, rt, window=5) as h:
         await _setup(h)
         for ts in range(0, 30, 2):
             await h.append(ts, {T: [((ts, "a"), 1)]})
@@ -219,7 +219,7 @@ async def test_read_holds_keep_the_controller_and_its_replicas_from_compacting()
     """The controller owns compaction: its since follows the window in steps,
     never passes a read hold, and no replica compacts past it."""
     rt = Runtime(seed=9)
-    async with PersistClient(MemBlob(), MemConsensus(), rt) as persist, Harness(persist, rt, window=4) as h:
+    async with PersistClient(*await open_location(), rt) as persist, Harness(persist, rt, window=4) as h:
         await _setup(h, replicas=2)
         assert h.compute.read_floor(999) is None
         await h.append(0, {T: [((0, "a"), 1)]})
@@ -255,7 +255,7 @@ async def test_read_holds_keep_the_controller_and_its_replicas_from_compacting()
 
 async def test_shutdown_cancels_replicas_dataflows_and_waiting_peeks() -> None:
     rt = Runtime(seed=8)
-    async with PersistClient(MemBlob(), MemConsensus(), rt) as persist:
+    async with PersistClient(*await open_location(), rt) as persist:
         with anyio.fail_after(5):
             async with Harness(persist, rt) as h:
                 await _setup(h, replicas=2)
@@ -273,7 +273,7 @@ async def test_responses_can_go_to_a_memory_stream() -> None:
     send, receive = anyio.create_memory_object_stream[ComputeResponse](math.inf)
     with send, receive:
         async with (
-            PersistClient(MemBlob(), MemConsensus(), rt) as persist,
+            PersistClient(*await open_location(), rt) as persist,
             StorageController(persist, rt) as storage,
             ComputeController(persist, rt, send) as compute,
         ):
@@ -288,7 +288,7 @@ async def test_responses_can_go_to_a_memory_stream() -> None:
 
 async def test_after_group_commit_at_ts_every_table_is_readable_at_ts() -> None:
     rt = Runtime(seed=10)
-    async with PersistClient(MemBlob(), MemConsensus(), rt) as persist, Harness(persist, rt) as h:
+    async with PersistClient(*await open_location(), rt) as persist, Harness(persist, rt) as h:
         await _setup(h, replicas=2)
         await h.apply(_table(20), CreateDataflow(21, 1, "index", 20))
         for ts in (3, 8, 9):

@@ -25,9 +25,8 @@ from controllers.commands import (
 )
 from controllers.storage import AppendConflict, AppendOk, StorageController
 from persist.client import PersistClient
-from persist.file import FileBlob
 from persist.frontier import Frontier
-from persist.open import open_consensus
+from persist.open import open_blob, open_consensus
 from sim.runtime.core import Runtime
 from sim.runtime.latency import Constant, LatencyModel
 from tests.controllers.harness import Harness
@@ -51,7 +50,7 @@ async def test_crash_and_rehydrate_on_postgres_and_files(pg_url: str, tmp_path: 
     rt = _rt(1)
     consensus = await open_consensus(pg_url)
     try:
-        async with PersistClient(FileBlob(tmp_path), consensus, rt) as persist:
+        async with PersistClient(await open_blob(f"file://{tmp_path}"), consensus, rt) as persist:
             transcript = await crash_scenario(persist, rt, steps=25, base_id=_fresh_id(), pause=0.0)
         assert len(transcript) > 10
     finally:
@@ -62,7 +61,7 @@ async def test_group_commit_conflict_between_two_coordinators(pg_url: str, tmp_p
     rt = _rt(2)
     tid = _fresh_id()
     a_consensus, b_consensus = await open_consensus(pg_url), await open_consensus(pg_url)
-    blob = FileBlob(tmp_path)
+    blob = await open_blob(f"file://{tmp_path}")
     try:
         async with (
             PersistClient(blob, a_consensus, rt.derive("a")) as pa,
@@ -89,7 +88,7 @@ async def test_catalog_gating_on_postgres_and_files(pg_url: str, tmp_path: Path)
     t, idx = base, base + 1
     consensus = await open_consensus(pg_url)
     try:
-        async with PersistClient(FileBlob(tmp_path), consensus, rt) as persist, Harness(persist, rt) as h:
+        async with PersistClient(await open_blob(f"file://{tmp_path}"), consensus, rt) as persist, Harness(persist, rt) as h:
             await h.apply(CreateCluster(1), CreateReplica(1, 1), CreateReplica(1, 2))
             ts = await h.apply(CreateTable(t, table_shard_id(t), ("k",)), CreateDataflow(idx, 1, "index", t), advance=False)
             early = [h.peek(t, 0, catalog_ts=ts), h.peek(idx, 0, catalog_ts=ts)]

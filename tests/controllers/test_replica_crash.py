@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from persist.client import PersistClient
-from persist.mem import MemBlob, MemConsensus
+from persist.open import open_location
 from sim.runtime.core import Runtime, run
 from tests.controllers.scenario import crash_scenario
 
 
 async def _main(rt: Runtime, *, steps: int, crash_both: bool = False) -> list[tuple[int, int, tuple[object, ...], float]]:
-    async with PersistClient(MemBlob(), MemConsensus(), rt) as persist:
+    async with PersistClient(*await open_location(), rt) as persist:
         return list(await crash_scenario(persist, rt, steps=steps, crash_both=crash_both))
 
 

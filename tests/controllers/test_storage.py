@@ -18,7 +18,7 @@ from controllers.transform import decode_row, encode_row
 from persist.client import PersistClient
 from persist.codec import Update
 from persist.frontier import Frontier
-from persist.mem import MemBlob, MemConsensus
+from persist.open import open_location
 from sim.runtime.core import Runtime
 from sim.runtime.errors import InvalidUsage
 
@@ -31,7 +31,7 @@ def _table(tid: int) -> CreateTable:
 
 async def test_group_commit_advances_every_table_and_reads_are_exact() -> None:
     rt = Runtime(seed=1)
-    async with PersistClient(MemBlob(), MemConsensus(), rt) as persist, StorageController(persist, rt) as s:
+    async with PersistClient(*await open_location(), rt) as persist, StorageController(persist, rt) as s:
         for tid in (1, 2, 3):
             await s.apply(_table(tid))
         await s.apply(AdvanceCatalogFrontier(1))
@@ -49,7 +49,7 @@ async def test_group_commit_advances_every_table_and_reads_are_exact() -> None:
 
 async def test_rows_for_unknown_tables_are_reported_not_written() -> None:
     rt = Runtime(seed=2)
-    async with PersistClient(MemBlob(), MemConsensus(), rt) as persist, StorageController(persist, rt) as s:
+    async with PersistClient(*await open_location(), rt) as persist, StorageController(persist, rt) as s:
         await s.apply(_table(1))
         await s.apply(_table(2))
         await s.apply(DropTable(2))
@@ -61,7 +61,7 @@ async def test_rows_for_unknown_tables_are_reported_not_written() -> None:
 
 async def test_a_second_writer_at_the_same_ts_is_a_conflict_not_a_skip() -> None:
     rt = Runtime(seed=3)
-    blob, consensus = MemBlob(), MemConsensus()
+    blob, consensus = await open_location()
     async with (
         PersistClient(blob, consensus, rt.derive("a")) as pa,
         PersistClient(blob, consensus, rt.derive("b")) as pb,
@@ -87,7 +87,7 @@ async def test_a_second_writer_at_the_same_ts_is_a_conflict_not_a_skip() -> None
 async def test_since_follows_the_window_and_holds() -> None:
     rt = Runtime(seed=4)
     async with (
-        PersistClient(MemBlob(), MemConsensus(), rt) as persist,
+        PersistClient(*await open_location(), rt) as persist,
         StorageController(persist, rt, config=StorageConfig(compaction_window=10)) as s,
     ):
         await s.apply(_table(1))

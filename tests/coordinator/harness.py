@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 from coordinator.config import named
 from coordinator.environment import Environment
 from coordinator.factory import build_coordinator
-from persist.mem import MemBlob, MemConsensus
 from sim.runtime.core import Runtime
 from sim.runtime.latency import Constant, LatencyModel, LogNormal
 
@@ -33,7 +32,7 @@ def latency_model() -> LatencyModel:
 
 
 def virtual_env(rt: Runtime) -> Environment:
-    return Environment(rt, blob=MemBlob(), consensus=MemConsensus())
+    return Environment(rt)
 
 
 def config(name: str, **overrides: object) -> CoordinatorConfig:

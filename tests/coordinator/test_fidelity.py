@@ -59,7 +59,7 @@ def test_peeks_under_a_500ms_oracle_read_at_the_since_and_are_linearized(name: s
             # t is read through its index (a replica's arrangement), u
             # straight from persist (the fast path of a table peek).
             for sql in ("CREATE TABLE t (a int)", "CREATE DEFAULT INDEX ON t", "INSERT INTO t VALUES (1)",
-                        "CREATE TABLE u (a int)", "INSERT INTO u VALUES (1)"):  # fmt: skip
+                        "CREATE TABLE u (a int)", "INSERT INTO u VALUES (1)"):
                 assert (await setup.execute(sql)).ok
             stop = anyio.Event()
             checked = [0]

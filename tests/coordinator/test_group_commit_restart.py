@@ -78,9 +78,9 @@ def test_immediate_batch_size_is_an_outcome_of_the_loop() -> None:
     next one, so the batch grows faster with the load."""
     name = "event-loop+pg-oracle"
     on = [_writes_per_commit(name, c, group_commit=GroupCommitPolicy.IMMEDIATE,
-                             oracle_calls=OracleCalls.ON_LOOP) for c in LOADS]  # fmt: skip
+                             oracle_calls=OracleCalls.ON_LOOP) for c in LOADS]
     off = [_writes_per_commit(name, c, group_commit=GroupCommitPolicy.IMMEDIATE,
-                              oracle_calls=OracleCalls.OFF_LOOP) for c in LOADS]  # fmt: skip
+                              oracle_calls=OracleCalls.OFF_LOOP) for c in LOADS]
     print(f"immediate, writes per commit at {LOADS} clients: on-loop {on}, off-loop {off}")
     assert on[0] == off[0] == 1.0
     assert 1.0 < off[1] < off[2]

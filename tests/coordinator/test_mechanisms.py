@@ -12,7 +12,8 @@ import pytest
 from coordinator.config import LOOP_S_PER_SELECT, Costs, Frontend, OracleCalls, PeekStages
 from coordinator.running import RunningCoordinator
 from sim.compare.ablation import chain
-from sim.load.config import DEFAULT_PROFILE, Config, profile_cores
+from sim.load.config import DEFAULT_PROFILE, Config
+from sim.load.latency_profile import profile_cores
 from sim.runtime.core import run
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.latency import Constant, LatencyModel
@@ -185,7 +186,7 @@ def test_ablate_lists_more_cores_as_its_own_step() -> None:
     mechanisms = [st.mechanism for st in steps]
     assert mechanisms[-2:] == ["architecture", "cores"]
     cfg = Config(configurations=tuple(st.name for st in steps),
-                 variants={st.name: st.variant for st in steps if st.variant is not None})  # fmt: skip
+                 variants={st.name: st.variant for st in steps if st.variant is not None})
     cores = [cfg.coordinator(st.name).cores for st in steps]
     assert cores[-2:] == [1, 2]  # decoupling on one core, then the profile's cores
 

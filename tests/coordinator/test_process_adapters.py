@@ -16,38 +16,15 @@ import anyio
 import pytest
 
 from coordinator.config import named
-from coordinator.environment import Environment
 from coordinator.factory import build_coordinator
 from coordinator.process_adapters import ProcessAdaptersCoordinator
-from persist.open import open_blob, open_consensus
-from sim.load.harness import drop_database, fresh_database
 from sim.runtime.core import Runtime
 from sim.runtime.errors import ExternalError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-    from pathlib import Path
+    from coordinator.environment import Environment
 
 pytestmark = [pytest.mark.postgres, pytest.mark.anyio]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def env(pg_url: str, tmp_path: Path) -> AsyncIterator[Environment]:
-    url = await fresh_database(pg_url)
-    blob_url = f"file://{tmp_path}/blob?fsync=false"
-    blob = await open_blob(blob_url)
-    consensus = await open_consensus(url)
-    try:
-        yield Environment(Runtime(seed=0), blob=blob, consensus=consensus, postgres_url=url, blob_url=blob_url)
-    finally:
-        await consensus.close()
-        await blob.close()
-        await drop_database(pg_url, url)
 
 
 async def test_adapters_are_processes_that_see_each_others_writes_and_ddl(env: Environment) -> None:
@@ -96,7 +73,6 @@ async def test_adapters_are_processes_that_see_each_others_writes_and_ddl(env: E
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
-
 
 
 async def test_an_adapter_process_that_dies_ends_the_deployment_with_an_external_error(env: Environment) -> None:

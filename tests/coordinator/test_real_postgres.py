@@ -10,39 +10,14 @@ import anyio
 import pytest
 
 from coordinator.config import GroupCommitPolicy, named
-from coordinator.environment import Environment
 from coordinator.factory import build_coordinator
-from persist.file import FileBlob
-from persist.open import open_consensus
-from sim.load.harness import fresh_database
 from sim.runtime.core import Runtime
 from tests.coordinator.harness import CONFIG_NAMES
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-    from pathlib import Path
+    from coordinator.environment import Environment
 
 pytestmark = [pytest.mark.postgres, pytest.mark.anyio]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def env(pg_url: str, tmp_path: Path) -> AsyncIterator[Environment]:
-    url = await fresh_database(pg_url)
-    consensus = await open_consensus(url)
-    try:
-        yield Environment(
-            Runtime(seed=0),
-            blob=FileBlob(str(tmp_path), fsync=False),
-            consensus=consensus,
-            postgres_url=url,
-        )
-    finally:
-        await consensus.close()
 
 
 @pytest.mark.parametrize("name", CONFIG_NAMES)

@@ -18,20 +18,16 @@ import pytest
 
 from coordinator.adapters import MultiAdapterCoordinator
 from coordinator.config import named
-from coordinator.environment import Environment
 from coordinator.process_adapters import ProcessAdaptersCoordinator
 from coordinator.sql import parse, render
 from coordinator.statements import SqlError, Subscribe
-from persist.open import open_blob, open_consensus
-from sim.load.harness import drop_database, fresh_database
 from sim.runtime.core import Runtime, run
 from tests.coordinator.harness import build_coordinator, config, latency_model, virtual_env
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-    from pathlib import Path
 
     from coordinator.config import CoordinatorConfig
+    from coordinator.environment import Environment
     from coordinator.session import Coordinator, Result, Session
     from coordinator.subscribe import SubscribeBatch
 
@@ -223,25 +219,6 @@ def test_subscribe_parses_and_renders() -> None:
 
 
 # --- real mode -----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def env(pg_url: str, tmp_path: Path) -> AsyncIterator[Environment]:
-    url = await fresh_database(pg_url)
-    blob_url = f"file://{tmp_path}/blob?fsync=false"
-    blob = await open_blob(blob_url)
-    consensus = await open_consensus(url)
-    try:
-        yield Environment(Runtime(seed=0), blob=blob, consensus=consensus, postgres_url=url, blob_url=blob_url)
-    finally:
-        await consensus.close()
-        await blob.close()
-        await drop_database(pg_url, url)
 
 
 @pytest.mark.postgres

@@ -1,6 +1,7 @@
 """The oracle implementations every suite runs on, as a parametrized fixture.
 
-Each is named by how it is opened: a URL for `oracle.factory.open_oracle` plus
+Each is named by how it is opened: a URL for `oracle.open.open_oracles` (through
+`oracle.testing.open_timeline`, one timeline as a process of its own) plus
 whether `BatchingOracle` sits in front and whether `ObservedOracle` wraps it all
 (as coordinators that record traces use it). In-memory ones run on the
 virtual-time loop (that is what they are for); Postgres ones on the stock loop
@@ -17,8 +18,9 @@ from typing import TYPE_CHECKING, final
 
 import pytest
 
-from oracle.factory import open_oracle
 from oracle.observed import ObservedOracle, OracleCall
+from oracle.open import oracle_spec
+from oracle.testing import open_timeline
 from sim.runtime.pg import Isolation, with_isolation
 
 if TYPE_CHECKING:
@@ -41,9 +43,8 @@ class OracleImpl:
 
     def maker(self, rt: Runtime, *, application_name: str | None = None) -> MakeOracle:
         async def make(timeline: str) -> TimestampOracle:
-            oracle = await open_oracle(
-                self.url, timeline, rt, batching=self.batching, application_name=application_name
-            )
+            spec = oracle_spec(self.url, application_name=application_name)
+            oracle = await open_timeline(spec, timeline, rt, batching=self.batching)
             if not self.observed:
                 return oracle
             return ObservedOracle(oracle, rt, lambda call: _check_report(call, timeline))

@@ -17,8 +17,7 @@ import time
 
 import anyio
 
-from oracle.factory import open_oracle
-from oracle.testing import OpRecord, RecordingOracle, run_random_workload
+from oracle.testing import OpRecord, RecordingOracle, open_timeline, run_random_workload
 from sim.runtime.core import Runtime, run
 
 
@@ -38,7 +37,7 @@ def main() -> None:
         # The shared-clock premise of the merged check: the loop's clock is the
         # system-wide monotonic clock.
         assert abs(asyncio.get_running_loop().time() - time.monotonic()) < 0.05
-        async with await open_oracle(args.url, args.timeline, rt, batching=args.batching) as o:
+        async with await open_timeline(args.url, args.timeline, rt, batching=args.batching) as o:
             rec = RecordingOracle(o, rt, client=args.client)
             await rec.read_ts()  # connected and warm
             print("ready", flush=True)

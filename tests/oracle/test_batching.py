@@ -14,9 +14,7 @@ import pytest
 
 from oracle.api import TimestampOracle, WriteTimestamp
 from oracle.batching import BatchingOracle
-from oracle.memory import MemoryOracle
-from oracle.stash import MemTimestampStash
-from oracle.testing import RecordingOracle, check_history
+from oracle.testing import RecordingOracle, check_history, open_timeline
 from sim.runtime.core import Runtime
 from sim.runtime.errors import Determinate, InvalidUsage
 
@@ -69,7 +67,7 @@ class GatedOracle(TimestampOracle):
 
 
 async def _gated(rt: Runtime) -> GatedOracle:
-    return GatedOracle(await MemoryOracle.open(MemTimestampStash(rt), "realtime", rt))
+    return GatedOracle(await open_timeline("mem://", "realtime", rt))
 
 
 @pytest.mark.parametrize("known_bad", [False, True], ids=["correct", "known-bad-join-in-flight"])

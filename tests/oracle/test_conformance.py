@@ -7,11 +7,17 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from oracle.memory import MemoryOracle
 from oracle.observed import ObservedOracle, OracleCall
+from oracle.open import OracleBackend, OracleSpec
 from oracle.postgres import PostgresOracle
 from oracle.stash import MemTimestampStash
-from oracle.testing import ConformanceFailure, ManualWallClock, check_oracle, fresh_timeline
+from oracle.testing import (
+    ConformanceFailure,
+    ManualWallClock,
+    check_oracle,
+    fresh_timeline,
+    open_timeline,
+)
 from sim.runtime.core import Runtime
 from sim.runtime.errors import InvalidUsage
 
@@ -46,10 +52,10 @@ async def test_memory_oracle_sharing_one_stash() -> None:
     """Oracles opened one after another on one stash (each a new epoch) conform."""
     clock = ManualWallClock()
     rt = Runtime(seed=3, wall_clock=clock)
-    stash = MemTimestampStash(rt)
+    spec = OracleSpec(OracleBackend.MEMORY, stash=MemTimestampStash(rt), window_ms=7)
 
     async def make(timeline: str) -> TimestampOracle:
-        return await MemoryOracle.open(stash, timeline, rt, window_ms=7)
+        return await open_timeline(spec, timeline, rt)
 
     await check_oracle(make, rt, clock=clock)
 
@@ -61,7 +67,7 @@ async def test_observed_oracle_reports_each_call_as_its_caller_saw_it() -> None:
     clock = ManualWallClock()
     rt = Runtime(seed=5, wall_clock=clock)
     calls: list[OracleCall] = []
-    inner = await MemoryOracle.open(MemTimestampStash(rt), "observed", rt, owns_stash=True)
+    inner = await open_timeline("mem://", "observed", rt)
     async with ObservedOracle(inner, rt, calls.append) as o:
         w = await o.write_ts()
         peeked = await o.peek_write_ts()

@@ -14,10 +14,16 @@ import asyncpg
 import pytest
 
 from oracle.batching import BatchingOracle
-from oracle.factory import open_oracle
 from oracle.memory import MemoryOracle
+from oracle.open import oracle_spec
 from oracle.pgstash import PostgresTimestampStash
-from oracle.testing import RecordingOracle, assert_linearizable, fresh_timeline, run_random_workload
+from oracle.testing import (
+    RecordingOracle,
+    assert_linearizable,
+    fresh_timeline,
+    open_timeline,
+    run_random_workload,
+)
 from sim.runtime.core import Runtime
 
 if TYPE_CHECKING:
@@ -98,9 +104,9 @@ async def test_terminated_backends_are_retried_and_guarantees_hold(
     stop, enough = anyio.Event(), anyio.Event()
     killed = 0
     with anyio.fail_after(60):  # no hang
-        async with await open_oracle(
-            url, fresh_timeline("faults"), rt, batching=name.startswith("batching"),
-            application_name=app,
+        async with await open_timeline(
+            oracle_spec(url, application_name=app), fresh_timeline("faults"), rt,
+            batching=name.startswith("batching"),
         ) as o:
             floor = await o.read_ts()
             rec = RecordingOracle(o, rt)
@@ -132,9 +138,7 @@ async def test_server_crash_and_restart_during_load(private_pg: EmbeddedPostgres
     rt = Runtime(seed=32)
     stop = anyio.Event()
     with anyio.fail_after(60):
-        async with await open_oracle(
-            private_pg.url, fresh_timeline("crash"), rt, batching=True
-        ) as o:
+        async with await open_timeline(private_pg.url, fresh_timeline("crash"), rt, batching=True) as o:
             floor = await o.read_ts()
             rec = RecordingOracle(o, rt)
 

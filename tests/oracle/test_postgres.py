@@ -1,12 +1,13 @@
 """The Postgres oracle's specifics: the seed's SQL, prepared statements, the pool
-bound, 40001 under SERIALIZABLE retried and counted by tier; and the factory and
-metrics every oracle shares."""
+bound, 40001 under SERIALIZABLE retried and counted by tier; and the opening
+function and metrics every oracle shares."""
 
 from __future__ import annotations
 
 import math
 import random
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import anyio
@@ -15,21 +16,21 @@ import pytest
 from oracle import postgres as pg_oracle
 from oracle.api import CATALOG_TIMELINE, REALTIME_TIMELINE
 from oracle.batching import BatchingOracle
-from oracle.factory import OracleFactory, open_oracle
 from oracle.memory import MemoryOracle
 from oracle.metrics import _Histogram
-from oracle.pgclient import DEFAULT_RETRY, PostgresClient
+from oracle.open import OracleBackend, open_oracles, oracle_spec
 from oracle.postgres import PostgresOracle
-from oracle.testing import ManualWallClock, fresh_timeline
+from oracle.testing import ManualWallClock, fresh_timeline, open_timeline
 from sim.runtime.backend_stats import BACKEND_STATS, BackendStats
 from sim.runtime.core import Runtime
 from sim.runtime.errors import Determinate, InvalidUsage
 from sim.runtime.pg import Isolation, with_isolation
+from sim.runtime.pgclient import DEFAULT_RETRY, PostgresClient
 from sim.runtime.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from oracle.api import TimestampOracle
-    from oracle.pgclient import Conn
+    from sim.runtime.pgclient import Conn
     from sim.services.postgres import EmbeddedPostgres
 
 
@@ -105,7 +106,7 @@ async def test_the_pool_bounds_connections(pg_url: str) -> None:
     rt = Runtime(seed=42)
     app = f"coordsim-pool-{fresh_timeline()[-12:]}"
     url = pg_url + ("&" if "?" in pg_url else "?") + f"pool_size=3&application_name={app}"
-    async with await open_oracle(url, fresh_timeline("pool"), rt) as o:
+    async with await open_timeline(url, fresh_timeline("pool"), rt) as o:
         async def count(conn: Conn) -> int:
             n: int = await conn.fetchval(
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app
@@ -161,51 +162,69 @@ async def test_serialization_failures_are_retried_and_counted(
     assert samples[key] == stats.op("write_ts").retry_determinate_count
 
 
-# --- The factory and the metrics -----------------------------------------------------------
+# --- The opening function and the metrics -------------------------------------------------
 
 
 @pytest.mark.virtual
 @pytest.mark.asyncio
-async def test_factory_opens_one_oracle_per_timeline() -> None:
+async def test_open_oracles_opens_one_oracle_per_timeline() -> None:
     clock = ManualWallClock()
     rt = Runtime(seed=44, wall_clock=clock)
-    async with OracleFactory("mem://?window_ms=50", rt) as f:
-        realtime = await f.timeline()
-        catalog = await f.timeline(CATALOG_TIMELINE)
+    async with await open_oracles("mem://?window_ms=50", rt) as oracles:
+        assert oracles.backend is OracleBackend.MEMORY
+        realtime = await oracles.timeline()
+        catalog = await oracles.timeline(CATALOG_TIMELINE)
         assert realtime.timeline == REALTIME_TIMELINE
         assert catalog.timeline == CATALOG_TIMELINE
-        assert await f.timeline(REALTIME_TIMELINE) is realtime
+        assert await oracles.timeline(REALTIME_TIMELINE) is realtime
         w = await realtime.write_ts()
         await realtime.apply_write(w.ts)
         # Timelines are independent.
         assert await catalog.read_ts() == 0
         assert (await catalog.write_ts()).ts == clock.ms
-    async with OracleFactory("mem://", rt, batching=True) as f:
-        o = await f.timeline()
+        assert await oracles.persisted_upper(REALTIME_TIMELINE) == w.ts + 50
+        with pytest.raises(InvalidUsage, match="owns_backend"):
+            await oracles.timeline("other", owns_backend=True)
+    with pytest.raises(InvalidUsage, match="closed"):
+        await oracles.timeline("late")
+    with pytest.raises(InvalidUsage):  # closing the handle closed its oracles
+        await realtime.read_ts()
+    async with await open_timeline("mem://", REALTIME_TIMELINE, rt, batching=True) as o:
         assert isinstance(o, BatchingOracle)
         assert isinstance(o.inner, MemoryOracle)
         assert await o.read_ts() == 0
     with pytest.raises(InvalidUsage, match="unknown"):
-        OracleFactory("mem://?bogus=1", rt)
+        oracle_spec("mem://?bogus=1")
     with pytest.raises(InvalidUsage, match="scheme"):
-        OracleFactory("mysql://x/y", rt)
-    with pytest.raises(InvalidUsage, match="batching"):
-        OracleFactory("mem://", rt, known_bad_join_in_flight=True)
+        await open_oracles("mysql://x/y", rt)
     with pytest.raises(InvalidUsage, match="window_ms"):
-        await open_oracle("mem://?window_ms=0", "realtime", rt)
+        await open_oracles("mem://?window_ms=0", rt)
+    with pytest.raises(InvalidUsage, match="in-memory oracle"):
+        replace(oracle_spec("modeled://"), skip_epoch_fencing=True)
+
+
+@pytest.mark.virtual
+@pytest.mark.asyncio
+async def test_a_process_bumps_the_epoch_once_for_all_its_timelines() -> None:
+    rt = Runtime(seed=47)
+    async with await open_oracles("mem://", rt) as oracles:
+        epochs = [oracles.epoch]  # None: nothing is fenced until a timeline opens
+        await oracles.timeline()
+        epochs.append(oracles.epoch)
+        await oracles.timeline(CATALOG_TIMELINE)
+        epochs.append(oracles.epoch)
+    assert epochs == [None, 1, 1]
 
 
 @pytest.mark.postgres
 @pytest.mark.asyncio
-async def test_factory_shares_one_pool_across_timelines(pg_url: str) -> None:
+async def test_open_oracles_shares_one_pool_across_timelines(pg_url: str) -> None:
     rt = Runtime(seed=45)
-    async with OracleFactory(pg_url, rt, batching=True) as f:
-        a, b = await f.timeline(fresh_timeline("a")), await f.timeline(fresh_timeline("b"))
-        assert isinstance(a, BatchingOracle)
-        assert isinstance(b, BatchingOracle)
-        assert isinstance(a.inner, PostgresOracle)
-        assert isinstance(b.inner, PostgresOracle)
-        assert a.inner.client is b.inner.client
+    async with await open_oracles(pg_url, rt) as oracles:
+        a, b = await oracles.timeline(fresh_timeline("a")), await oracles.timeline(fresh_timeline("b"))
+        assert isinstance(a, PostgresOracle)
+        assert isinstance(b, PostgresOracle)
+        assert a.client is b.client
         await a.apply_write(500)
         assert (await a.read_ts(), await b.read_ts()) == (500, 0)
 
@@ -214,7 +233,7 @@ async def test_factory_shares_one_pool_across_timelines(pg_url: str) -> None:
 @pytest.mark.asyncio
 async def test_metrics_count_every_operation() -> None:
     rt = Runtime(seed=46)
-    async with await open_oracle("mem://", REALTIME_TIMELINE, rt) as o:
+    async with await open_timeline("mem://", REALTIME_TIMELINE, rt) as o:
         for _ in range(3):
             w = await o.write_ts()
             await o.apply_write(w.ts)

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 
-from oracle.factory import OracleFactory
 from oracle.memory import MemoryOracle
+from oracle.open import open_oracles
 from oracle.pgstash import PostgresTimestampStash
 from oracle.postgres import PostgresOracle
-from oracle.stash import Fenced, MemTimestampStash
+from oracle.stash import MemTimestampStash
 from oracle.testing import (
     ManualWallClock,
     OpRecord,
@@ -29,7 +29,7 @@ from oracle.testing import (
     run_random_workload,
 )
 from sim.runtime.core import Runtime
-from sim.runtime.errors import InvalidUsage
+from sim.runtime.errors import Fenced, InvalidUsage
 from sim.runtime.latency import Constant, LatencyModel
 
 if TYPE_CHECKING:
@@ -229,28 +229,28 @@ async def test_a_fenced_memory_oracle_cannot_extend_its_window() -> None:
 @pytest.mark.postgres
 @pytest.mark.asyncio
 async def test_a_newer_process_fences_the_older_one_on_a_postgres_stash(pg_url: str) -> None:
-    """Two processes (factories with their own pools) on one stash: opening the
-    second fences every timeline of the first."""
+    """Two processes (`open_oracles` each, with their own pools) on one stash:
+    opening the second fences every timeline of the first."""
     rt = Runtime(seed=27)
     url = pg_url.replace("postgresql://", "memory+postgresql://", 1).replace(
         "postgres://", "memory+postgres://", 1
     )
     url += ("&" if "?" in url else "?") + f"stash=fence-{uuid.uuid4().hex[:12]}"
-    async with OracleFactory(url, rt) as first:
+    async with await open_oracles(url, rt) as first:
         realtime = await first.timeline()
         catalog = await first.timeline("catalog")
         assert isinstance(realtime, MemoryOracle)
         assert isinstance(catalog, MemoryOracle)
         await realtime.confirm_leadership()
         w = await realtime.write_ts()
-        async with OracleFactory(url, rt) as second:
+        async with await open_oracles(url, rt) as second:
+            new = await second.timeline()
             assert first.epoch is not None
             assert second.epoch is not None
             assert second.epoch > first.epoch
             for o in (realtime, catalog):
                 with pytest.raises(Fenced):
                     await o.confirm_leadership()
-            new = await second.timeline()
             assert isinstance(new, MemoryOracle)
             await new.confirm_leadership()
             assert (await new.write_ts()).ts > w.ts

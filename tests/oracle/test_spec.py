@@ -51,7 +51,7 @@ def trace_flags(calls: list[Call], floor: int) -> set[Flag]:
               start_ns=i, end_ns=e, status=Status.OK if ok else Status.FAIL,
               timeline=TIMELINE, ts=ts, actor="coordinator")
         for n, (op, i, e, ts, ok) in enumerate(calls)
-    ]  # fmt: skip
+    ]
     verdict = check_oracle_events(events, read_floors={TIMELINE: floor})
     assert sum(verdict.counts.values()) == len(verdict.anomalies)  # none went unreported
     out = set()

@@ -16,10 +16,10 @@ import anyio.lowlevel
 import pytest
 
 from oracle.api import check_timeline
-from oracle.stash import Fenced, MemTimestampStash, TimestampStash, check_epoch, check_upper
+from oracle.stash import MemTimestampStash, TimestampStash, check_epoch, check_upper
 from sim.runtime.conformance import ConformanceFailure, expect, expect_raises, fresh_name
 from sim.runtime.core import Runtime
-from sim.runtime.errors import InvalidUsage
+from sim.runtime.errors import Fenced, InvalidUsage
 from sim.runtime.latency import LatencyModel, Uniform
 from sim.runtime.pg import Isolation, with_isolation
 

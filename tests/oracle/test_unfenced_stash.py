@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from oracle.stash import Fenced, MemTimestampStash, UnfencedStash
+from oracle.stash import MemTimestampStash, UnfencedStash
 from sim.runtime.core import Runtime, run
+from sim.runtime.errors import Fenced
 
 
 def test_plain_stash_fences_and_unfenced_does_not() -> None:

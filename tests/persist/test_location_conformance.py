@@ -11,9 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from persist.faults import UnreliableBlob, UnreliableConsensus
-from persist.file import FileBlob
 from persist.location import Blob, CaSResult, Consensus, SeqNo, VersionedData
-from persist.mem import MemBlob, MemConsensus
 from persist.open import open_blob, open_consensus
 from persist.testing import check_blob, check_consensus
 from sim.load.latent import LatentBlob, LatentConsensus
@@ -29,19 +27,19 @@ MakeConsensus = Callable[[], Awaitable[Consensus]]
 
 
 async def _mem_blob() -> Blob:
-    return MemBlob()
+    return await open_blob("mem://")
 
 
 async def _unreliable_mem_blob() -> Blob:
-    return UnreliableBlob(MemBlob(), random.Random(7), p_fail=0.1, p_timeout=0.1)
+    return UnreliableBlob(await open_blob("mem://"), random.Random(7), p_fail=0.1, p_timeout=0.1)
 
 
 async def _mem_consensus() -> Consensus:
-    return MemConsensus()
+    return await open_consensus("mem://")
 
 
 async def _unreliable_mem_consensus() -> Consensus:
-    return UnreliableConsensus(MemConsensus(), random.Random(7), p_fail=0.1, p_timeout=0.1)
+    return UnreliableConsensus(await open_consensus("mem://"), random.Random(7), p_fail=0.1, p_timeout=0.1)
 
 
 def _latency_runtime(seed: int) -> Runtime:
@@ -55,11 +53,11 @@ def _latency_runtime(seed: int) -> Runtime:
 
 
 async def _latent_mem_blob() -> Blob:
-    return LatentBlob(MemBlob(yields=False), _latency_runtime(3))  # as virtual runs build it
+    return LatentBlob(await open_blob("mem://", yields=False), _latency_runtime(3))  # as virtual runs build it
 
 
 async def _latent_mem_consensus() -> Consensus:
-    return LatentConsensus(MemConsensus(yields=False), _latency_runtime(5))  # as virtual runs build it
+    return LatentConsensus(await open_consensus("mem://", yields=False), _latency_runtime(5))  # as virtual runs build it
 
 
 @pytest.fixture(
@@ -83,7 +81,7 @@ def blob_impl(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[MakeBlob,
     if name == "file":
 
         async def make_file() -> Blob:
-            return FileBlob(tmp_path / "blob")
+            return await open_blob(f"file://{tmp_path / 'blob'}")
 
         return make_file, True, 1 << 20
     endpoint: str = request.getfixturevalue("s3_endpoint")
@@ -168,7 +166,7 @@ async def test_latent_stores_pay_one_sample_per_operation() -> None:
         }
     )
     rt = Runtime(latency=latency)
-    blob, consensus = LatentBlob(MemBlob(), rt), LatentConsensus(MemConsensus(), rt)
+    blob, consensus = LatentBlob(await open_blob("mem://"), rt), LatentConsensus(await open_consensus("mem://"), rt)
     start = rt.now()
     await blob.set("k", b"v")
     assert await blob.get("k") == b"v"
@@ -190,7 +188,7 @@ async def test_file_blobs_are_private_whatever_the_umask(tmp_path: Path) -> None
     0600 files in 0700 directories even under a permissive umask (issue 16)."""
     old = os.umask(0o000)
     try:
-        blob = FileBlob(tmp_path / "blob", fsync=False)
+        blob = await open_blob(f"file://{tmp_path / 'blob'}?fsync=false")
         await blob.set("a/b/c", b"secret")
     finally:
         os.umask(old)

@@ -14,7 +14,7 @@ from persist.faults import UnreliableBlob, UnreliableConsensus
 from persist.frontier import Frontier
 from persist.location import CaSResult, Consensus, SeqNo, VersionedData
 from persist.machine import LeaseExpiredError, MachineConfig
-from persist.mem import MemBlob, MemConsensus
+from persist.open import open_blob, open_consensus, open_location
 from persist.state import decode_diff
 from sim.runtime.core import Runtime
 from sim.runtime.errors import Indeterminate, InvalidUsage
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.virtual
 
 @pytest.mark.asyncio
 async def test_compare_and_append_then_snapshot_is_exact() -> None:
-    async with PersistClient(MemBlob(), MemConsensus(), _rt()) as client:
+    async with PersistClient(*await open_location(), _rt()) as client:
         w, r = await client.open("s")
         assert await w.compare_and_append([row(1, 0), row(2, 1)], 0, 2) == Appended(Frontier.at(2))
         assert await w.compare_and_append([row(1, 2, -1)], 2, 5) == Appended(Frontier.at(5))
@@ -46,7 +46,7 @@ async def test_compare_and_append_then_snapshot_is_exact() -> None:
 
 @pytest.mark.asyncio
 async def test_bad_times_are_invalid_usage() -> None:
-    async with PersistClient(MemBlob(), MemConsensus(), _rt()) as client:
+    async with PersistClient(*await open_location(), _rt()) as client:
         w, r = await client.open("s")
         with pytest.raises(InvalidUsage, match="outside"):
             await w.compare_and_append([row(1, 5)], 0, 5)
@@ -63,7 +63,7 @@ async def test_bad_times_are_invalid_usage() -> None:
 @pytest.mark.asyncio
 async def test_snapshot_waits_until_as_of_is_complete() -> None:
     rt = _rt()
-    async with PersistClient(MemBlob(), MemConsensus(), rt) as client:
+    async with PersistClient(*await open_location(), rt) as client:
         w, r = await client.open("s")
         got: list[list[Update]] = []
 
@@ -80,7 +80,7 @@ async def test_snapshot_waits_until_as_of_is_complete() -> None:
 
 @pytest.mark.asyncio
 async def test_listen_after_snapshot_reproduces_the_collection() -> None:
-    async with PersistClient(MemBlob(), MemConsensus(), _rt()) as client:
+    async with PersistClient(*await open_location(), _rt()) as client:
         w, r = await client.open("s")
         await w.compare_and_append([row(1, 0), row(2, 1)], 0, 2)
         seen = list(await r.snapshot(1))
@@ -113,7 +113,7 @@ async def test_listen_after_snapshot_reproduces_the_collection() -> None:
 
 @pytest.mark.asyncio
 async def test_replicated_writers_append_identical_data_once() -> None:
-    async with PersistClient(MemBlob(), MemConsensus(), _rt()) as client:
+    async with PersistClient(*await open_location(), _rt()) as client:
         a, r = await client.open("s")
         b = await client.open_writer("s")
         data = [row(i, i) for i in range(10)]
@@ -128,7 +128,7 @@ async def test_replicated_writers_append_identical_data_once() -> None:
 @pytest.mark.asyncio
 async def test_racing_writers_one_winner_per_upper() -> None:
     rt = _rt()
-    async with PersistClient(MemBlob(), MemConsensus(), rt) as client:
+    async with PersistClient(*await open_location(), rt) as client:
         writers = [await client.open_writer("s") for _ in range(8)]
         reader = await client.open_reader("s")
         wins: dict[int, int] = {}
@@ -165,8 +165,8 @@ class _TimeoutAfterFirstCaS(Consensus):
     """Applies the first CaS of command `kind` after arming, then reports it
     Indeterminate."""
 
-    def __init__(self, kind: str = "compare_and_append") -> None:
-        self.inner = MemConsensus()
+    def __init__(self, inner: Consensus, kind: str = "compare_and_append") -> None:
+        self.inner = inner
         self.kind = kind
         self.armed = False
         self.fired = 0
@@ -191,8 +191,8 @@ class _TimeoutAfterFirstCaS(Consensus):
 
 @pytest.mark.asyncio
 async def test_retry_after_indeterminate_cas_never_appends_twice() -> None:
-    consensus = _TimeoutAfterFirstCaS()
-    async with PersistClient(MemBlob(), consensus, _rt()) as client:
+    consensus = _TimeoutAfterFirstCaS(await open_consensus("mem://"))
+    async with PersistClient(await open_blob("mem://"), consensus, _rt()) as client:
         w, r = await client.open("s")
         consensus.armed = True
         assert await w.compare_and_append([row(1, 0)], 0, 1) == Appended(Frontier.at(1))
@@ -206,7 +206,7 @@ async def test_retry_after_indeterminate_cas_never_appends_twice() -> None:
 async def test_expired_handles_get_a_clear_error() -> None:
     rt = _rt()
     cfg = PersistConfig(machine=MachineConfig(lease_ms=1_000))
-    async with PersistClient(MemBlob(), MemConsensus(), rt, config=cfg) as client:
+    async with PersistClient(*await open_location(), rt, config=cfg) as client:
         stale_w = await client.open_writer("s", heartbeat=False)
         stale_r = await client.open_reader("s", heartbeat=False)
         live_w, live_r = await client.open("s")
@@ -224,7 +224,7 @@ async def test_expired_handles_get_a_clear_error() -> None:
 
 @pytest.mark.asyncio
 async def test_restart_sees_exactly_the_committed_state() -> None:
-    blob, consensus = MemBlob(), MemConsensus()
+    blob, consensus = await open_location()
     expected: list[Update] = []
     async with PersistClient(blob, consensus, Runtime(seed=3)) as client:
         w, _ = await client.open("s")
@@ -247,7 +247,7 @@ async def test_state_stays_bounded_under_10k_appends() -> None:
     """10,000 small appends with a reader following and downgrading its since:
     O(log n) live batches, no orphaned blobs after GC, Consensus holds at most
     about two rollup intervals of diffs."""
-    blob, consensus = MemBlob(), MemConsensus()
+    blob, consensus = await open_location()
     rt = Runtime(seed=5)
     n = 10_000
     async with PersistClient(blob, consensus, rt) as client:
@@ -280,8 +280,8 @@ async def test_state_stays_bounded_under_10k_appends() -> None:
 @pytest.mark.asyncio
 async def test_unreliable_location_loses_and_duplicates_nothing() -> None:
     rng = random.Random(9)
-    blob = UnreliableBlob(MemBlob(), rng, p_fail=0.1, p_timeout=0.1)
-    consensus = UnreliableConsensus(MemConsensus(), rng, p_fail=0.1, p_timeout=0.1)
+    blob = UnreliableBlob(await open_blob("mem://"), rng, p_fail=0.1, p_timeout=0.1)
+    consensus = UnreliableConsensus(await open_consensus("mem://"), rng, p_fail=0.1, p_timeout=0.1)
     async with PersistClient(blob, consensus, Runtime(seed=6)) as client:
         w, r = await client.open("s")
         for i in range(200):
@@ -297,9 +297,9 @@ async def test_compaction_applied_under_an_indeterminate_cas_keeps_its_blob() ->
     """Regression: a compaction whose CaS landed but reported Indeterminate was
     re-applied, refused ("inputs are gone"), and its output blob deleted while
     the state still referenced it."""
-    consensus = _TimeoutAfterFirstCaS("compaction")
+    consensus = _TimeoutAfterFirstCaS(await open_consensus("mem://"), "compaction")
     consensus.armed = True
-    blob = MemBlob()
+    blob = await open_blob("mem://")
     async with PersistClient(blob, consensus, _rt()) as client:
         w, r = await client.open("s")
         for i in range(8):
@@ -316,8 +316,8 @@ async def test_compaction_applied_under_an_indeterminate_cas_keeps_its_blob() ->
 async def test_finished_shard_is_tombstoned_and_reclaimed() -> None:
     """Upper and since both empty: the shard can never be written or read again,
     so its batches are deleted and new handles are refused (seed 002)."""
-    blob = MemBlob()
-    async with PersistClient(blob, MemConsensus(), _rt()) as client:
+    blob = await open_blob("mem://")
+    async with PersistClient(blob, await open_consensus("mem://"), _rt()) as client:
         w, r = await client.open("s")
         await w.compare_and_append([row(1, 0)], 0, 1)
         await w.compare_and_append([row(2, 1)], 1, Frontier.EMPTY)
@@ -339,7 +339,7 @@ async def test_finished_shard_is_tombstoned_and_reclaimed() -> None:
 
 @pytest.mark.asyncio
 async def test_statistics_is_a_frozen_snapshot() -> None:
-    async with PersistClient(MemBlob(), MemConsensus(), _rt()) as client:
+    async with PersistClient(*await open_location(), _rt()) as client:
         w, _ = await client.open("s")
         await w.compare_and_append([row(1, 0)], 0, 1)
         assert await w.compare_and_append([], 0, 2) == UpperMismatch(Frontier.at(1))

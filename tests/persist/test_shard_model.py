@@ -42,11 +42,9 @@ from persist.client import (
 )
 from persist.codec import Update, consolidate
 from persist.faults import UnreliableBlob, UnreliableConsensus
-from persist.file import FileBlob
 from persist.frontier import Frontier
 from persist.machine import LeaseExpiredError, Machine, MachineConfig, UpperMismatch
-from persist.mem import MemBlob, MemConsensus
-from persist.open import open_consensus
+from persist.open import open_blob, open_consensus, open_location
 from sim.runtime.core import Runtime
 from sim.runtime.errors import Indeterminate
 from sim.runtime.loop import VirtualEventLoop
@@ -105,7 +103,7 @@ class ShardModel(RuleBasedStateMachine):
         return self.runner.run(coro_fn())
 
     async def location(self) -> tuple[Blob, Consensus]:
-        return MemBlob(), MemConsensus()
+        return await open_location()
 
     def config(self) -> PersistConfig:
         return PersistConfig(machine=MachineConfig(lease_ms=LEASE_MS, rollup_interval=8))
@@ -430,7 +428,7 @@ class _PostgresFile(ShardModel):
     async def location(self) -> tuple[Blob, Consensus]:
         assert self.root is not None
         self.shard = f"model-{uuid.uuid4().hex[:12]}"
-        blob = FileBlob(self.root / self.shard, fsync=False)
+        blob = await open_blob(f"file://{self.root / self.shard}?fsync=false")
         return blob, await open_consensus(self.pg_url)
 
 

@@ -16,7 +16,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from catalog.open import open_catalog
-from oracle.factory import OracleFactory, open_oracle
+from oracle.open import OracleBackend, open_oracles, oracle_spec
 from oracle.testing import fresh_timeline
 from persist.open import open_consensus
 from sim.runtime.core import Runtime
@@ -277,16 +277,16 @@ async def test_password_in_the_query_is_accepted_by_every_opener() -> None:
     # Parsing alone (no connection) for the oracle URLs.
     for scheme in ("postgres", "postgresql", "memory+postgres"):
         url = _REFUSED.replace("postgresql", scheme, 1) + "&sslpassword=k&application_name=t&pool_size=2"
-        assert OracleFactory(url, rt).kind in ("postgres", "memory+postgres")
+        assert oracle_spec(url).backend in (OracleBackend.POSTGRES, OracleBackend.MEMORY_POSTGRES)
     with pytest.raises(InvalidUsage, match=r"unknown parameter 'nope'") as info:
-        OracleFactory(_REFUSED + "&nope=1", rt)
+        oracle_spec(_REFUSED + "&nope=1")
     assert "Hunter2" not in str(info.value)
 
     with pytest.raises(Determinate) as persist_exc:
         await open_consensus(_REFUSED + "&pool_size=2&application_name=t")
     _assert_connect_failure(persist_exc.value)
     with pytest.raises(Determinate) as oracle_exc:
-        await open_oracle(_REFUSED, "realtime", rt)
+        await open_oracles(_REFUSED, rt)
     _assert_connect_failure(oracle_exc.value)
     with pytest.raises(Determinate) as catalog_exc:
         async with open_catalog(_REFUSED.replace("postgresql", "stash+postgres", 1), rt):
@@ -310,8 +310,8 @@ async def test_a_correct_password_in_the_query_connects(pg_url: str) -> None:
     rt = Runtime(seed=2)
     async with await open_consensus(url + "&pool_size=1") as consensus:
         assert await consensus.head(f"test-urls-{uuid.uuid4().hex}") is None
-    async with OracleFactory(url, rt) as factory:
-        oracle = await factory.timeline(fresh_timeline("urls"))
+    async with await open_oracles(url, rt) as oracles:
+        oracle = await oracles.timeline(fresh_timeline("urls"))
         assert (await oracle.write_ts()).ts >= 0
     env = f"test-urls-{uuid.uuid4().hex[:12]}"
     async with open_catalog(url.replace("postgresql", "stash+postgres", 1) + f"&env={env}", rt) as catalog:

@@ -4,7 +4,8 @@ per-table linearizability search and SUBSCRIBE streams; verdicts explain
 anomalies in words.
 
 Re-exports the checkers' entry points, which most callers want together; the
-EDN and Porcupine interchange lives in `sim.history.interchange`.
+EDN reading is `sim.history.import_edn`, EDN and Porcupine writing
+`sim.history.export`.
 """
 
 from sim.history.checker.blackbox import check_blackbox

@@ -116,7 +116,7 @@ def check_blackbox(h: History, *, max_ops: int | None = None, max_rounds: int = 
             g.label[(d_node, f)] = "after-drop"
     else:
         unknown = (f"could not place ambiguous unknown-table observations within {max_rounds} "
-                   "rounds")  # fmt: skip
+                   "rounds")
     coverage = cov.build() if unknown is None else nothing_judged(unknown, range(h.n))
     v = col.verdict(stats=stats, unknown=unknown, seconds=time.perf_counter() - t0)
     return replace(v, coverage=coverage)
@@ -258,7 +258,7 @@ def _garbage(h: History, t: TableIndex, col: Collector, garbage: set[int]) -> No
         if bad:
             f = t.failed_writer.get(bad[0])
             why = (f"its only add, {describe(h, f)}, failed" if f is not None
-                   else "no operation added it")  # fmt: skip
+                   else "no operation added it")
             col.add(
                 NAME,
                 (r,) if f is None else (r, f),
@@ -486,7 +486,7 @@ def _edge_words(h: History, e: array[int], g: Graph, a: int, b: int, via: set[in
     inv = h.invoke
     if via == {TIME}:
         return (f"{describe(h, a)} completed at {fmt_t(e[a])} before {describe(h, b)} began at "
-                f"{fmt_t(inv[b])}")  # fmt: skip
+                f"{fmt_t(inv[b])}")
     lab = g.label.get((a, b))
     name = h.name(a) or h.name(b)
     if lab is None or lab == "wr":
@@ -500,7 +500,7 @@ def _edge_words(h: History, e: array[int], g: Graph, a: int, b: int, via: set[in
             return f"{describe(h, a)} did not see {x}, so it precedes {describe(h, b)}, which adds it"
         if h.kind[a] == READ and h.kind[b] == READ:
             return (f"{describe(h, a)} saw less of {name!r} than {describe(h, b)}, and elements are "
-                    "only ever added, so it comes first")  # fmt: skip
+                    "only ever added, so it comes first")
     if lab == "created":
         return f"{describe(h, b)} needs {name!r} to exist, so it follows its creation {describe(h, a)}"
     if lab == "dropped":
@@ -508,7 +508,7 @@ def _edge_words(h: History, e: array[int], g: Graph, a: int, b: int, via: set[in
         return f"{describe(h, a)} needs {name!r} to {what}, so it precedes its drop {describe(h, b)}"
     if lab == "after-drop":
         return (f"{describe(h, b)} found {name!r} unknown after it had been created, so it follows "
-                f"the drop {describe(h, a)}")  # fmt: skip
+                f"the drop {describe(h, a)}")
     if lab == "before-create":
         return f"{describe(h, a)} found {name!r} unknown, so it precedes its creation {describe(h, b)}"
     return f"{describe(h, a)} precedes {describe(h, b)}"

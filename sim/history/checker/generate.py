@@ -189,7 +189,7 @@ def generate(cfg: GenConfig) -> History:
         if st == FAIL and kind in (ADD, UPDATE, DELETE):
             wts = NONE
         rows[i] = [i, pid, kind, name, inv, comp, st, els, res, count, args, code,
-                   None if code is None else "generated", rts, wts, cat, None]  # fmt: skip
+                   None if code is None else "generated", rts, wts, cat, None]
     b = HistoryBuilder()
     for row in rows:
         b.add_row(*row)  # type: ignore[arg-type]

@@ -167,7 +167,7 @@ def check_linear(
             )
     v = col.verdict(stats=stats, unknown="; ".join(unknown) or None,
                     seconds=time.perf_counter() - t0,
-                    skipped=not unknown and stats["tables-checked"] == 0)  # fmt: skip
+                    skipped=not unknown and stats["tables-checked"] == 0)
     return replace(v, coverage=cov.build())
 
 

@@ -23,7 +23,7 @@ from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Final, final
 
-from sim.history.checker.multiset_search import (
+from sim.history.checker.multiset_model import (
     HI_ANY,
     LO_ANY,
     OP_ADD,
@@ -36,16 +36,18 @@ from sim.history.checker.multiset_search import (
     OP_SET,
     OP_SHIFT,
     OP_THERE,
-    OUT_OF_TIME,
-    OVER_BOUND,
-    SearchResult,
-    SearchStop,
     Spec,
     State,
     Unsupported,
     parse_where,
-    search,
     spec_of,
+)
+from sim.history.checker.multiset_search import (
+    OUT_OF_TIME,
+    OVER_BOUND,
+    SearchResult,
+    SearchStop,
+    search,
 )
 from sim.history.checker.tables import ends, pauses_gc
 from sim.history.checker.verdict import (
@@ -88,7 +90,7 @@ _DERIVED: Final = frozenset(
     KIND_CODE[k]
     for k in (Kind.CREATE_INDEX, Kind.DROP_INDEX, Kind.CREATE_VIEW, Kind.DROP_VIEW,
               Kind.CREATE_CLUSTER, Kind.DROP_CLUSTER)
-)  # fmt: skip
+)
 
 
 # --- the checker ---------------------------------------------------------------------------
@@ -156,7 +158,7 @@ def check_multiset(
     if other:
         unjudged[NOT_A_TABLE] = set(other)
     stats = {"tables": len(tables), "tables-decided": 0, "tables-over-bound": 0, "tables-out-of-time": 0,
-             "configurations": 0, "ops": 0}  # fmt: skip
+             "configurations": 0, "ops": 0}
     reasons: list[str] = []
     for t in sorted(tables, key=lambda t: (len(t.rows), t.name)):
         specs: list[Spec] = []
@@ -257,7 +259,7 @@ def _named(h: History, name: str, rows: Sequence[int], specs: Sequence[Spec], co
         got = writers.get(x)
         if got is None:
             got = writers[x] = [i for i, sp in zip(rows, specs, strict=True)
-                                if (sp[0] == OP_ADD and x in sp[4]) or (sp[0] == OP_SET and sp[4] == x)]  # fmt: skip
+                                if (sp[0] == OP_ADD and x in sp[4]) or (sp[0] == OP_SET and sp[4] == x)]
         return got
 
     # duplicate-row: a read with more copies of a row than were ever written.
@@ -271,7 +273,7 @@ def _named(h: History, name: str, rows: Sequence[int], specs: Sequence[Spec], co
                 ws = writers_of(x)
                 how = ("no operation that may have taken effect wrote it" if not ws else
                        f"the operations that may have written it ({'; '.join(describe(h, w) for w in ws[:4])}) "
-                       f"account for at most {int(have)}")  # fmt: skip
+                       f"account for at most {int(have)}")
                 col.add(
                     "duplicate-row",
                     [i, *ws[:4]],
@@ -295,7 +297,7 @@ def _named(h: History, name: str, rows: Sequence[int], specs: Sequence[Spec], co
         if used > have and len(ups) >= 2:
             ws = writers_of(a)
             src = (f"only {int(have)} row(s) of {a} were ever written ({'; '.join(describe(h, w) for w in ws[:3])})"
-                   if ws else f"no operation that may have taken effect wrote {a}")  # fmt: skip
+                   if ws else f"no operation that may have taken effect wrote {a}")
             col.add(
                 "lost-update",
                 [*ups[:4], *ws[:3]],
@@ -402,7 +404,7 @@ def _explain(
         (r for r, sp in zip(rows, specs, strict=True) if sp[0] not in (OP_READ, OP_COUNT) and h.status[r] == OK
          and e[r] < inv[i]),
         key=lambda r: (e[r], r),
-    )[-3:]  # fmt: skip
+    )[-3:]
     concurrent = [rows[j] for j in res.pending if rows[j] != i][:4]
     text = (
         f"The {len(rows)} operations on {name!r} have no linearization. The shortest failing prefix "
@@ -441,7 +443,7 @@ def _aborted(h: History, all_rows: Sequence[int], specs: Sequence[Spec], x: int)
                 continue
             if f is not None and ((f[0] == OP_ADD and v in f[4]) or (f[0] == OP_SET and f[4] == v)):
                 return (f"[{_G1A}: {v} was written only by {describe(h, r)}, which failed and so "
-                        "never took effect.]")  # fmt: skip
+                        "never took effect.]")
     return None
 
 

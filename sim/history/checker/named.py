@@ -158,7 +158,7 @@ def _from_future(h: History, t: TableIndex, e: array[int], col: Collector) -> No
         a = writer.get(x)
         if a is not None:
             why = (f"{describe(h, a)} was invoked only at {fmt_t(inv[a])}, after the read "
-                   f"completed at {fmt_t(e[r])}")  # fmt: skip
+                   f"completed at {fmt_t(e[r])}")
             ops: tuple[int, ...] = (r, a)
         elif x in failed:
             a = failed[x]
@@ -211,15 +211,14 @@ def _missing(h: History, t: TableIndex, e: array[int], col: Collector) -> None:
     missed_by: dict[int, list[int]] = {}  # element -> reads missing it after its ack
     first_drop = min((di for di, _ in drops), default=INF)
     for r in t.reads:
-        horizon = -1
+        horizon, before = -1, -1
         if e[r] > first_drop:
             er = e[r]
-            horizon = max(
-                (de for di, de in drops if di < er and any(ce > di and ci < er for ci, ce in cr)),
-                default=-1,
-            )
+            separating = [(di, de) for di, de in drops if di < er and any(ce > di and ci < er for ci, ce in cr)]
+            horizon = max((de for _, de in separating), default=-1)
             if horizon >= INF:
                 continue  # an indeterminate drop may have emptied the table
+            before = min((di for di, _ in separating), default=-1)
         p = bisect_left(kts, inv[r])
         if p == 0:
             continue
@@ -229,7 +228,21 @@ def _missing(h: History, t: TableIndex, e: array[int], col: Collector) -> None:
                 continue
             miss = [x for x in kel[:p] if x not in resset]
         else:
-            miss = [x for x in kel[:p] if x not in resset and inv[t.writer[x]] > horizon]
+            # A drop and a re-create may separate the read from what was
+            # written before it: then only writes after the horizon count.
+            # Unless the read returned an element y acknowledged before any
+            # separating drop began. Elements are unique, so the read saw y's
+            # incarnation; an add acknowledged before the read began took
+            # effect before the read did, so in y's incarnation too (a drop
+            # and a re-create between it and y's add would have begun before
+            # y's acknowledgement: a separating drop earlier than the first).
+            def acked_before(x: int, when: int) -> bool:
+                w = t.writer.get(x)
+                return w is not None and status[w] == OK and e[w] < when
+
+            saw_old = any(acked_before(y, before) for y in resset)
+            miss = [x for x in kel[:p] if x not in resset
+                    and (inv[t.writer[x]] > horizon or (saw_old and acked_before(x, inv[r])))]
         nonmono: list[int] = []
         for x in miss:
             a = t.writer[x]

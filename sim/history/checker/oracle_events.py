@@ -192,7 +192,7 @@ def _appends_in_order(appends: list[Event], col: Collector) -> int:
     started strictly after a successful append at a larger timestamp had
     completed. Returns how many it checked."""
     done = sorted((e for e in appends if e.status == Status.OK and e.end_ns is not None),
-                  key=lambda e: (e.end_ns or 0, e.seq))  # fmt: skip
+                  key=lambda e: (e.end_ns or 0, e.seq))
     k = 0
     top: Event | None = None  # the largest-ts append completed before the current start
     for ev in sorted(appends, key=lambda e: (e.start_ns, e.seq)):

@@ -181,7 +181,7 @@ class Report:
             by = ", ".join(f"{c} {n:,}" for c, n in t.by_checker.items() if n) or "no checker"
             eg = ", ".join(map(str, t.unjudged_ops[:8]))
             lines.append(f"{t.table}: {t.ops - t.judged:,} of {t.ops:,} operations not judged "
-                         f"(e.g. ops {eg}); judged by {by}")  # fmt: skip
+                         f"(e.g. ops {eg}); judged by {by}")
             lines += [f"  {r}" for r in t.reasons()]
         if len(gaps) > SHOWN_TABLES:
             lines.append(f"… and {len(gaps) - SHOWN_TABLES} more tables not fully judged")
@@ -192,7 +192,7 @@ class Report:
         and the operations on objects that are not tables."""
         full = sum(1 for t in self.coverage if t.complete)
         lines = [f"coverage: {self.ops_judged:,} of {self.ops_to_judge:,} operations judged; "
-                 f"{full:,} of {len(self.coverage):,} tables fully"]  # fmt: skip
+                 f"{full:,} of {len(self.coverage):,} tables fully"]
         lines += [f"  {line}" for line in self.gap_lines()]
         if self.not_tables:
             lines.append(f"  not tables (views, indexes, clusters; not judged): {self.not_tables:,} operations")
@@ -264,7 +264,7 @@ def _run_one(
     t0 = time.perf_counter()
     v = Collector("linear").verdict(
         unknown=f"{h.n} operations exceed checker 5's limit of {linear_max_ops}",
-        skipped=True, seconds=time.perf_counter() - t0)  # fmt: skip
+        skipped=True, seconds=time.perf_counter() - t0)
     cov = nothing_judged(f"over the limit of {linear_max_ops} operations", range(h.n))
     return replace(v, coverage=cov)
 
@@ -319,7 +319,7 @@ def coverage_of(h: History, verdicts: Sequence[Verdict]) -> tuple[tuple[TableCov
             h.names[o], n, n - missing.get(o, 0),
             {c: cnt.get(o, 0) for c, cnt in by_checker.items()},
             why.get(o, {}), tuple(examples.get(o, ())), table_ops[o] - n,
-        ))  # fmt: skip
+        ))
     return tuple(out), not_tables
 
 
@@ -346,7 +346,7 @@ def rows_to_judge(h: History) -> tuple[set[int], list[int], Counter[int], int]:
         if o >= 0 and o not in derived and (
             st == OK or (st == INFO and k not in (READ, SUBSCRIBE)) or (st == FAIL and (k, codes[i]) in _OBSERVED)
         )
-    }  # fmt: skip
+    }
     named = Counter(o for o in obj if o >= 0)
     table_ops = Counter({o: n for o, n in named.items() if o not in derived})
     not_tables = sum(n for o, n in named.items() if o in derived)

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Final, final
 
-from sim.history.checker.replay import predicate
+from sim.history.checker.replay_data import predicate
 from sim.history.checker.tables import INF, pauses_gc
 from sim.history.checker.verdict import (
     Collector,
@@ -110,7 +110,7 @@ DDL: Final = "its table is dropped or created more than once: incarnations are n
 NOT_INTEGER: Final = "it received rows whose first column is not an integer"
 MALFORMED: Final = "its recorded stream is malformed (args without as_of and batches as Op describes)"
 UNKNOWABLE: Final = ("it reaches past a time from which its table's changes are unknowable (an indeterminate "
-                     "or unplaced write, or one the replay cannot follow)")  # fmt: skip
+                     "or unplaced write, or one the replay cannot follow)")
 
 #: Examples spelled out per anomaly.
 _SHOWN: Final = 4
@@ -396,19 +396,19 @@ def _structure(h: History, i: int, s: _Stream, col: Collector) -> None:
         if late:
             lo, u = late[0]
             parts.append(f"{len(late)} updates arrived after the progress had passed their time, e.g. "
-                         f"{_fmt(u)} in a batch from {lo}")  # fmt: skip
+                         f"{_fmt(u)} in a batch from {lo}")
         if unordered:
             parts.append(f"{len(unordered)} updates came after a later one in their batch, e.g. {_fmt(unordered[0])}")
         if regress:
             lo, up = regress[0]
             parts.append(f"its progress went from {lo} to {up}")
         col.add(OUT_OF_ORDER, (i,), f"{describe(h, i)} (as_of {s.as_of}) did not receive its changes in "
-                f"timestamp order: " + "; ".join(parts) + ".")  # fmt: skip
+                f"timestamp order: " + "; ".join(parts) + ".")
     if beyond:
         up, u = beyond[0]
         col.add(BEYOND, (i,), f"{describe(h, i)} (as_of {s.as_of}) received {len(beyond)} updates at or beyond "
                 f"the progress their batch announced, e.g. {_fmt(u)} in a batch up to {up}: it was told of "
-                "times that were not complete.")  # fmt: skip
+                "times that were not complete.")
 
 
 def _stale(h: History, i: int, s: _Stream, bound: _Bound, col: Collector) -> None:
@@ -422,7 +422,7 @@ def _stale(h: History, i: int, s: _Stream, bound: _Bound, col: Collector) -> Non
     what = "write_ts" if h.kind[j] != READ else "read_ts"
     col.add(STALE, (j, i), f"{describe(h, i)} began at {fmt_t(h.invoke[i])}, after {describe(h, j)} completed "
             f"at {fmt_t(h.complete[j])}, yet its as_of {s.as_of} is below the other's {what} {ts}: its snapshot "
-            "leaves out what was acknowledged before it began.")  # fmt: skip
+            "leaves out what was acknowledged before it began.")
 
 
 def _content(h: History, i: int, s: _Stream, model: _Model, state: Counter[int], col: Collector) -> bool:
@@ -461,13 +461,13 @@ def _content(h: History, i: int, s: _Stream, model: _Model, state: Counter[int],
     who = f"{describe(h, i)} (as_of {s.as_of}, progress to {frontier})"
     if missing:
         col.add(MISSING, (i,), f"{who} never received {len(missing)} committed changes, e.g. "
-                f"{_fmts(missing)}: replaying the acknowledged writes in write_ts order gives them.")  # fmt: skip
+                f"{_fmts(missing)}: replaying the acknowledged writes in write_ts order gives them.")
     if duplicate:
         col.add(DUPLICATE, (i,), f"{who} received {len(duplicate)} changes more often than they were "
-                f"committed, e.g. {_fmts(duplicate)} once too many.")  # fmt: skip
+                f"committed, e.g. {_fmts(duplicate)} once too many.")
     if phantom:
         col.add(PHANTOM, (i,), f"{who} received {len(phantom)} changes that no acknowledged write made at "
-                f"that time, e.g. {_fmts(phantom)}.")  # fmt: skip
+                f"that time, e.g. {_fmts(phantom)}.")
     return frontier <= horizon
 
 
@@ -556,7 +556,7 @@ def without_subscriptions(h: History) -> tuple[History, list[int] | None]:
             h.elements(i), h.res[h.res_off[i] : h.res_off[i + 1]] if h.kind[i] == READ and h.status[i] == OK else None,
             h.count[i], h.args[i], h.error_code[i], h.error[i], h.read_ts[i], h.write_ts[i], h.catalog_ts[i],
             h.client[i],
-        )  # fmt: skip
+        )
     return b.build(), keep
 
 

@@ -59,7 +59,7 @@ async def _ddl_dml(sim: Sim, *, readers: bool = False) -> None:
     few shared tables, or create / drop / write / read its own table — so
     catalog changes interleave with every peek and write. Tables are dropped
     only by the client that uses them: an INSERT racing a DROP of its table is
-    the pinned `test_insert_racing_drop` case (tests/anomalies).
+    the pinned `test_insert_racing_drop` case (tests/sim/nemesis).
 
     With `readers`, even-numbered clients only read: after a split they stay
     on the old coordinator (clients spread by index) while the others write

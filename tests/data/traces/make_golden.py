@@ -38,7 +38,7 @@ HERE = Path(__file__).resolve().parent
 SCENARIO = "ddl-dml"
 CONFIG = "decoupled"
 COVERED = {"insert-unknown-table", "select-unknown-table", "dropped-object-visible",
-           "read-from-future", "stale-read", "not-strict-serializable"}  # fmt: skip
+           "read-from-future", "stale-read", "not-strict-serializable"}
 
 
 def _write(name: str, seed: int, known_bad: KnownBad, scenario: str = SCENARIO, config: str = CONFIG) -> History:
@@ -46,7 +46,7 @@ def _write(name: str, seed: int, known_bad: KnownBad, scenario: str = SCENARIO, 
     d = HERE / name
     shutil.rmtree(d, ignore_errors=True)
     write_trace(d, h, events, run=name, config=config, seed=seed,
-                extra_meta={"workload": scenario, "concurrency": 4})  # fmt: skip
+                extra_meta={"workload": scenario, "concurrency": 4})
     return h
 
 
