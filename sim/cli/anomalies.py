@@ -21,65 +21,53 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from coordinator.config import check_known_bad
 from sim.cli import options
-from sim.cli.check import document
 from sim.cli.matrix import matrix_command
-from sim.cli.pg import DeathWatch, on_postgres_death
-from sim.history.checker import ANOMALY_NAMES, check_history
-from sim.history.checker.verdict import Outcome
-from sim.history.verdict_file import VERDICT_FILE, write_verdict
-from sim.load.limits import MAX_SEED, check_int
-from sim.nemesis.anomalies import RunStuck, run_spec
-from sim.nemesis.anomaly_scenarios import SCENARIOS
-from sim.nemesis.anomaly_spec import (
+from sim.load.limits import (
     MAX_CLIENTS,
+    MAX_SEED,
+    MAX_SEEDS,
     MAX_SIZE,
     MAX_STUCK_AFTER_S,
     REAL_STUCK_AFTER_S,
     STUCK_AFTER_S,
-    Spec,
-    coordinator_config,
-    default_spec,
-    parse_known_bad,
+    check_int,
 )
-from sim.nemesis.plan import MODES, FaultPlan
-from sim.nemesis.shrink import (
-    load_scenario_file,
-    run_program,
-    script_file,
-    shrink,
-    shrink_ops,
-)
-from sim.nemesis.sweep import (
-    MAX_JOBS,
-    MAX_SEEDS,
-    SUMMARY_FILE,
-    SeedResult,
-    Summary,
-    SweepWriter,
-    sweep,
-    tasks,
-    write_run_trace,
-)
+from sim.nemesis.anomaly_scenarios import SCENARIOS
 from sim.runtime.errors import InvalidUsage
-from sim.runtime.outputs import atomic_write
 from sim.runtime.run_dirs import run_dir
-from sim.runtime.schedule import parse_schedule
 from sim.runtime.staging import staged_dir
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from sim.nemesis.anomaly_spec import Spec
     from sim.nemesis.plan import Mode
+    from sim.nemesis.sweep import SeedResult, Summary
 
 __all__ = ["register"]
 
-_out = Console(soft_wrap=True)
-_err = Console(stderr=True, soft_wrap=True, highlight=False)
-EXIT = {Outcome.VALID: 0, Outcome.INVALID: 1, Outcome.UNKNOWN: 3}
+
+# Made on first use, as is every import a command needs only to run (below,
+# in the commands): `coordsim CMD --help` loads none of them (issue 37).
+@functools.cache
+def _out() -> Console:
+    from rich.console import Console
+
+    return Console(soft_wrap=True)
+
+
+@functools.cache
+def _err() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True, highlight=False)
+
+
+#: Exit codes by `Outcome`, keyed by its values (a StrEnum: `EXIT[Outcome.VALID]`
+#: is 0) so that the checkers are imported only when a command runs.
+EXIT: Final = {"valid": 0, "invalid": 1, "unknown": 3}
 #: `shrink --max-runs`: each run is a whole scenario (a second or so).
 MAX_SHRINK_RUNS: Final = 100_000
 #: Failing seeds a sweep prints (summary.json has them all).
@@ -111,10 +99,14 @@ _Faults = Annotated[
 
 def _schedule(text: str | None) -> str:
     """The canonical policy (`Spec` refuses one other than fifo in real mode)."""
+    from sim.runtime.schedule import parse_schedule
+
     return parse_schedule(text or "fifo")
 
 
 def _mode(text: str | options.ModeName | None) -> Mode:
+    from sim.nemesis.plan import MODES
+
     text = str(text.value if isinstance(text, options.ModeName) else text or options.DEFAULT_MODE)
     for m in MODES:
         if m == text:
@@ -126,6 +118,10 @@ def _spec(
     scenario: str, config: str, seed: int, known_bad: list[str] | None,
     clients: int | None, size: int | None, faults: str | None, mode: str | options.ModeName | None,
 ) -> Spec:
+    from coordinator.config import check_known_bad
+    from sim.nemesis.anomaly_spec import coordinator_config, default_spec, parse_known_bad
+    from sim.nemesis.plan import FaultPlan
+
     if clients is not None:
         check_int("--clients", clients, low=1, high=MAX_CLIENTS, unit="clients")
     if size is not None:
@@ -146,14 +142,16 @@ def _print_report(
     spec: Spec, n_ops: int, report_names: list[str], anomalies: list[tuple[str, str, str]],
     *, schedule: str = "fifo", replay: str | None = None, what: str | None = None,
 ) -> None:
+    from rich.markup import escape
+
     sched = f", schedule {schedule}" if schedule != "fifo" else ""
-    _out.print(f"[bold]{escape(what or spec.scenario)}[/bold] on {spec.config}, seed {spec.seed}, "
-               f"{spec.mode} mode{sched}: {n_ops} operations, faults: {spec.faults}")
+    _out().print(f"[bold]{escape(what or spec.scenario)}[/bold] on {spec.config}, seed {spec.seed}, "
+                 f"{spec.mode} mode{sched}: {n_ops} operations, faults: {spec.faults}")
     for name, checker, explanation in anomalies:
-        _out.print(f"\n[bold red]{name}[/bold red] [dim]({checker})[/dim]")
-        _out.print(escape(explanation))
-    _out.print(f"\nanomalies: {', '.join(report_names) or 'none'}")
-    _out.print(f"replay: {escape(replay or spec.command())}")
+        _out().print(f"\n[bold red]{name}[/bold red] [dim]({checker})[/dim]")
+        _out().print(escape(explanation))
+    _out().print(f"\nanomalies: {', '.join(report_names) or 'none'}")
+    _out().print(f"replay: {escape(replay or spec.command())}")
 
 
 def _check_postgres(mode: str | None) -> None:
@@ -213,6 +211,16 @@ def anomalies_run(
       coordsim anomalies run seed001 --known-bad peeks-ignore-catalog-ts   # exit 1: the checkers name it
       coordsim anomalies run --scenario-file repro.py   # exit 1: a file `coordsim shrink -o repro.py` wrote
     """
+    from rich.markup import escape
+
+    from sim.cli.check import document
+    from sim.cli.pg import DeathWatch, on_postgres_death
+    from sim.history.checker import check_history
+    from sim.history.verdict_file import VERDICT_FILE, write_verdict
+    from sim.nemesis.anomalies import RunStuck, run_spec
+    from sim.nemesis.shrink import load_scenario_file, run_program
+    from sim.nemesis.sweep import write_run_trace
+
     output = options.pick(output, old_out, old_name="--out", new_name="-o/--output")
     if scenario_opt is not None and (scenario_opt.endswith(".py") or Path(scenario_opt).is_file()):
         # `--scenario FILE` was this command's spelling of --scenario-file.
@@ -268,8 +276,8 @@ def anomalies_run(
     _print_report(spec, history.n, report.names, shown, schedule=policy, replay=replay, what=what)
     # Fail closed: what no checker judged is why a verdict is unknown.
     for line in report.coverage_lines() if not report.complete else [f"coverage: {report.coverage_summary()}"]:
-        _out.print(escape(line))
-    _out.print(f"verdict: [bold]{report.outcome.value}[/bold]")
+        _out().print(escape(line))
+    _out().print(f"verdict: [bold]{report.outcome.value}[/bold]")
     options.wrote(target)
     raise typer.Exit(EXIT[report.outcome])
 
@@ -278,6 +286,14 @@ class _Progress:
     """A bar on a terminal; elsewhere (a pipe, CI's log) a line every few seconds."""
 
     def __init__(self, total: int) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
         self.total = total
         self.done = 0
         self.failing = 0
@@ -285,7 +301,7 @@ class _Progress:
         self._last = self.t0
         self._bar = Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=_err, transient=True, disable=not _err.is_terminal,
+            console=_err(), transient=True, disable=not _err().is_terminal,
         )
         self._task = self._bar.add_task("sweep", total=total)
 
@@ -301,43 +317,48 @@ class _Progress:
         self.failing += r.failing
         self._bar.update(self._task, advance=1, description=f"sweep: {self.failing} failing")
         now = time.monotonic()
-        if not _err.is_terminal and (now - self._last >= PROGRESS_EVERY_S or self.done == self.total):
+        if not _err().is_terminal and (now - self._last >= PROGRESS_EVERY_S or self.done == self.total):
             self._last = now
-            _err.print(f"sweep: {self.done}/{self.total} seeds, {self.failing} failing, "
-                       f"{now - self.t0:.0f} s", markup=False)
+            _err().print(f"sweep: {self.done}/{self.total} seeds, {self.failing} failing, "
+                         f"{now - self.t0:.0f} s", markup=False)
 
 
 def _print_summary(summary: Summary, out: Path, seconds: float, jobs: int) -> None:
+    from rich.markup import escape
+
+    from sim.history.checker.verdict import Outcome
+    from sim.nemesis.sweep import SUMMARY_FILE
+
     bad = f", known-bad: {', '.join(summary.known_bad)}" if summary.known_bad else ""
     seeds = [r.seed for r in summary.results]
-    _out.print(f"[bold]{summary.scenario}[/bold] on {summary.config}{escape(bad)}, seeds "
-               f"{seeds[0]}..{seeds[-1]}: {len(seeds):,} runs, {summary.ops:,} operations "
-               f"in {seconds:.1f} s on {jobs} worker{'s' if jobs > 1 else ''}")
+    _out().print(f"[bold]{summary.scenario}[/bold] on {summary.config}{escape(bad)}, seeds "
+                 f"{seeds[0]}..{seeds[-1]}: {len(seeds):,} runs, {summary.ops:,} operations "
+                 f"in {seconds:.1f} s on {jobs} worker{'s' if jobs > 1 else ''}")
     names = summary.by_name()
     shown = ", ".join(f"{n} in {e['seeds']} seeds ({e['count']} in all)" for n, e in names.items())
-    _out.print(f"anomalies: {shown or 'none'}")
+    _out().print(f"anomalies: {shown or 'none'}")
     internal = sum(r.internal_errors for r in summary.results)
     if internal:
-        _out.print(f"internal errors (XX000): {internal}")
+        _out().print(f"internal errors (XX000): {internal}")
     unknown = [r.seed for r in summary.results if r.outcome == Outcome.UNKNOWN.value]
     if unknown:
         more = f" … ({len(unknown)} in all)" if len(unknown) > 20 else ""
-        _out.print(f"unknown (not every operation judged: no checker could, or a bound was hit; "
-                   f"`coordsim anomalies run` a seed for its coverage): seeds "
-                   f"{', '.join(map(str, unknown[:20]))}{more}")
+        _out().print(f"unknown (not every operation judged: no checker could, or a bound was hit; "
+                     f"`coordsim anomalies run` a seed for its coverage): seeds "
+                     f"{', '.join(map(str, unknown[:20]))}{more}")
     failing = summary.failing
     if failing:
-        _out.print(f"\nfailing seeds ({len(failing)}):")
+        _out().print(f"\nfailing seeds ({len(failing)}):")
     for r in failing[:SHOWN_FAILING]:
         what = ", ".join(r.anomalies) or ("crashed: " + (r.error or "") if r.error else "")
         if r.internal_errors:
             what += f"{', ' if what else ''}{r.internal_errors} internal errors"
-        _out.print(f"  seed {r.seed}: {escape(what)}")
-        _out.print(f"    replay: {escape(r.replay)}")
+        _out().print(f"  seed {r.seed}: {escape(what)}")
+        _out().print(f"    replay: {escape(r.replay)}")
     if len(failing) > SHOWN_FAILING:
-        _out.print(f"  … and {len(failing) - SHOWN_FAILING} more in {SUMMARY_FILE}")
-    _out.print(f"\nsummary: {escape(str(out / SUMMARY_FILE))}")
-    _out.print(f"verdict: [bold]{summary.outcome.value}[/bold]")
+        _out().print(f"  … and {len(failing) - SHOWN_FAILING} more in {SUMMARY_FILE}")
+    _out().print(f"\nsummary: {escape(str(out / SUMMARY_FILE))}")
+    _out().print(f"verdict: [bold]{summary.outcome.value}[/bold]")
 
 
 FirstSeed = Annotated[
@@ -368,6 +389,11 @@ def anomalies_sweep(
       coordsim anomalies sweep seed001 --seeds 200
       coordsim anomalies sweep split-brain --config event-loop --seeds 1000 -j 2 --schedule random
     """
+    from coordinator.config import check_known_bad
+    from sim.nemesis.anomaly_spec import coordinator_config, parse_known_bad
+    from sim.nemesis.sweep import Summary, SweepWriter, sweep, tasks
+    from sim.runtime.workers import MAX_JOBS
+
     output = options.pick(output, old_out, old_name="--out", new_name="-o/--output")
     scenario = options.kebab(options.scenario(scenario, scenario_opt), SCENARIOS)
     config = config or options.DEFAULT_CONFIG
@@ -406,8 +432,10 @@ def anomalies_list() -> None:
     Examples:
       coordsim anomalies list
     """
+    from rich.markup import escape
+
     for name, sc in SCENARIOS.items():
-        _out.print(f"[bold]{name}[/bold] (clients {sc.clients}, size {sc.size}): {escape(sc.doc)}")
+        _out().print(f"[bold]{name}[/bold] (clients {sc.clients}, size {sc.size}): {escape(sc.doc)}")
 
 
 ShrinkOutput = Annotated[
@@ -445,6 +473,11 @@ def shrink_command(
       coordsim shrink seed001 --config decoupled --known-bad peeks-ignore-catalog-ts -o repro.py   # exit 1
       coordsim anomalies run --scenario-file repro.py   # exit 1: the same anomaly
     """
+    from rich.markup import escape
+
+    from sim.history.checker import ANOMALY_NAMES
+    from sim.nemesis.shrink import shrink
+
     out = options.pick(output, old_out, old_name="--out", new_name="-o/--output")
     scenario = options.kebab(options.scenario(scenario, scenario_opt), SCENARIOS)
     config = config or options.DEFAULT_CONFIG
@@ -470,11 +503,11 @@ def shrink_command(
             spec,
             anomaly=anomaly,
             max_runs=max_runs,
-            progress=lambda s: _out.print(f"[dim]{escape(s)}[/dim]"),
+            progress=lambda s: _out().print(f"[dim]{escape(s)}[/dim]"),
             postgres_url=url,
         )
     if result is None:
-        _out.print(f"{escape(spec.command())}: no {anomaly or 'anomaly'} to shrink")
+        _out().print(f"{escape(spec.command())}: no {anomaly or 'anomaly'} to shrink")
         raise typer.Exit(0)
     shown = [
         (a.name, v.checker, a.explanation)
@@ -482,13 +515,18 @@ def shrink_command(
         for a in v.anomalies
         if a.name == result.anomaly
     ][:1]
-    _out.print(f"smallest reproduction of [bold]{result.anomaly}[/bold] after {result.runs} runs:")
+    _out().print(f"smallest reproduction of [bold]{result.anomaly}[/bold] after {result.runs} runs:")
     _print_report(result.spec, result.history.n, result.report.names, shown)
     raise typer.Exit(1)
 
 
 def _shrink_ops(spec: Spec, policy: str, anomaly: str | None, max_runs: int, out: Path | None) -> None:
     """`shrink` in virtual mode: down to single operations, into a scenario file."""
+    from rich.markup import escape
+
+    from sim.nemesis.shrink import script_file, shrink_ops
+    from sim.runtime.outputs import atomic_write
+
     if out is not None and out.exists():
         # coordsim never overwrites a file it did not create.
         raise InvalidUsage(f"{out} exists; name another -o/--output")
@@ -496,9 +534,9 @@ def _shrink_ops(spec: Spec, policy: str, anomaly: str | None, max_runs: int, out
         raise InvalidUsage(f"-o/--output {out}: a scenario file ends in .py")
     path = out if out is not None else Path("FILE.py")
     result = shrink_ops(spec, schedule=policy, anomaly=anomaly, max_runs=max_runs,
-                        progress=lambda s: _out.print(f"[dim]{escape(s)}[/dim]"))
+                        progress=lambda s: _out().print(f"[dim]{escape(s)}[/dim]"))
     if result is None:
-        _out.print(f"{escape(spec.command())}: no {anomaly or 'anomaly'} to shrink")
+        _out().print(f"{escape(spec.command())}: no {anomaly or 'anomaly'} to shrink")
         raise typer.Exit(0)
     replay = f"uv run coordsim anomalies run --scenario-file {shlex.quote(str(path))}"
     text = script_file(result, replay=replay)
@@ -512,20 +550,20 @@ def _shrink_ops(spec: Spec, policy: str, anomaly: str | None, max_runs: int, out
         if a.name == result.anomaly
     ][:1]
     s = result.script
-    _out.print(f"smallest reproduction of [bold]{result.anomaly}[/bold] after {result.runs} runs: "
-               f"{len(s.steps)} statements by {len(s.clients)} clients, {result.history.n} operations "
-               f"(from {result.original_ops}), faults: {s.spec.faults}")
+    _out().print(f"smallest reproduction of [bold]{result.anomaly}[/bold] after {result.runs} runs: "
+                 f"{len(s.steps)} statements by {len(s.clients)} clients, {result.history.n} operations "
+                 f"(from {result.original_ops}), faults: {s.spec.faults}")
     for step in s.steps:
-        _out.print(f"  {step.at_s * 1000:8.3f} ms  {step.client}: {escape(step.sql)}")
+        _out().print(f"  {step.at_s * 1000:8.3f} ms  {step.client}: {escape(step.sql)}")
     _print_report(s.spec, result.history.n, result.report.names, shown, schedule=policy,
                   replay=replay, what=f"{path} ({s.spec.scenario})")
     # The first pass's result, with the scenario's own program: a reproduction
     # that needs no file.
-    _out.print(f"coarse replay: {escape(result.coarse.command())}")
+    _out().print(f"coarse replay: {escape(result.coarse.command())}")
     if out is not None:
         options.wrote(out)
     else:
-        _out.print("(pass -o FILE.py to write it as a scenario file)")
+        _out().print("(pass -o FILE.py to write it as a scenario file)")
     raise typer.Exit(1)
 
 

@@ -14,25 +14,38 @@ a profile of this host's Python coordinator that carries the run's provenance.
 
 from __future__ import annotations
 
+import functools
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from sim.cli.options import PgIsolation, removed_if_unfinished, write_failed, wrote
-from sim.cli.pg import postgres_for
-from sim.cli.tables import new_table, plain, print_tables
-from sim.load.config import Config
 from sim.runtime.errors import CoordsimError, InvalidUsage
 from sim.runtime.owned_files import claim_file, write_owned
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 __all__ = ["register"]
 
-_out = Console()
-_err = Console(stderr=True)
+
+# Made on first use, as is every import the command needs only to run (in its
+# body): `coordsim calibrate --help` loads none of them (issue 37).
+@functools.cache
+def _out() -> Console:
+    from rich.console import Console
+
+    return Console()
+
+
+@functools.cache
+def _err() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -66,8 +79,11 @@ def calibrate(
         return
     if levels is not None:
         raise InvalidUsage("--levels applies only with --from RUN_DIR")
+    from sim.cli.pg import postgres_for
+    from sim.cli.tables import new_table, plain, print_tables
     from sim.compare.host import HostSampler
     from sim.compare.runner import postmaster_pids
+    from sim.load.config import Config
     from sim.model.calibrate import (
         calibrate_profile,
         check_host,
@@ -89,8 +105,8 @@ def calibrate(
             "profile; calibrate on a quiet machine, or pass --force to write a profile marked forced_on_busy_host"
         )
     if host.busy:
-        _err.print(f"calibrate: --force on a busy host ({host.busy_reason}): the profile is marked "
-                   "forced_on_busy_host", markup=False, highlight=False)
+        _err().print(f"calibrate: --force on a busy host ({host.busy_reason}): the profile is marked "
+                     "forced_on_busy_host", markup=False, highlight=False)
     isolation = None if pg_isolation is None else pg_isolation.value
     with postgres_for(Config(mode="real"), fsync=fsync, isolation=isolation) as cfg:
         assert cfg.postgres_url is not None
@@ -99,7 +115,7 @@ def calibrate(
         sampler.start()
         from sim.cli.heartbeat import heartbeat
 
-        with heartbeat(_err, f"calibrate: measuring {samples:,} round trips per operation"):
+        with heartbeat(_err(), f"calibrate: measuring {samples:,} round trips per operation"):
             measured = calibrate_profile(cfg.postgres_url, samples=samples, s3_url=s3)
         during = sampler.stop()
         level = isolation_of(cfg.postgres_url)
@@ -113,18 +129,19 @@ def calibrate(
             write_owned(output, lambda p: p.write_text(text))  # replaces only a profile coordsim recorded
     except OSError as exc:
         raise write_failed(output, exc) from exc
-    table = new_table("round trip", "median ms", "sigma", "samples", plain=plain(_out),
+    table = new_table("round trip", "median ms", "sigma", "samples", plain=plain(_out()),
                       numeric=("median ms", "sigma", "samples"))
     for name, (median_ms, sigma, n) in sorted(measured.items()):
         table.add_row(name, f"{median_ms:.3f}", f"{sigma:.2f}", f"{n:,}")
-    print_tables([table], console=_out)
-    _out.print(f"Postgres isolation: {level.label()}", markup=False, highlight=False)
+    print_tables([table], console=_out())
+    _out().print(f"Postgres isolation: {level.label()}", markup=False, highlight=False)
     wrote(output)
 
 
 def _from_run(run_dir: Path, output: Path, levels: str | None, *, s3: str | None) -> None:
     """`calibrate --from`: nothing is measured, so there is no host to check;
     the profile carries the run's own provenance (and its busy verdict)."""
+    from sim.cli.tables import new_table, plain, print_tables
     from sim.load.config import DEFAULT_PROFILE
     from sim.model.from_run import profile_from_run, render_run_profile
 
@@ -143,18 +160,18 @@ def _from_run(run_dir: Path, output: Path, levels: str | None, *, s3: str | None
             write_owned(output, lambda p: p.write_text(text))  # replaces only a profile coordsim recorded
     except OSError as exc:
         raise write_failed(output, exc) from exc
-    table = new_table("latency", "median ms", "sigma", "source", plain=plain(_out), numeric=("median ms", "sigma"))
+    table = new_table("latency", "median ms", "sigma", "source", plain=plain(_out()), numeric=("median ms", "sigma"))
     for name, source in profile.latency_sources.items():
         if source.startswith("carried"):
             continue
         spec = profile.latency[name]
         table.add_row(name, f"{spec['median_ms']:.3f}", f"{spec['sigma']:.2f}", source.split(": ", 1)[-1])
-    costs = new_table("configuration", "cost", "seconds", plain=plain(_out), numeric=("seconds",))
+    costs = new_table("configuration", "cost", "seconds", plain=plain(_out()), numeric=("seconds",))
     for config, values in profile.costs.items():
         for name, seconds in values.items():
             costs.add_row(config, name, f"{seconds:.3g}")
-    print_tables([table, costs], console=_out)
+    print_tables([table, costs], console=_out())
     if profile.meta["host_busy"]:
-        _err.print(f"calibrate --from: the run's host was busy ({profile.meta['busy_reason']}); the profile "
-                   "says so", markup=False, highlight=False)
+        _err().print(f"calibrate --from: the run's host was busy ({profile.meta['busy_reason']}); the profile "
+                     "says so", markup=False, highlight=False)
     wrote(output)

@@ -15,11 +15,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from catalog.debug import delete_object, dump_catalog, edit_object, upgrade_check
-from catalog.migrations import MigrationError
-from catalog.open import open_catalog
 from sim.cli.options import exit_code, removed_if_unfinished, write_failed
-from sim.runtime.core import Runtime, run
 from sim.runtime.errors import CoordsimError, InvalidUsage
 from sim.runtime.owned_files import claim_file, write_owned
 from sim.runtime.urls import parse_url, redact_text
@@ -28,6 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from catalog.api import DurableCatalog
+    from sim.runtime.core import Runtime
 
 __all__ = ["catalog_app", "register"]
 
@@ -87,6 +84,9 @@ def _missing_blob_dir(location: str) -> Path | None:
 
 
 def _run(location: str, op: Callable[[DurableCatalog], Awaitable[T]]) -> T:
+    from catalog.open import open_catalog
+    from sim.runtime.core import run
+
     missing = _missing_blob_dir(location)
     if missing is not None:
         raise InvalidUsage(f"no catalog at {redact_text(location)}: blob directory {missing} does not exist")
@@ -111,6 +111,8 @@ def dump(
       coordsim catalog dump --location "stash+$COORDSIM_POSTGRES_URL"
       coordsim catalog dump --location "stash+$COORDSIM_POSTGRES_URL?env=prod" --target dump.json
     """
+    from catalog.debug import dump_catalog
+
     try:
         if target is not None:
             _check_target(target)
@@ -139,6 +141,8 @@ def edit(
     Examples:
       coordsim catalog edit setting '{"name": "x"}' '{"value": "y"}' --location "stash+$COORDSIM_POSTGRES_URL"
     """
+    from catalog.debug import edit_object
+
     try:
         result = _run(location, lambda c: edit_object(c, kind, key, value))
     except CoordsimError as exc:
@@ -158,6 +162,8 @@ def delete(
       coordsim catalog edit setting '{"name": "x"}' '{"value": "y"}' --location "stash+$COORDSIM_POSTGRES_URL"
       coordsim catalog delete setting '{"name": "x"}' --location "stash+$COORDSIM_POSTGRES_URL"
     """
+    from catalog.debug import delete_object
+
     try:
         result = _run(location, lambda c: delete_object(c, kind, key))
     except CoordsimError as exc:
@@ -177,6 +183,9 @@ def upgrade_check_cmd(
     Examples:
       coordsim catalog upgrade-check --location "stash+$COORDSIM_POSTGRES_URL"
     """
+    from catalog.debug import upgrade_check
+    from catalog.migrations import MigrationError
+
     if _missing_blob_dir(location) is not None:  # opening would create it: writes nothing
         typer.echo("catalog is not initialized: opening would create it")
         return

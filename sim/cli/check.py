@@ -12,6 +12,7 @@ input (one line on stderr, no traceback). Over several histories, the worst:
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import os
 import sys
@@ -21,45 +22,50 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, final
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.text import Text
 
 from sim.cli import options
 from sim.cli.options import wrote
-from sim.cli.tables import new_table, plain, print_tables
-from sim.history.checker.html import timeline_html
-from sim.history.checker.run import CHECKERS, LINEAR_MAX_OPS, check_history
-from sim.history.checker.verdict import Outcome
-from sim.history.import_edn import read_edn
+from sim.history.checker.run import CHECKERS, LINEAR_MAX_OPS
 from sim.history.model import HistoryError
-from sim.history.traces import META_FILE, read_trace
-from sim.history.verdict_file import (
-    VERDICT_FILE,
-    verdict_document,
-    verdict_text,
-    write_verdict,
-)
+from sim.history.verdict_file import VERDICT_FILE
 from sim.load.limits import MAX_DURATION_S, MAX_OPS, check_float, check_int
 from sim.runtime.errors import CoordsimError, InvalidUsage
 from sim.runtime.owned_files import claim_file, write_owned
 from sim.runtime.workers import MAX_JOBS, workers
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.table import Table
 
     from sim.history.checker.run import Report
+    from sim.history.checker.verdict import Outcome
     from sim.history.model import Event, History
 
 __all__ = ["BAD_INPUT", "EXIT", "Checked", "check", "check_file", "document", "find_histories", "register"]
 
-EXIT: Final = {Outcome.VALID: 0, Outcome.INVALID: 1, Outcome.UNKNOWN: 3}
+#: Exit codes by `Outcome`, keyed by its values (a StrEnum: `EXIT[Outcome.VALID]`
+#: is 0) so that the checkers' verdicts are imported only when a command runs.
+EXIT: Final = {"valid": 0, "invalid": 1, "unknown": 3}
 #: Marks a timeline page as ours: `--html` replaces only a file that has it.
 HTML_SIGNATURE: Final = "written by coordsim check"
 #: Exit code of a history that could not be read (over several: see `_RANK`).
 BAD_INPUT: Final = 2
-_out = Console(highlight=False, soft_wrap=True)  # no hard wraps: output is grepped
-_err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+# Made on first use, as is every import a command needs only to run (below,
+# in the commands): `coordsim CMD --help` loads none of them (issue 37).
+@functools.cache
+def _out() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)  # no hard wraps: output is grepped
+
+
+@functools.cache
+def _err() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _bad_input(msg: str) -> typer.Exit:
@@ -170,6 +176,8 @@ def find_histories(path: Path) -> list[Path]:
     Raises:
         HistoryError: `path` holds no history.
     """
+    from sim.history.traces import META_FILE
+
     if (path / META_FILE).is_file():
         return [Path(os.path.abspath(path))]
     found = []
@@ -186,6 +194,9 @@ def find_histories(path: Path) -> list[Path]:
 
 
 def _read(path: Path) -> tuple[History, list[Event]]:
+    from sim.history.import_edn import read_edn
+    from sim.history.traces import read_trace
+
     if path.is_dir():
         trace = read_trace(path)
         return trace.history, list(trace.events)
@@ -193,6 +204,8 @@ def _read(path: Path) -> tuple[History, list[Event]]:
 
 
 def _judge(path: Path, chosen: list[str], linear_limit: float, linear_max_ops: int) -> tuple[History, list[Event], Report]:
+    from sim.history.checker.run import check_history
+
     try:
         h, events = _read(path)
         report = check_history(
@@ -206,12 +219,16 @@ def _judge(path: Path, chosen: list[str], linear_limit: float, linear_max_ops: i
 def document(report: Report, *, trace: str | None, ops: int) -> dict[str, Any]:
     """The verdict document `check` writes and prints: verdict.json's
     (coverage included)."""
+    from sim.history.verdict_file import verdict_document
+
     return verdict_document(report, trace=trace, ops=ops)
 
 
 def _write_default(path: Path, doc: dict[str, Any]) -> tuple[Path | None, str | None]:
     """verdict.json into trace `path` by the rule of `_default_verdict`; (None,
     why) if it was not written."""
+    from sim.history.verdict_file import write_verdict
+
     target, not_written = _default_verdict(path)
     if target is not None:
         try:
@@ -243,6 +260,8 @@ class Checked:
 
 def check_file(path: Path, chosen: list[str], linear_limit: float, linear_max_ops: int) -> Checked:
     """Reads and checks one history (in a worker process when `--jobs` > 1)."""
+    from sim.history.checker.run import check_history
+
     t0 = time.perf_counter()
     try:
         h, events = _read(path)
@@ -259,6 +278,10 @@ def check_file(path: Path, chosen: list[str], linear_limit: float, linear_max_op
 #: How bad a history's exit code is, for the worst of several: invalid, then
 #: bad input (no verdict at all), then unknown, then valid.
 _RANK: Final = {0: 0, 3: 1, BAD_INPUT: 2, 1: 3}
+#: What `check_file` imports, loaded once by the workers' server (`workers`'
+#: preload) rather than by each worker: this module imports it lazily.
+_WORKER_PRELOAD: Final = (__name__, "sim.history.checker.run", "sim.history.import_edn", "sim.history.traces",
+                          "sim.history.verdict_file")
 
 
 def _check_many(
@@ -268,6 +291,11 @@ def _check_many(
     progress line on stderr, its verdict.json written into a trace directory;
     then one summary table (or a JSON list, one object per history) and the
     worst exit code."""
+    from rich.markup import escape
+    from rich.text import Text
+
+    from sim.cli.tables import new_table, plain, print_tables
+
     results: list[Checked] = []
     unwritten: list[str] = []
     t0 = time.perf_counter()
@@ -275,13 +303,13 @@ def _check_many(
     def done(c: Checked) -> None:
         results.append(c)
         what = c.error if c.outcome is None else f"{c.outcome.value}, {c.ops:,} operations, {c.coverage}"
-        _err.print(f"check: [{len(results)}/{len(found)}] {c.path}: {what} ({fmt_seconds(c.seconds)})", markup=False)
+        _err().print(f"check: [{len(results)}/{len(found)}] {c.path}: {what} ({fmt_seconds(c.seconds)})", markup=False)
         if c.doc is not None and c.path.is_dir():
             target, why = _write_default(c.path, c.doc)
             if target is None and why is not None:
                 unwritten.append(why)
 
-    with workers(min(jobs, len(found)), preload=__name__) as pool:
+    with workers(min(jobs, len(found)), preload=_WORKER_PRELOAD) as pool:
         if pool is None:
             for f in found:
                 done(check_file(f, chosen, linear_limit, linear_max_ops))
@@ -298,33 +326,41 @@ def _check_many(
         sys.stdout.write(json.dumps(docs, indent=2, ensure_ascii=False) + "\n")
         raise typer.Exit(worst)
     table = new_table("history", "operations", "verdict", "anomalies", "coverage", "time",
-                      plain=plain(_out), numeric=("operations", "time"))
+                      plain=plain(_out()), numeric=("operations", "time"))
     for c in results:
         if c.outcome is None:
             table.add_row(str(c.path), "—", Text("bad input", style="red"), "", c.error or "", fmt_seconds(c.seconds))
             continue
         table.add_row(str(c.path), f"{c.ops:,}", Text(c.outcome.value, style=_COLOR[c.outcome]),
                       ", ".join(c.names) or "none", c.coverage, fmt_seconds(c.seconds))
-    print_tables([table], console=_out)
+    print_tables([table], console=_out())
     if unwritten:
-        _out.print(f"[dim]{VERDICT_FILE} not written for {len(unwritten)} trace(s): {escape(unwritten[0])}[/dim]")
+        _out().print(f"[dim]{VERDICT_FILE} not written for {len(unwritten)} trace(s): {escape(unwritten[0])}[/dim]")
     counts = {k: sum(1 for c in results if (c.outcome.value if c.outcome else "bad input") == k)
               for k in ("valid", "invalid", "unknown", "bad input")}
     tally = ", ".join(f"{n} {k}" for k, n in counts.items() if n)
     n_jobs = min(jobs, len(found))
-    _out.print(f"checked in {time.perf_counter() - t0:.1f} s on {n_jobs} worker{'s' if n_jobs > 1 else ''}")
+    _out().print(f"checked in {time.perf_counter() - t0:.1f} s on {n_jobs} worker{'s' if n_jobs > 1 else ''}")
     word = {0: "valid", 1: "invalid", 3: "unknown", BAD_INPUT: "bad input"}[worst]
-    _out.print(f"verdict: [bold]{word}[/bold] ({len(found)} histories: {tally})")
+    _out().print(f"verdict: [bold]{word}[/bold] ({len(found)} histories: {tally})")
     raise typer.Exit(worst)
 
 
-_COLOR: Final = {Outcome.VALID: "green", Outcome.INVALID: "red", Outcome.UNKNOWN: "yellow"}
+#: A verdict's colour by `Outcome` (keyed by its values, as `EXIT`).
+_COLOR: Final = {"valid": "green", "invalid": "red", "unknown": "yellow"}
 
 
 def _check_one(
     path: Path, chosen: list[str], linear_limit: float, linear_max_ops: int, *,
     html: Path | None, verdict: Path | None, as_json: bool,
 ) -> None:
+    from rich.markup import escape
+    from rich.text import Text
+
+    from sim.cli.tables import new_table, plain, print_tables
+    from sim.history.checker.html import timeline_html
+    from sim.history.verdict_file import verdict_text, write_verdict
+
     h, events, report = _judge(path, chosen, linear_limit, linear_max_ops)
     doc = document(report, trace=str(path), ops=h.n)
     # The page first: bad input (an unwritable --html) must leave nothing behind.
@@ -354,8 +390,8 @@ def _check_one(
     if as_json:
         sys.stdout.write(verdict_text(doc))
         raise typer.Exit(EXIT[report.outcome])
-    _out.print(f"[bold]{escape(str(path))}[/bold]: {h.n} operations, {len(events)} internal events")
-    table = new_table("checker", "verdict", "judged", "found", "time", plain=plain(_out), numeric=("judged", "time"))
+    _out().print(f"[bold]{escape(str(path))}[/bold]: {h.n} operations, {len(events)} internal events")
+    table = new_table("checker", "verdict", "judged", "found", "time", plain=plain(_out()), numeric=("judged", "time"))
     to_judge = report.ops_to_judge
     for v in report.verdicts:
         found = ", ".join([*(f"{n} x{c}" for n, c in v.counts.items()), *([v.reason] if v.reason else [])])
@@ -364,26 +400,26 @@ def _check_one(
             table.add_row(v.checker, Text("skipped", style="dim"), judged, found, "—")
             continue
         table.add_row(v.checker, Text(v.outcome.value, style=_COLOR[v.outcome]), judged, found, fmt_seconds(v.seconds))
-    print_tables([table, _coverage_table(report)], console=_out)
+    print_tables([table, _coverage_table(report)], console=_out())
     for v in report.verdicts:
         for a in v.anomalies:
             ops = ", ".join(str(o) for o in a.ops)
-            _out.print(f"\n[bold red]{a.name}[/bold red] [dim]({a.checker}; ops {ops})[/dim]")
-            _out.print(escape(a.explanation))
+            _out().print(f"\n[bold red]{a.name}[/bold red] [dim]({a.checker}; ops {ops})[/dim]")
+            _out().print(escape(a.explanation))
         shown = len(v.anomalies)
         total = sum(v.counts.values())
         if total > shown:
-            _out.print(f"[dim]… and {total - shown} more from {v.checker}[/dim]")
+            _out().print(f"[dim]… and {total - shown} more from {v.checker}[/dim]")
     if not report.complete:
-        _out.print("\n[bold yellow]not judged[/bold yellow]")
+        _out().print("\n[bold yellow]not judged[/bold yellow]")
         for line in report.gap_lines():
-            _out.print(line, markup=False)
-    _out.print(f"\ncoverage: {escape(report.coverage_summary())}")
-    _out.print(f"verdict: [bold]{report.outcome.value}[/bold]")
+            _out().print(line, markup=False)
+    _out().print(f"\ncoverage: {escape(report.coverage_summary())}")
+    _out().print(f"verdict: [bold]{report.outcome.value}[/bold]")
     if html is not None:
-        _out.print(f"timeline: {escape(str(html))}")
+        _out().print(f"timeline: {escape(str(html))}")
     if target is None and not_written is not None:
-        _out.print(f"[dim]{VERDICT_FILE} not written: {escape(not_written)} (--verdict FILE writes it elsewhere)[/dim]")
+        _out().print(f"[dim]{VERDICT_FILE} not written: {escape(not_written)} (--verdict FILE writes it elsewhere)[/dim]")
     if target is not None:
         wrote(target)
     raise typer.Exit(EXIT[report.outcome])
@@ -396,8 +432,12 @@ SHOWN_TABLES: Final = 20
 
 def _coverage_table(report: Report) -> Table:
     """Per table: operations to judge, judged (and by which checkers), not judged."""
+    from rich.text import Text
+
+    from sim.cli.tables import new_table, plain
+
     table = new_table("coverage per table", "operations", "judged", "not judged", "judged by",
-                      plain=plain(_out), numeric=("operations", "judged", "not judged"))
+                      plain=plain(_out()), numeric=("operations", "judged", "not judged"))
     rows = list(report.coverage)
     if len(rows) > SHOWN_TABLES:
         rows = [t for t in rows if not t.complete][:SHOWN_TABLES]

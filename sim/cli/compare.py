@@ -9,6 +9,7 @@ half-written under the output name.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -17,31 +18,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from coordinator.config import CONFIGURATIONS
 from sim.cli import options
-from sim.cli.pair_progress import shown
-from sim.cli.pg import postgres_for
-from sim.cli.tables import print_tables
-from sim.compare.ablation import Step, chain, parse_ablate, waterfall_lines, with_scale_out
-from sim.compare.conclusions import conclude
-from sim.compare.hgrm import write_hgrms
-from sim.compare.host import HostSampler, HostUsage
-from sim.compare.outcome import Outcome, write_outcome
-from sim.compare.pairs import Measured, measure_pairs
-from sim.compare.plots import plot, plot_waterfall
-from sim.compare.provenance import ProvenanceStart, finish_provenance, start_provenance
-from sim.compare.report import (
-    DEFAULT_REGRESSION_THRESHOLD,
-    compare_baseline,
-    read_results,
-    write_csv,
-)
-from sim.compare.scaleout import parse_adapters, plot_scaleout, with_adapters
-from sim.compare.tables import tables
-from sim.compare.terminal import print_isolation, print_outcome
-from sim.load.config import Config, knobs_toml
+from sim.compare.report import DEFAULT_REGRESSION_THRESHOLD
 from sim.load.limits import (
     MAX_ADAPTERS,
     MAX_CONCURRENCY,
@@ -64,13 +44,34 @@ from sim.runtime.workers import MAX_JOBS, workers
 if TYPE_CHECKING:
     import concurrent.futures
 
+    from rich.console import Console
+
+    from sim.compare.ablation import Step
     from sim.compare.breakeven import BreakEvens
+    from sim.compare.host import HostUsage
+    from sim.compare.pairs import Measured
+    from sim.compare.provenance import ProvenanceStart
     from sim.compare.rows import LevelRow
+    from sim.load.config import Config
 
 __all__ = ["register"]
 
-_out = Console()
-_err = Console(stderr=True)
+
+# Made on first use, as is every import a command needs only to run (below,
+# in the commands): `coordsim CMD --help` loads none of them (issue 37).
+@functools.cache
+def _out() -> Console:
+    from rich.console import Console
+
+    return Console()
+
+
+@functools.cache
+def _err() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
 
 config_app = typer.Typer(help="The run configuration of `coordsim compare`.")
 
@@ -108,6 +109,8 @@ def build_config(
     """The effective `Config`: defaults, then the TOML file, then flags (a
     `--mode` enum as its name, `--output` as a string, and workload names in
     their one spelling, an old one noted)."""
+    from sim.load.config import Config
+
     cfg = Config.from_toml(config_file) if config_file is not None else Config()
     if isinstance(flags.get("mode"), options.ModeName):
         flags["mode"] = flags["mode"].value
@@ -148,6 +151,9 @@ def config_show(
       coordsim config show -w insert --concurrency 1,16 > my.toml
       coordsim compare -c my.toml
     """
+    from sim.compare.scaleout import parse_adapters, with_adapters
+    from sim.load.config import knobs_toml
+
     cfg = build_config(
         config_file, mode=mode, configurations=configs, workloads=workloads, concurrency=concurrency,
         ops_per_level=ops, open_loop_rate=rate, seed=seed, output=output, latency_profile=latency_profile,
@@ -208,7 +214,20 @@ def compare(
       coordsim compare -w insert,update --concurrency 1,16 -T 0.5 -P 5
       coordsim compare --mode real
     """
+    from rich.console import Console
+
+    from sim.cli.pg import postgres_for
+    from sim.compare.ablation import chain, parse_ablate, waterfall_lines, with_scale_out
+    from sim.compare.conclusions import conclude
+    from sim.compare.hgrm import write_hgrms
+    from sim.compare.host import HostSampler
+    from sim.compare.outcome import Outcome, write_outcome
+    from sim.compare.plots import plot, plot_waterfall
+    from sim.compare.provenance import start_provenance
+    from sim.compare.report import compare_baseline, read_results, write_csv
+    from sim.compare.scaleout import parse_adapters, plot_scaleout, with_adapters
     from sim.compare.stats import check_fraction
+    from sim.compare.terminal import print_outcome
 
     check_fraction("--threshold", threshold)
     check_fraction("--error-threshold", error_threshold)
@@ -275,7 +294,7 @@ def compare(
             from sim.compare.breakeven_search import break_even
 
             def rerun(scaled: Config, label: str) -> list[LevelRow]:
-                _err.print(f"compare --sensitivity: {label}", markup=False, highlight=False)
+                _err().print(f"compare --sensitivity: {label}", markup=False, highlight=False)
                 sub = stage / "sensitivity" / label.replace(" ", "-")
                 return _measure(scaled, sub, check=False, progress=progress, pool=pool).rows
 
@@ -292,8 +311,8 @@ def compare(
     if as_json:
         options.print_json(doc)
         raise typer.Exit(1 if outcome.failed else 0)
-    plain = not _out.is_terminal
-    print_outcome(Console(width=1000, soft_wrap=True) if plain else _out, outcome, output=target, plain=plain,
+    plain = not _out().is_terminal
+    print_outcome(Console(width=1000, soft_wrap=True) if plain else _out(), outcome, output=target, plain=plain,
                   wide=wide or plain, wall_s=time.perf_counter() - wall0)
     options.wrote(target)
     if outcome.failed:
@@ -320,6 +339,7 @@ def _reference(cfg: Config, reference: str | None) -> str:
 
 def _provenance(start: ProvenanceStart, cfg: Config, usage: HostUsage) -> dict[str, Any]:
     """The run's provenance, read while its Postgres (if any) still runs."""
+    from sim.compare.provenance import finish_provenance
     from sim.runtime.core import Runtime, run
 
     async def finish(rt: Runtime) -> dict[str, Any]:
@@ -374,7 +394,10 @@ def _measure(
 ) -> Measured:
     """`sim.compare.pairs.measure_pairs` with its progress on stderr (`-P` is
     `progress`)."""
-    with shown(_err, cfg, progress) as shows:
+    from sim.cli.pair_progress import shown
+    from sim.compare.pairs import measure_pairs
+
+    with shown(_err(), cfg, progress) as shows:
         return measure_pairs(cfg, stage, shows, check=check, dest=dest, pool=pool)
 
 
@@ -404,6 +427,12 @@ def run_scenario(
       coordsim run my-scenario.py -o my-run
       coordsim run seed001 --events -v --log-json
     """
+    from sim.cli.pg import postgres_for
+    from sim.cli.tables import print_tables
+    from sim.compare.hgrm import write_hgrms
+    from sim.compare.report import write_csv
+    from sim.compare.tables import tables
+    from sim.compare.terminal import print_isolation
     from sim.load.scenarios import PythonScenario, load, shipped
     from sim.runtime.events import for_run
 
@@ -420,7 +449,7 @@ def run_scenario(
                 for_run(run=target.name, config=config, directory=stage if events else None), \
                 postgres_for(cfg, isolation=_pg_isolation(cfg, pg_isolation), output=target) as cfg:
             verdict = _run_python(cfg, config, sc, stage, target)
-        _out.print(verdict, markup=False, highlight=False)
+        _out().print(verdict, markup=False, highlight=False)
         options.wrote(target)
         if verdict.rstrip().endswith("FAIL"):
             raise typer.Exit(1)
@@ -436,10 +465,11 @@ def run_scenario(
         found = _measure(cfg, stage, check=True, progress=progress, dest=target)
         write_csv(stage / "results.csv", found.rows)
         write_hgrms(stage, found.rows)
-    print_tables(tables(found.rows, plain=not _out.is_terminal, wide=wide or not _out.is_terminal), console=_out)
-    print_isolation(_out, found.rows)
+    out = _out()
+    print_tables(tables(found.rows, plain=not out.is_terminal, wide=wide or not out.is_terminal), console=out)
+    print_isolation(out, found.rows)
     for line in found.verdicts:
-        _out.print(line, markup=False, highlight=False)
+        out.print(line, markup=False, highlight=False)
     options.wrote(target)
     if found.anomalies:
         raise typer.Exit(1)

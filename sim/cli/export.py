@@ -23,15 +23,11 @@ from typing import TYPE_CHECKING, Annotated, Final
 import typer
 
 from sim.cli.options import DISK_FULL, removed_if_unfinished, write_failed, wrote
-from sim.history.export import history_to_porcupine, write_edn
-from sim.history.import_edn import read_edn
 from sim.history.model import KINDS, NONE, STATUSES, History, HistoryError
-from sim.history.traces import read_trace
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.owned_files import claim_file, write_owned
 from sim.runtime.run_dirs import run_dir
 from sim.runtime.staging import staged_dir
-from sim.spark.frames import expand_traces
 
 if TYPE_CHECKING:
     from sim.history.model import Event
@@ -83,6 +79,8 @@ def _csv_write(h: History, path: Path) -> None:
 
 
 def _write(h: History, events: list[Event], fmt: Format, path: Path, source: str) -> None:
+    from sim.history.export import history_to_porcupine, write_edn
+
     if fmt is Format.csv:
         write_owned(path, lambda p: _csv_write(h, p))
         return
@@ -108,6 +106,9 @@ def _claim(path: Path, fmt: Format) -> None:
 
 
 def _read(path: Path) -> tuple[History, list[Event]]:
+    from sim.history.import_edn import read_edn
+    from sim.history.traces import read_trace
+
     if path.is_file():
         return read_edn(path)
     trace = read_trace(path, lean=True)
@@ -144,6 +145,8 @@ def export(
       coordsim export coordsim-out/latest -f edn
       coordsim export coordsim-out/latest-compare -f hgrm -o latency
     """
+    from sim.spark.frames import expand_traces
+
     try:
         if not trace.exists():
             raise HistoryError(f"{trace}: no such trace directory or EDN file")

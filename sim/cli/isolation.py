@@ -9,6 +9,7 @@ Outputs are staged and renamed into place when complete, as compare's are.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -17,22 +18,15 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
-from rich.console import Console
 
 from sim.cli import options
-from sim.cli.pg import postgres_for
-from sim.compare.isolation import (
-    ARCHITECTURES,
+from sim.compare.neighbours import (
     BASELINE,
     DEFAULT_VICTIM_CLIENTS,
     NEIGHBOURS,
     VICTIM_WORKLOAD,
-    isolation_config,
-    isolation_rows,
     parse_neighbours,
-    run_pass,
 )
-from sim.load.config import knobs_toml
 from sim.load.limits import MAX_CONCURRENCY, MAX_DURATION_S, MAX_REPEAT, check_float, check_int
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.outputs import atomic_write
@@ -40,13 +34,29 @@ from sim.runtime.staging import staged_dir
 from sim.runtime.workers import MAX_JOBS, workers
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from sim.compare.isolation import Architecture, PassResult
     from sim.load.config import Config
 
 __all__ = ["register"]
 
-_out = Console()
-_err = Console(stderr=True)
+
+# Made on first use, as is every import a command needs only to run (below,
+# in the commands): `coordsim CMD --help` loads none of them (issue 37).
+@functools.cache
+def _out() -> Console:
+    from rich.console import Console
+
+    return Console()
+
+
+@functools.cache
+def _err() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
 
 #: Defaults per mode: long enough windows that a quiet victim's p99 rests on
 #: thousands of operations (4 clients of ~1-2 ms peeks).
@@ -83,6 +93,10 @@ def isolation(
       coordsim isolation --neighbour insert-storm --repeat 5
       coordsim isolation --mode real --neighbour ddl-churn -T 5
     """
+    from sim.cli.pg import postgres_for
+    from sim.compare.isolation import ARCHITECTURES, isolation_config, isolation_rows
+    from sim.load.config import knobs_toml
+
     check_int("--victim-clients", victim_clients, low=1, high=MAX_CONCURRENCY, unit="clients")
     check_int("--repeat", repeat, low=1, high=MAX_REPEAT, unit="passes")
     neighbours = parse_neighbours(neighbour)
@@ -162,12 +176,12 @@ def isolation(
     from sim.compare.provenance import footer
 
     for line in report.table_lines(rows):
-        _out.print(line, markup=False, highlight=False, soft_wrap=True)
-    _out.print(f"ratio = with / without the neighbour (geometric mean of paired passes [95% CI]); {how}",
-               markup=False, highlight=False, soft_wrap=True)
-    _out.print(footer(prov, simulated=cfg.mode == "virtual"), markup=False, highlight=False, soft_wrap=True)
-    _out.print(f"report: {target}/report.md, plot: {target}/{png.name}", markup=False, highlight=False,
-               soft_wrap=True)
+        _out().print(line, markup=False, highlight=False, soft_wrap=True)
+    _out().print(f"ratio = with / without the neighbour (geometric mean of paired passes [95% CI]); {how}",
+                 markup=False, highlight=False, soft_wrap=True)
+    _out().print(footer(prov, simulated=cfg.mode == "virtual"), markup=False, highlight=False, soft_wrap=True)
+    _out().print(f"report: {target}/report.md, plot: {target}/{png.name}", markup=False, highlight=False,
+                 soft_wrap=True)
     options.wrote(target)
 
 
@@ -188,6 +202,8 @@ def _run_all(
 ) -> list[PassResult]:
     """Every run of `order`, on `pool`'s workers when there is one (virtual
     mode: simulated time, so the same figures), with a line per run on stderr."""
+    from sim.compare.isolation import run_pass
+
     futures = ([pool.submit(run_pass, cfg, a, n, index=i, victim_clients=victim_clients) for i, a, n in order]
                if pool is not None else None)
     results: list[PassResult] = []
@@ -196,10 +212,10 @@ def _run_all(
             r = (futures[k].result() if futures is not None
                  else run_pass(cfg, a, n, index=i, victim_clients=victim_clients))
             results.append(r)
-            _err.print(f"isolation: {a.name} / {n} pass {i}: victim p50 {r.victim_p50_ms:.2f} ms, p99 "
-                       f"{r.victim_p99_ms:.2f} ms, {r.victim_ops_s:,.0f} ops/s; neighbour {r.neighbour_ops_s:,.0f} "
-                       f"ops/s ({k + 1}/{len(order)}, {time.perf_counter() - wall0:.0f} s)",
-                       markup=False, highlight=False, soft_wrap=True)
+            _err().print(f"isolation: {a.name} / {n} pass {i}: victim p50 {r.victim_p50_ms:.2f} ms, p99 "
+                         f"{r.victim_p99_ms:.2f} ms, {r.victim_ops_s:,.0f} ops/s; neighbour {r.neighbour_ops_s:,.0f} "
+                         f"ops/s ({k + 1}/{len(order)}, {time.perf_counter() - wall0:.0f} s)",
+                         markup=False, highlight=False, soft_wrap=True)
     finally:
         for f in futures or ():
             f.cancel()

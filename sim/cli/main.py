@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from sim.runtime import interrupts
 from sim.runtime.errors import CoordsimError, ExternalError, InvalidUsage
@@ -91,6 +91,26 @@ LAZY_COMMANDS: Final = (
     LazyCommand("config", "sim.cli.compare", "The run configuration of `coordsim compare`."),
     LazyCommand("catalog", "sim.cli.catalog", "The durable catalog's debug tool: dump, edit, delete, upgrade-check."),
 )
+
+
+# typer 0.29 coerces an option's value through a pydantic TypeAdapter, and the
+# first one built imports pydantic: 0.16 CPU-s, half of the 0.3 CPU-s a
+# `coordsim CMD --help` may cost (issue 37). A group's flags that were not
+# given (the root's --log-json/--log-console, help and completion flags) are
+# None and would build one for every command, its help included, though None
+# coerces to None whatever the adapter: such a flag skips the coercion, as
+# typer already does for a flag that was given (a bool). Every other value is
+# coerced as before.
+_process_value = TyperOption.process_value
+
+
+def _lean_process_value(self: TyperOption, ctx: Any, value: Any) -> Any:
+    if value is None and self.is_flag and not self.multiple and not self.required:
+        return value if self.callback is None else self.callback(ctx, self, value)
+    return _process_value(self, ctx, value)
+
+
+TyperOption.process_value = _lean_process_value  # type: ignore[method-assign,assignment]
 
 
 class _Stub(TyperCommand):

@@ -8,37 +8,42 @@ bound hit) are shown per entry: "not caught" there means "not looked at".
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import sys
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from sim.cli import options
-from sim.cli.tables import new_table, plain, print_tables
-from sim.load.limits import check_int
-from sim.nemesis.matrix import (
-    COLUMNS,
-    MATRIX_JSON,
-    MATRIX_MD,
-    EntryResult,
-    rows,
-    run_matrix,
-    to_json,
-    write,
-)
-from sim.nemesis.sweep import MAX_JOBS, MAX_SEEDS
+from sim.load.limits import MAX_SEEDS, check_int
 from sim.runtime.run_dirs import run_dir
-from sim.runtime.schedule import parse_schedule
 from sim.runtime.staging import staged_dir
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from sim.nemesis.matrix import EntryResult
 
 __all__ = ["matrix_command"]
 
-_out = Console(soft_wrap=True, highlight=False)
-_err = Console(stderr=True, soft_wrap=True, highlight=False)
+
+# Made on first use, as is every import the command needs only to run (in
+# its body): `coordsim anomalies --help` loads none of them (issue 37).
+@functools.cache
+def _out() -> Console:
+    from rich.console import Console
+
+    return Console(soft_wrap=True, highlight=False)
+
+
+@functools.cache
+def _err() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True, highlight=False)
 
 
 def matrix_command(
@@ -59,6 +64,11 @@ def matrix_command(
       coordsim anomalies matrix --seeds 5 -j 2
       coordsim anomalies matrix --seeds 100 --schedule pct
     """
+    from sim.cli.tables import new_table, plain, print_tables
+    from sim.nemesis.matrix import COLUMNS, MATRIX_JSON, MATRIX_MD, rows, run_matrix, to_json, write
+    from sim.runtime.schedule import parse_schedule
+    from sim.runtime.workers import MAX_JOBS
+
     chosen = options.pick(output, old_out, old_name="--out", new_name="-o/--output")
     check_int("--seeds", seeds, low=1, high=MAX_SEEDS, unit="seeds")
     n_jobs = jobs if jobs is not None else (os.cpu_count() or 1)
@@ -70,8 +80,8 @@ def matrix_command(
     t0 = time.monotonic()
 
     def progress(r: EntryResult) -> None:
-        _err.print(f"{r.entry.label} / {r.entry.scenario} / {r.entry.config}: {r.detection()}, "
-                   f"{r.coverage()} ({time.monotonic() - t0:.0f} s)", markup=False)
+        _err().print(f"{r.entry.label} / {r.entry.scenario} / {r.entry.config}: {r.detection()}, "
+                     f"{r.coverage()} ({time.monotonic() - t0:.0f} s)", markup=False)
 
     with options.disk_full_is_external(out), staged_dir(out, "anomalies matrix") as stage:
         results = run_matrix(seeds=seeds, jobs=n_jobs, schedule=policy, on_entry=progress)
@@ -80,18 +90,18 @@ def matrix_command(
     if as_json:
         options.print_json({"output": str(out), **to_json(results, seeds=seeds, schedule=policy)})
         raise typer.Exit(1 if bad else 0)
-    table = new_table(*COLUMNS, plain=plain(_out))
+    table = new_table(*COLUMNS, plain=plain(_out()))
     for row in rows(results):
         table.add_row(*row)
-    print_tables([table], console=_out)
+    print_tables([table], console=_out())
     n_unknown = sum(len(r.unknown) for r in results)
-    _out.print(f"\n{len(results)} entries, {sum(r.seeds for r in results):,} seeds, "
-               f"{sum(r.ops for r in results):,} operations in {time.monotonic() - t0:.1f} s "
-               f"on {n_jobs} worker{'s' if n_jobs > 1 else ''}; "
-               f"{len(bad)} not as expected; {n_unknown:,} seeds unknown"
-               + (" (not every operation judged: `coordsim anomalies run` one for its coverage)"
+    _out().print(f"\n{len(results)} entries, {sum(r.seeds for r in results):,} seeds, "
+                 f"{sum(r.ops for r in results):,} operations in {time.monotonic() - t0:.1f} s "
+                 f"on {n_jobs} worker{'s' if n_jobs > 1 else ''}; "
+                 f"{len(bad)} not as expected; {n_unknown:,} seeds unknown"
+                 + (" (not every operation judged: `coordsim anomalies run` one for its coverage)"
                   if n_unknown else ""), markup=False)
-    _out.print(f"written: {out / MATRIX_MD}, {out / MATRIX_JSON}", markup=False)
+    _out().print(f"written: {out / MATRIX_MD}, {out / MATRIX_JSON}", markup=False)
     options.wrote(out)
     raise typer.Exit(1 if bad else 0)
 

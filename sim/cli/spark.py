@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
-from rich.console import Console
 
 from sim.cli import options
 from sim.load.limits import MAX_SEED, check_float, check_int
@@ -31,9 +30,18 @@ from sim.runtime.staging import claimed_dir, staged_dir
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from rich.console import Console
+
 __all__ = ["register"]
 
-_out = Console(highlight=False, soft_wrap=True)
+
+# Made on first use, as is every import a command needs only to run (below,
+# in the commands): `coordsim CMD --help` loads none of them (issue 37).
+@functools.cache
+def _out() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
 
 
 def _fail(exc: CoordsimError | str) -> typer.Exit:
@@ -96,7 +104,13 @@ def _check_master(option: str, master: str) -> None:
 
 #: The JVM's output in a run directory (unless `-v`).
 SPARK_LOG: Final = "spark.log"
-_err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+@functools.cache
+def _err() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _verbose(ctx: typer.Context) -> bool:
@@ -118,7 +132,7 @@ def _session(master: str, verbose: bool, partitions: int | None, out: str) -> ob
             fd, name = tempfile.mkstemp(prefix="coordsim-spark-", suffix=".log")
             os.close(fd)
             log_file = Path(name)
-            _err.print(f"spark: the JVM's log: {log_file}", markup=False)
+            _err().print(f"spark: the JVM's log: {log_file}", markup=False)
         else:
             log_file = Path(out) / SPARK_LOG
     return spark_session(master, verbose=verbose, shuffle_partitions=partitions, log_file=log_file)
@@ -127,7 +141,7 @@ def _session(master: str, verbose: bool, partitions: int | None, out: str) -> ob
 def _progress(spark: object, label: str, every: float | None) -> Any:
     from sim.spark.progress import SparkProgress
 
-    return SparkProgress(spark, label, console=_err, every=every)
+    return SparkProgress(spark, label, console=_err(), every=every)
 
 
 def _check_progress(progress: float | None) -> None:
@@ -139,13 +153,13 @@ def _summary(res: object) -> None:
     from sim.spark.job import ReplayResult
 
     assert isinstance(res, ReplayResult)
-    _out.print(
+    _out().print(
         f"{res.runs} runs: {res.runs - res.invalid_runs - res.unknown_runs} valid, {res.invalid_runs} invalid"
         + (f", {res.unknown_runs} unknown" if res.unknown_runs else "") + "; "
         f"{res.anomalies} anomalies; {res.seconds:.1f}s"
     )
     if res.out is not None:
-        _out.print(f"report: {res.out / 'report.md'}")
+        _out().print(f"report: {res.out / 'report.md'}")
 
 
 _Partitions = Annotated[int | None, typer.Option("--shuffle-partitions", metavar="N", show_default="Spark's (200)", help=f"Spark shuffle partitions, 1 to {MAX_PARTITIONS:,}.")]
@@ -257,8 +271,8 @@ def sweep(
             with _progress(spark, "spark sweep: simulate", progress):
                 rows = simulate(spark, traces, scenario, config, range(first_seed, first_seed + seeds),
                                 known_bad or ())
-            _out.print(f"simulated {len(rows)} seeds ({sum(r[2] for r in rows)} operations) "
-                       f"in {time.perf_counter() - t0:.1f}s")
+            _out().print(f"simulated {len(rows)} seeds ({sum(r[2] for r in rows)} operations) "
+                         f"in {time.perf_counter() - t0:.1f}s")
             with _progress(spark, "spark sweep: replay", progress):
                 res = run_replay(spark, [r[1] for r in rows], out)
         _latest(out, "spark sweep")
@@ -301,7 +315,7 @@ def synth_trace(
         raise _fail(options.write_failed(out, exc)) from exc
     except CoordsimError as exc:
         raise _fail(exc) from exc
-    _out.print(f"{ops} operations in {time.perf_counter() - t0:.1f}s")
+    _out().print(f"{ops} operations in {time.perf_counter() - t0:.1f}s")
     options.wrote(out)
 
 

@@ -11,28 +11,39 @@ the output directory; `--json` prints the JSON document instead of the tables.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import sys
 import time
 from pathlib import Path  # noqa: TC003 - typer reads the annotations at run time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from sim.cli import options
 from sim.cli.options import print_json, wrote
-from sim.cli.tables import new_table, plain, print_tables
 from sim.load.limits import read_text_file
-from sim.model.validate import FACTS, ROLES, Outcome, band_text, load_facts, run_fact, table_lines
+from sim.model.facts import FACTS
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.outputs import atomic_write
 from sim.runtime.run_dirs import run_dir
 from sim.runtime.staging import staged_dir
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from sim.model.validate import Outcome
+
 __all__ = ["register", "validate"]
 
-_out = Console(highlight=False, soft_wrap=True)
+
+# Made on first use, as is every import a command needs only to run (below,
+# in the commands): `coordsim CMD --help` loads none of them (issue 37).
+@functools.cache
+def _out() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
 
 
 def validate(
@@ -52,6 +63,9 @@ def validate(
       coordsim validate --quick   # exit 1: one fact, victim-off-loop-p95, does not hold (README)
       coordsim validate --only loop-messages-per-select -o validate-out
     """
+    from sim.cli.tables import new_table, plain, print_tables
+    from sim.model.validate import ROLES, band_text, load_facts, run_fact, table_lines
+
     # Binary, not UTF-8, endless (/dev/zero) or unreadable: one line, before parsing.
     read_text_file(facts, "facts file")
     chosen = load_facts(facts)
@@ -109,32 +123,33 @@ def validate(
             group = [o for o in outcomes if o.fact.role == role]
             if not group:
                 continue
-            table = new_table(f"{role} fact", "published", "band", "simulated", "holds", plain=plain(_out),
+            table = new_table(f"{role} fact", "published", "band", "simulated", "holds", plain=plain(_out()),
                               numeric=("simulated",))
             for o in group:
                 table.add_row(f"{o.fact.id}: {o.fact.claim}", o.fact.published, band_text(o.fact), f"{o.value:,.3g}",
                               "yes" if o.holds else "NO")
             tables.append(table)
-        print_tables(tables, console=_out)
+        print_tables(tables, console=_out())
         for role in ROLES:
             group = [o for o in outcomes if o.fact.role == role]
             bad = [o.fact.id for o in group if not o.holds]
             if group:
-                _out.print(f"{role}: {len(group) - len(bad)} of {len(group)} facts hold"
-                           + (f"; not: {', '.join(bad)}" if bad else ""), markup=False)
+                _out().print(f"{role}: {len(group) - len(bad)} of {len(group)} facts hold"
+                             + (f"; not: {', '.join(bad)}" if bad else ""), markup=False)
     if failed:
         if not as_json:
-            _out.print(f"{len(failed)} of {len(outcomes)} facts do not hold: {', '.join(failed)} "
-                       f"(details in {out}/validate.md)", markup=False)
+            _out().print(f"{len(failed)} of {len(outcomes)} facts do not hold: {', '.join(failed)} "
+                         f"(details in {out}/validate.md)", markup=False)
             wrote(out)
         raise typer.Exit(1)
     if not as_json:
-        _out.print(f"all {len(outcomes)} facts hold (details in {out}/validate.md)", markup=False)
+        _out().print(f"all {len(outcomes)} facts hold (details in {out}/validate.md)", markup=False)
         wrote(out)
 
 
 def _document(outcomes: list[Outcome], out: Path) -> dict[str, object]:
     """validate.json: the outcomes grouped by role, each with its band and source."""
+    from sim.model.validate import ROLES
 
     def one(o: Outcome) -> dict[str, object]:
         value = o.value if o.value == o.value else None  # NaN is not JSON

@@ -12,7 +12,8 @@ import csv
 import math
 from typing import TYPE_CHECKING, Final
 
-from sim.compare.isolation import ARCHITECTURES, NEIGHBOURS
+from sim.compare.isolation import ARCHITECTURES
+from sim.compare.neighbours import NEIGHBOURS
 from sim.compare.plots import DPI, save_figure, style
 from sim.runtime.outputs import atomic_write
 

@@ -60,9 +60,9 @@ def run_script_once(cfg: Config, config_name: str, sc: PythonScenario, *, seed: 
 
     from sim.load.deployment import Deployment
     from sim.load.driver import Sim
+    from sim.load.limits import REAL_STUCK_AFTER_S, STUCK_AFTER_S
     from sim.load.scenarios import raised_by_scenario
     from sim.nemesis.anomalies import stuck_error
-    from sim.nemesis.anomaly_spec import REAL_STUCK_AFTER_S, STUCK_AFTER_S
     from sim.runtime.watchdog import LoopStalled, loop_watchdog
 
     holder: dict[str, Any] = {}

@@ -21,8 +21,9 @@ if TYPE_CHECKING:
     from coordinator.config import CoordinatorConfig
 
 __all__ = [
-    "MAX_ADAPTERS", "MAX_BATCH", "MAX_CONCURRENCY", "MAX_CORES", "MAX_DURATION_S", "MAX_FILE_BYTES", "MAX_LEVELS",
-    "MAX_OPS", "MAX_RATE", "MAX_REAL_ADAPTERS", "MAX_REPEAT", "MAX_SEED", "MAX_SIGMA", "MAX_TABLES",
+    "MAX_ADAPTERS", "MAX_BATCH", "MAX_CLIENTS", "MAX_CONCURRENCY", "MAX_CORES", "MAX_DURATION_S", "MAX_FILE_BYTES",
+    "MAX_LEVELS", "MAX_OPS", "MAX_RATE", "MAX_REAL_ADAPTERS", "MAX_REPEAT", "MAX_SCENARIO_OPS", "MAX_SEED",
+    "MAX_SEEDS", "MAX_SIGMA", "MAX_SIZE", "MAX_STUCK_AFTER_S", "MAX_TABLES", "REAL_STUCK_AFTER_S", "STUCK_AFTER_S",
     "check_float", "check_int", "check_real_adapters", "read_text_file",
 ]
 
@@ -59,6 +60,26 @@ MAX_ADAPTERS: Final = 64
 #: `MAX_ADAPTERS`.
 MAX_REAL_ADAPTERS: Final = 8
 MAX_BATCH: Final = 1_000_000
+#: Limits of an anomaly run's `--clients` and `--size` (operations or rounds
+#: per client), and of their product: a history row costs ~0.5 KiB while
+#: recorded, so 10^8 operations is already more than a 24 GiB machine holds; a
+#: scenario's defaults are a few clients and a dozen operations each.
+MAX_CLIENTS: Final = 100_000
+MAX_SIZE: Final = 10**7
+MAX_SCENARIO_OPS: Final = 10**8
+#: Simulated seconds after which a virtual anomaly run counts as stuck: virtual
+#: time only advances with the simulation, so this counts its progress, never
+#: the host's speed (a scenario takes well under one simulated second).
+STUCK_AFTER_S: Final = 30.0
+#: Real mode's default stuck limit, in wall-clock seconds (`--stuck-after`):
+#: generous, because a healthy real run on a loaded host takes minutes; a run
+#: past it is reported as stuck (exit 1, with its last operations).
+REAL_STUCK_AFTER_S: Final = 900.0
+#: The largest `--stuck-after` (a day).
+MAX_STUCK_AFTER_S: Final = 86_400.0
+#: Seeds of one in-process anomaly sweep (and per matrix entry): a seed takes
+#: 0.1-1 s, so 10^7 seeds is months of CPU, past any sensible sweep.
+MAX_SEEDS: Final = 10_000_000
 #: A config file or latency profile: an empirical profile of 10^6 samples is
 #: ~20 MB; reading stops here, so `/dev/zero` is refused instead of eating RAM.
 MAX_FILE_BYTES: Final = 64 * 2**20

@@ -16,24 +16,22 @@ from __future__ import annotations
 import math
 import tomllib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, final
 
 from coordinator.config import named
 from sim.load.config import DEFAULT_PROFILE, coerce_override
 from sim.load.latency_profile import with_profile_cores
 from sim.model import experiments as ex
+from sim.model.facts import FACTS
 from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
 
     from coordinator.config import CoordinatorConfig
 
-__all__ = ["EXPERIMENTS", "FACTS", "ROLES", "Fact", "Outcome", "band_text", "load_facts", "run_fact", "table_lines"]
-
-#: The facts shipped with coordsim.
-FACTS: Final = Path(__file__).with_name("facts.toml")
+__all__ = ["EXPERIMENTS", "ROLES", "Fact", "Outcome", "band_text", "load_facts", "run_fact", "table_lines"]
 
 #: A fact's role, in the order reports list them.
 ROLES: Final = ("calibration", "validation")

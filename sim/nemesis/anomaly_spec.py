@@ -12,6 +12,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, final
 
 from coordinator.config import CoordinatorConfig, KnownBad, named
+from sim.load.limits import (
+    MAX_CLIENTS,
+    MAX_SCENARIO_OPS,
+    MAX_SIZE,
+    MAX_STUCK_AFTER_S,
+    REAL_STUCK_AFTER_S,
+    STUCK_AFTER_S,
+)
 from sim.nemesis.anomaly_scenarios import scenario_named
 from sim.nemesis.plan import (
     MODES,
@@ -35,13 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ADAPTER_CONFIG_NAMES",
     "CONFIG_NAMES",
-    "MAX_CLIENTS",
     "MAX_FAULT_FACTOR",
-    "MAX_SCENARIO_OPS",
-    "MAX_SIZE",
-    "MAX_STUCK_AFTER_S",
-    "REAL_STUCK_AFTER_S",
-    "STUCK_AFTER_S",
     "Spec",
     "coordinator_config",
     "default_spec",
@@ -55,23 +57,6 @@ CONFIG_NAMES: Final = ("event-loop", "event-loop+pg-oracle", "decoupled")
 #: the matrix's. Virtual mode only for now (real mode runs one process).
 ADAPTER_CONFIG_NAMES: Final = ("decoupled-2-adapters", "decoupled-4-adapters")
 _ADAPTERS_SUFFIX: Final = "-adapters"
-#: Simulated seconds after which a virtual run counts as stuck: virtual time
-#: only advances with the simulation, so this counts its progress, never the
-#: host's speed (a scenario takes well under one simulated second).
-STUCK_AFTER_S: Final = 30.0
-#: Real mode's default stuck limit, in wall-clock seconds (`--stuck-after`):
-#: generous, because a healthy real run on a loaded host takes minutes; a run
-#: past it is reported as stuck (exit 1, with its last operations).
-REAL_STUCK_AFTER_S: Final = 900.0
-#: The largest `--stuck-after` (a day).
-MAX_STUCK_AFTER_S: Final = 86_400.0
-#: Limits of `--clients` and `--size` (operations or rounds per client), and of
-#: their product: a history row costs ~0.5 KiB while recorded, so 10^8
-#: operations is already more than a 24 GiB machine holds; a scenario's defaults
-#: are a few clients and a dozen operations each.
-MAX_CLIENTS: Final = 100_000
-MAX_SIZE: Final = 10**7
-MAX_SCENARIO_OPS: Final = 10**8
 #: A slow fault's factor: 10^4 turns a 1 ms round trip into 10 s.
 MAX_FAULT_FACTOR: Final = 10_000.0
 

@@ -19,10 +19,11 @@ from sim.history.checker import check_history
 from sim.history.recorder import HistoryRecorder
 from sim.load.deployment import switchable_latency
 from sim.load.driver import Step, drive
+from sim.load.limits import STUCK_AFTER_S
 from sim.load.scenarios.builtin import PROGRAMS
 from sim.nemesis.anomalies import run_spec
 from sim.nemesis.anomaly_scenarios import SCENARIOS, latency_model
-from sim.nemesis.anomaly_spec import STUCK_AFTER_S, coordinator_config
+from sim.nemesis.anomaly_spec import coordinator_config
 from sim.nemesis.nemesis import Nemesis
 from sim.nemesis.plan import FaultPlan
 from sim.runtime.core import run

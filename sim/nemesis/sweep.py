@@ -18,6 +18,7 @@ from sim.history.checker import CHECKERS, check_history
 from sim.history.checker.verdict import Outcome
 from sim.history.traces import write_trace
 from sim.history.verdict_file import VERDICT_FILE, outcome_json, verdict_document, write_verdict
+from sim.load.limits import MAX_SEEDS
 from sim.nemesis.anomalies import run_spec
 from sim.nemesis.anomaly_spec import Spec, default_spec, parse_known_bad
 from sim.runtime.errors import InvalidUsage
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_JOBS",
-    "MAX_SEEDS",
     "SUMMARY_FILE",
     "CheckerRun",
     "SeedResult",
@@ -50,8 +50,6 @@ __all__ = [
 ]
 
 SUMMARY_FILE: Final = "summary.json"
-#: A seed takes 0.1-1 s: 10^7 seeds is months of CPU, past any sensible sweep.
-MAX_SEEDS: Final = 10_000_000
 #: What a seed can end as: the checkers' outcomes, or the simulated system crashed.
 CRASHED: Final = "crashed"
 INTERNAL_ERROR: Final = "XX000"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Final
 from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
 __all__ = ["MAX_JOBS", "check_jobs", "workers"]
 
@@ -33,7 +33,7 @@ def check_jobs(jobs: int) -> None:
 
 
 @contextlib.contextmanager
-def workers(jobs: int, *, preload: str) -> Iterator[concurrent.futures.ProcessPoolExecutor | None]:
+def workers(jobs: int, *, preload: str | Sequence[str]) -> Iterator[concurrent.futures.ProcessPoolExecutor | None]:
     """A pool of `jobs` worker processes for the block, or None for one job
     (run in this process).
 
@@ -41,8 +41,9 @@ def workers(jobs: int, *, preload: str) -> Iterator[concurrent.futures.ProcessPo
     group, and the parent owns the run. On leaving the block, even by an
     interrupt or an error, what is queued is dropped, the work in flight
     finishes, and no process is left behind. They are started by forkserver
-    where it exists (Linux), whose server imports `preload` once and never
-    forks a threaded parent; by spawn elsewhere."""
+    where it exists (Linux), whose server imports `preload` (a module, or
+    several: what the work imports, when its own module imports it lazily)
+    once and never forks a threaded parent; by spawn elsewhere."""
     check_jobs(jobs)
     if jobs == 1:
         yield None
@@ -50,7 +51,7 @@ def workers(jobs: int, *, preload: str) -> Iterator[concurrent.futures.ProcessPo
     ctx: multiprocessing.context.BaseContext
     if "forkserver" in multiprocessing.get_all_start_methods():
         server = multiprocessing.get_context("forkserver")
-        server.set_forkserver_preload([preload])
+        server.set_forkserver_preload([preload] if isinstance(preload, str) else list(preload))
         ctx = server
     else:
         ctx = multiprocessing.get_context("spawn")

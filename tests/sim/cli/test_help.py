@@ -144,10 +144,16 @@ def test_every_count_option_documents_its_bounds() -> None:
 
 def test_the_documented_bounds_are_the_enforced_ones() -> None:
     from sim.cli import spark
-    from sim.load.limits import MAX_CONCURRENCY, MAX_OPS, MAX_REPEAT, MAX_TABLES
+    from sim.load.limits import (
+        MAX_CLIENTS,
+        MAX_CONCURRENCY,
+        MAX_OPS,
+        MAX_REPEAT,
+        MAX_SEEDS,
+        MAX_SIZE,
+        MAX_TABLES,
+    )
     from sim.model.calibrate import MAX_SAMPLES, MIN_SAMPLES
-    from sim.nemesis.anomaly_spec import MAX_CLIENTS, MAX_SIZE
-    from sim.nemesis.sweep import MAX_SEEDS
     from sim.runtime.workers import MAX_JOBS
     from sim.spark import synth
 

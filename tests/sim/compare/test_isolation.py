@@ -18,13 +18,13 @@ from typer.testing import CliRunner
 from sim.cli.isolation import register
 from sim.compare.isolation import (
     ARCHITECTURES,
-    BASELINE,
     PassResult,
     isolation_config,
     isolation_rows,
     ratio_estimate,
     run_pass,
 )
+from sim.compare.neighbours import BASELINE
 from sim.compare.stats import t975
 from sim.load.config import Config
 from sim.runtime.errors import InvalidUsage

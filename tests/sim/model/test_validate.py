@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from sim.model.facts import FACTS
 from sim.model.unmeasured import CALIBRATED_BY, COST_SOURCES, LATENCY_SOURCES
-from sim.model.validate import EXPERIMENTS, FACTS, ROLES, Fact, load_facts
+from sim.model.validate import EXPERIMENTS, ROLES, Fact, load_facts
 
 COORDSIM = [str(Path(sys.executable).with_name("coordsim"))]
 
