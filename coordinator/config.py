@@ -76,11 +76,16 @@ class OracleCalls(StrEnum):
       throttle) and `write_ts` to allocate the commit's timestamp, the append
       and `apply_write` run in a task, and the completion handler awaits
       `read_ts` on the loop to downgrade read holds: 4 oracle calls, 3 of them
-      on the loop. A peek's `read_ts` is awaited in its handler.
+      on the loop. SUBSCRIBE's linearized `read_ts` is awaited on the loop too
+      (before PR #37355, opened with its measurements on the day #37363 was,
+      which was still in review two weeks later: one era holds both). A peek's `read_ts` is awaited in its handler only
+      with the in-memory oracle (seed 000's loop); a Postgres oracle's is read
+      in a task, as Materialize's peek `LinearizeTimestamp` stage did.
     - `off-loop` (#37363): one committer task does `peek_write_ts`, `write_ts`,
       the append and `apply_write`; the completion message needs no oracle
       call (read holds go down to the applied write timestamp): 3 calls, none
-      on the loop. A peek's `read_ts` is awaited in a task (seed 000).
+      on the loop. A peek's and a SUBSCRIBE's `read_ts` are awaited in a task
+      (seed 000; PR #37355).
     """
 
     ON_LOOP = "on-loop"

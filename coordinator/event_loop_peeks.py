@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, final
 
 from controllers.commands import Peek, PeekResponse
-from coordinator.config import OracleCalls, PeekStages
+from coordinator.config import OracleCalls, OracleKind, PeekStages
 from coordinator.event_loop_queues import EventLoopQueues
 from coordinator.peeks import (
     MAX_PEEK_ATTEMPTS,
@@ -76,10 +76,12 @@ class EventLoopPeeks(EventLoopQueues):
 
     async def _start_peek(self, job: PeekJob) -> None:
         inc = self.incarnation
-        if self.config.oracle_calls is OracleCalls.OFF_LOOP:
+        if self.config.oracle_calls is OracleCalls.OFF_LOOP or self.config.oracle is not OracleKind.MEMORY:
             # Off the loop: a task awaits read_ts (which a batching oracle
             # joins to the next backing call); an internal message brings the
-            # timestamp back.
+            # timestamp back. A remote oracle's read is always here: the peek
+            # path had its own LinearizeTimestamp stage before PR #37355 gave
+            # SUBSCRIBE one ("The peek path does not have this problem").
             async def timestamp() -> None:
                 try:
                     ts = await self._read_ts(inc.oracle)

@@ -64,7 +64,7 @@ def validate(
       coordsim validate --only loop-messages-per-select -o validate-out
     """
     from sim.cli.tables import new_table, plain, print_tables
-    from sim.model.validate import ROLES, band_text, load_facts, run_fact, table_lines
+    from sim.model.validate import ROLES, band_text, load_facts, number_text, run_fact, table_lines
 
     # Binary, not UTF-8, endless (/dev/zero) or unreadable: one line, before parsing.
     read_text_file(facts, "facts file")
@@ -85,7 +85,7 @@ def validate(
             t0 = time.perf_counter()
             o = run_fact(fact)
             outcomes.append(o)
-            print(f"[{i}/{len(chosen)}] {fact.id}: {o.value:,.3g} ({'holds' if o.holds else 'DOES NOT HOLD'}, "  # noqa: T201
+            print(f"[{i}/{len(chosen)}] {fact.id}: {number_text(o.value)} ({'holds' if o.holds else 'DOES NOT HOLD'}, "  # noqa: T201
                   f"{time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
         lines = table_lines(outcomes)
         details = ["", "## Each fact: source, band, mechanism, measurements", ""]
@@ -126,7 +126,7 @@ def validate(
             table = new_table(f"{role} fact", "published", "band", "simulated", "holds", plain=plain(_out()),
                               numeric=("simulated",))
             for o in group:
-                table.add_row(f"{o.fact.id}: {o.fact.claim}", o.fact.published, band_text(o.fact), f"{o.value:,.3g}",
+                table.add_row(f"{o.fact.id}: {o.fact.claim}", o.fact.published, band_text(o.fact), number_text(o.value),
                               "yes" if o.holds else "NO")
             tables.append(table)
         print_tables(tables, console=_out())

@@ -28,13 +28,14 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Mapping
 
     from coordinator.config import CoordinatorConfig
-    from coordinator.session import Coordinator, CoordinatorStatistics
+    from coordinator.session import Coordinator, CoordinatorStatistics, Session
     from sim.runtime.core import Runtime
 
 __all__ = [
     "BatchingResult",
     "Latencies",
     "OracleTraffic",
+    "SubscribeStarts",
     "ThroughputResult",
     "VictimResult",
     "WriteResult",
@@ -42,6 +43,8 @@ __all__ = [
     "latency_model",
     "oracle_traffic",
     "percentile",
+    "statement_latencies",
+    "subscribe_starts",
     "throughput",
     "victim_select_one",
     "writes_per_commit",
@@ -471,4 +474,85 @@ def oracle_traffic(
 
     result = _run(config, body, seed=seed, overrides_ms=overrides_ms)
     assert isinstance(result, OracleTraffic)
+    return result
+
+
+@final
+@dataclass(frozen=True)
+class SubscribeStarts:
+    """How long `subscribers` SUBSCRIBEs started together take to answer their
+    `as_of`: the last one's latency (the batch's), averaged over `rounds`, and
+    every start's latency."""
+
+    last_ms: float
+    starts: Latencies
+    rounds: int
+
+
+def subscribe_starts(
+    config: CoordinatorConfig,
+    *,
+    subscribers: int,
+    rounds: int = 5,
+    warmup_s: float = 2.0,
+    pause_s: float = 2.0,
+    seed: int = 1,
+    overrides_ms: Mapping[str, float] | None = None,
+) -> SubscribeStarts:
+    """PR #37355's reproducer: `subscribers` sessions each start a SUBSCRIBE
+    at once (EXPLAIN TIMESTAMP took the same path: a linearized `read_ts`),
+    `rounds` times, `pause_s` apart, after `warmup_s` of an idle environment
+    whose keepalive tick commits as it always does."""
+
+    async def body(rt: Runtime, coord: Coordinator) -> SubscribeStarts:
+        assert (await coord.connect().execute("CREATE TABLE t (a int)")).ok
+        await rt.sleep(warmup_s)
+        sessions = [coord.connect() for _ in range(subscribers)]
+        lasts: list[float] = []
+        starts: list[float] = []
+        for _ in range(rounds):
+            t0 = rt.now()
+            ends: list[float] = []
+
+            async def start(s: Session, t0: float = t0, ends: list[float] = ends) -> None:
+                async with s.subscribe("SUBSCRIBE TO t"):
+                    ends.append(rt.now() - t0)
+
+            async with anyio.create_task_group() as tg:
+                for s in sessions:
+                    tg.start_soon(start, s)
+            lasts.append(max(ends))
+            starts.extend(ends)
+            await rt.sleep(pause_s)
+        return SubscribeStarts(statistics.fmean(lasts) * 1000, Latencies.of(starts), rounds)
+
+    result = _run(config, body, seed=seed, overrides_ms=overrides_ms)
+    assert isinstance(result, SubscribeStarts)
+    return result
+
+
+def statement_latencies(
+    config: CoordinatorConfig,
+    *,
+    reps: int = 5,
+    seed: int = 1,
+    overrides_ms: Mapping[str, float] | None = None,
+) -> dict[str, Latencies]:
+    """One session, alone, `reps` times: CREATE TABLE, SELECT from it and
+    INSERT into it (issue #24395's psql session); each kind's latencies."""
+
+    async def body(rt: Runtime, coord: Coordinator) -> dict[str, Latencies]:
+        s = coord.connect()
+        seconds: dict[str, list[float]] = {"create": [], "select": [], "insert": []}
+        for i in range(reps):
+            for kind, sql in (("create", f"CREATE TABLE t_{i} (c int)"), ("select", f"SELECT * FROM t_{i}"),
+                              ("insert", f"INSERT INTO t_{i} VALUES (1)")):
+                t0 = rt.now()
+                r = await s.execute(sql)
+                assert r.ok, r.error
+                seconds[kind].append(rt.now() - t0)
+        return {k: Latencies.of(v) for k, v in seconds.items()}
+
+    result = _run(config, body, seed=seed, overrides_ms=overrides_ms)
+    assert isinstance(result, dict)
     return result

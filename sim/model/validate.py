@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from coordinator.config import CoordinatorConfig
 
-__all__ = ["EXPERIMENTS", "ROLES", "Fact", "Outcome", "band_text", "load_facts", "run_fact", "table_lines"]
+__all__ = ["EXPERIMENTS", "ROLES", "Fact", "Outcome", "band_text", "load_facts", "number_text", "run_fact", "table_lines"]
 
 #: A fact's role, in the order reports list them.
 ROLES: Final = ("calibration", "validation")
@@ -120,7 +120,8 @@ def _batched_read_ts(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     r = ex.batched_read_ts(callers=p["callers"], round_trip_ms=p.get("round_trip_ms", 1.0))
     detail = (f"{p['callers']} callers, {r.calls:,} read_ts calls, {r.backing_queries:,} backing queries; "
               f"wait p50 {r.p50_wait_round_trips:.2f}, max {r.max_wait_round_trips:.2f} round trips")
-    return {"queries_per_round_trip": r.queries_per_round_trip, "max_wait_round_trips": r.max_wait_round_trips}, detail
+    return {"queries_per_round_trip": r.queries_per_round_trip, "max_wait_round_trips": r.max_wait_round_trips,
+            "p50_wait_round_trips": r.p50_wait_round_trips}, detail
 
 
 def _victim(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
@@ -188,6 +189,36 @@ def _oracle_traffic(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     return {"queries_per_s": r.queries_per_s, "queries_per_commit": r.queries_per_commit}, detail
 
 
+def _subscribe_starts(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
+    """PR #37355's reproducer: `subscribers` SUBSCRIBEs started together, every
+    oracle statement taking `oracle_ms`, in the era `oracle_calls` names."""
+    overrides = {**p.get("overrides", {}), "oracle_calls": p["oracle_calls"]}
+    r = ex.subscribe_starts(_config(p["config"], overrides), subscribers=p["subscribers"],
+                            overrides_ms={"oracle.pg": p["oracle_ms"]})
+    knobs = ", ".join(f"{k}={v}" for k, v in overrides.items())
+    detail = (f"{p['config']} ({knobs}), {p['subscribers']} SUBSCRIBEs at once, {p['oracle_ms']:g} ms oracle, "
+              f"{r.rounds} rounds: the last answers after {r.last_ms:,.0f} ms on average; each start p50 "
+              f"{r.starts.p50_ms:,.0f} / p95 {r.starts.p95_ms:,.0f} ms (n={r.starts.n})")
+    return {"last_ms": r.last_ms}, detail
+
+
+#: The latency names of every backend round trip (the oracle, the stash
+#: catalog, persist's consensus) that a slow metadata store slows.
+BACKEND_LATENCIES: Final = ("oracle.pg", "stash.txn", "catalog.stash.txn", "consensus")
+
+
+def _backend_round_trips(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
+    """Issue #24395's session: every backend round trip (`BACKEND_LATENCIES`)
+    takes `backend_ms`; each statement kind's p50."""
+    overrides = {**p.get("overrides", {}), "oracle_calls": p["oracle_calls"]}
+    ms = float(p["backend_ms"])
+    r = ex.statement_latencies(_config(p["config"], overrides), overrides_ms=dict.fromkeys(BACKEND_LATENCIES, ms))
+    knobs = ", ".join(f"{k}={v}" for k, v in overrides.items())
+    detail = (f"{p['config']} ({knobs}), every backend round trip {ms:g} ms: p50 " + ", ".join(
+        f"{k} {v.p50_ms:,.0f} ms ({v.p50_ms / ms:.1f} round trips, n={v.n})" for k, v in r.items()))
+    return {f"{k}_ms": v.p50_ms for k, v in r.items()}, detail
+
+
 #: How far two measured slopes may differ before `_ddl_at_scale` refuses to
 #: extrapolate: the model's DDL cost has only terms linear in the catalog's
 #: size, and this checks that it still has.
@@ -209,6 +240,9 @@ def _ddl_at_scale(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     bare = _config(p["config"], {k: v for k, v in overrides.items() if k != "frontend"})
     n, objects = p["padding"], p["objects"]
     base = ex.ddl_latency(cfg, padding=0, reps=200).create
+    if objects == 0:  # the empty catalog itself: no slope to carry
+        return {"create_p50_ms": base.p50_ms, "create_p50_empty_ms": base.p50_ms}, (
+            f"{p['config']}: CREATE TABLE p50 {base.p50_ms:.3f} ms on an empty catalog (n={base.n})")
     p50 = [ex.ddl_latency(bare, padding=k).create.p50_ms for k in (0, n, 2 * n)]
     first, second = (p50[1] - p50[0]) / n, (p50[2] - p50[1]) / n
     linear = abs(first - second) <= LINEAR_WITHIN * max(abs(first), abs(second))
@@ -232,6 +266,8 @@ EXPERIMENTS: Final[dict[str, Callable[[Mapping[str, Any]], tuple[dict[str, float
     "throughput": _throughput,
     "oracle-traffic": _oracle_traffic,
     "ddl-at-scale": _ddl_at_scale,
+    "subscribe-starts": _subscribe_starts,
+    "backend-round-trips": _backend_round_trips,
 }
 
 _FIELDS: Final = ("id", "role", "claim", "source", "mechanism", "experiment", "metric", "published", "between",
@@ -294,7 +330,7 @@ def table_lines(outcomes: Sequence[Outcome]) -> list[str]:
                   "|---|---|---|---:|:---:|"]
         for o in group:
             lines.append(f"| {o.fact.id}: {o.fact.claim} | {o.fact.published} | {band_text(o.fact)} | "
-                         f"{o.value:,.3g} | {'yes' if o.holds else '**no**'} |")
+                         f"{number_text(o.value)} | {'yes' if o.holds else '**no**'} |")
         lines.append("")
     return lines
 
@@ -302,4 +338,17 @@ def table_lines(outcomes: Sequence[Outcome]) -> list[str]:
 def band_text(fact: Fact) -> str:
     """The band as printed: `[lo, hi]`."""
     lo, hi = fact.between
-    return f"[{lo:,.4g}, {hi:,.4g}]"
+    return f"[{number_text(lo, 4, trim=True)}, {number_text(hi, 4, trim=True)}]"
+
+
+def number_text(v: float, digits: int = 3, *, trim: bool = False) -> str:
+    """`v` to `digits` significant figures as a person reads it: thousands
+    separated, never in exponent notation (1,699, not 1.7e+03); `trim` drops
+    trailing zeros (a band's written ends, not measured digits)."""
+    if not math.isfinite(v):
+        return str(v)
+    if v == 0:
+        return "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(v))))
+    text = f"{round(v, decimals):,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if trim and "." in text else text

@@ -4,6 +4,7 @@ and loop messages counted."""
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 import anyio
@@ -11,12 +12,16 @@ import pytest
 
 from coordinator.config import OracleCalls
 from coordinator.running import RunningCoordinator
-from sim.model.experiments import latency_model, victim_select_one
+from sim.model.experiments import latency_model, subscribe_starts, victim_select_one
 from sim.runtime.core import run
 from sim.runtime.errors import InvalidUsage
+from sim.runtime.events import EventSink, installed
 from tests.coordinator.harness import CONFIG_NAMES, build_coordinator, config, virtual_env
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from coordinator.session import Session
     from sim.runtime.core import Runtime
 
 pytestmark = pytest.mark.virtual
@@ -111,6 +116,51 @@ def test_oracle_calls_on_the_loop_stall_a_victim_query() -> None:
     assert on.victim.p50_ms > 1000.0
     assert on.victim.mean_ms > 1000 * off.victim.mean_ms
     assert off.victim.p95_ms < 1.0
+
+
+def test_subscribe_read_ts_on_the_loop_serializes_concurrent_starts() -> None:
+    """PR #37355: with SUBSCRIBE's linearized read_ts awaited on the loop,
+    eight started together answer one after another (the last after at least
+    eight round trips); off the loop they share batched read_ts calls."""
+    on, off = (
+        subscribe_starts(config("event-loop+pg-oracle", oracle_calls=calls), subscribers=8,
+                         overrides_ms={"oracle.pg": 500.0})
+        for calls in (OracleCalls.ON_LOOP, OracleCalls.OFF_LOOP)
+    )
+    print(f"8 SUBSCRIBEs at once, 500 ms oracle: on-loop {on}, off-loop {off}")
+    assert on.starts.n == off.starts.n == 8 * on.rounds
+    assert on.last_ms >= 8 * 500.0
+    assert off.last_ms < on.last_ms / 2
+
+
+def test_a_postgres_oracles_peeks_read_off_the_loop_in_every_era(tmp_path: Path) -> None:
+    """A peek's read_ts is awaited on the loop only with the in-memory oracle
+    (seed 000); with a Postgres oracle, Materialize's peek path had its own
+    LinearizeTimestamp stage in the on-loop era too (PR #37355's motivation),
+    so eight peeks started together share batched read_ts calls, where
+    awaiting them in loop handlers would send them one by one."""
+    events = tmp_path / "events.jsonl"
+
+    async def main(rt: Runtime) -> None:
+        cfg = config("event-loop+pg-oracle", oracle_calls=OracleCalls.ON_LOOP)
+        async with build_coordinator(cfg, virtual_env(rt), rt) as coord:
+            assert (await coord.connect().execute("CREATE TABLE t (a int)")).ok
+            sessions = [coord.connect() for _ in range(8)]
+
+            async def peek(s: Session) -> None:
+                r = await s.execute("SELECT * FROM t")
+                assert r.ok, r.error
+
+            async with anyio.create_task_group() as tg:
+                for s in sessions:
+                    tg.start_soon(peek, s)
+
+    sink = EventSink(file=events)
+    with installed(sink):
+        run(main, seed=1, latency=latency_model({"oracle.pg": 500.0}))
+    sink.close()
+    sizes = [e["batch_size"] for e in map(json.loads, events.read_text().splitlines()) if e["event"] == "read_ts.batch"]
+    assert max(sizes) >= 4, sizes
 
 
 def test_overlapping_commits_need_the_oracle_on_the_loop() -> None:

@@ -31,8 +31,16 @@ def _validate(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 #: makes the off-loop victim's p95 ~38 ms against PR #37363's 9 ms; and a
 #: CREATE TABLE on an empty catalog takes ~10 ms against the DDL audit's 31 ms
 #: (this host's Postgres round trips stand in for CockroachDB's, and the
-#: model's DDL has no builtin-table group commit nor storage set-up).
-KNOWN_FAILING: frozenset[str] = frozenset({"victim-off-loop-p95", "ddl-create-table-empty-catalog"})
+#: model's DDL has no builtin-table group commit nor storage set-up); and a
+#: lone SUBSCRIBE with its read_ts on the loop takes ~1.7 s against PR
+#: #37355's ~500 ms (the model's keepalive commit holds the loop too); and
+#: issue #24395's 2024 system made several times the model's backend round
+#: trips per DDL and INSERT (CREATE TABLE 89 against 8, INSERT 28 against 7;
+#: a SELECT's 6.5 against 5 holds).
+KNOWN_FAILING: frozenset[str] = frozenset({
+    "victim-off-loop-p95", "ddl-create-table-empty-catalog", "subscribe-linearize-on-loop-one",
+    "ddl-under-slow-metadata-store", "insert-under-slow-metadata-store",
+})
 
 
 def test_the_shipped_facts_are_well_formed_and_cited() -> None:
