@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from sim.compare.pairs import Measured
     from sim.compare.provenance import ProvenanceStart
     from sim.compare.rows import LevelRow
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
 
 __all__ = ["register"]
 
@@ -85,7 +85,7 @@ def register(app: typer.Typer) -> None:
 
 # --- options (the shared ones: sim/cli/options.py) ------------------------------------
 
-ConfigFile = Annotated[Path | None, typer.Option("--config-file", "-c", metavar="FILE", help="TOML file of `Config` keys (`coordsim config show` prints them all).")]
+ConfigFile = Annotated[Path | None, typer.Option("--config-file", "-c", metavar="FILE", help="TOML file of `RunConfig` keys (`coordsim config show` prints them all).")]
 ModeOpt = options.Mode
 ConfigsOpt = Annotated[str | None, typer.Option("--configs", metavar="NAMES", show_default="all", help=f"Comma-separated configurations: {', '.join(CONFIGURATIONS)}, or variants of a config file.")]
 WorkloadsOpt = Annotated[str | None, typer.Option("--workloads", "-w", metavar="NAMES", show_default="select-one,insert,update", help=f"Comma-separated workloads ({', '.join(WORKLOADS)}) or scenario files (.toml: a workload with its settings; .py: a script, run --repeat times).")]
@@ -105,13 +105,13 @@ RepeatOpt = Annotated[int | None, typer.Option("--repeat", metavar="N", show_def
 
 def build_config(
     config_file: Path | None = None, **flags: Any
-) -> Config:
-    """The effective `Config`: defaults, then the TOML file, then flags (a
+) -> RunConfig:
+    """The effective `RunConfig`: defaults, then the TOML file, then flags (a
     `--mode` enum as its name, `--output` as a string, and workload names in
     their one spelling, an old one noted)."""
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
 
-    cfg = Config.from_toml(config_file) if config_file is not None else Config()
+    cfg = RunConfig.from_toml(config_file) if config_file is not None else RunConfig()
     if isinstance(flags.get("mode"), options.ModeName):
         flags["mode"] = flags["mode"].value
     if isinstance(flags.get("output"), Path):
@@ -152,7 +152,7 @@ def config_show(
       coordsim compare -c my.toml
     """
     from sim.compare.scaleout import parse_adapters, with_adapters
-    from sim.load.config import knobs_toml
+    from sim.load.run_config import knobs_toml
 
     cfg = build_config(
         config_file, mode=mode, configurations=configs, workloads=workloads, concurrency=concurrency,
@@ -293,7 +293,7 @@ def compare(
         if sensitivity:
             from sim.compare.breakeven_search import break_even
 
-            def rerun(scaled: Config, label: str) -> list[LevelRow]:
+            def rerun(scaled: RunConfig, label: str) -> list[LevelRow]:
                 _err().print(f"compare --sensitivity: {label}", markup=False, highlight=False)
                 sub = stage / "sensitivity" / label.replace(" ", "-")
                 return _measure(scaled, sub, check=False, progress=progress, pool=pool).rows
@@ -319,14 +319,14 @@ def compare(
         raise typer.Exit(1)
 
 
-def _pg_isolation(cfg: Config, given: options.PgIsolationName | None) -> str | None:
+def _pg_isolation(cfg: RunConfig, given: options.PgIsolationName | None) -> str | None:
     """`--pg-isolation`'s level, which only real mode has a use for."""
     if given is not None and cfg.mode != "real":
         raise InvalidUsage("--pg-isolation sets real mode's Postgres isolation level: use it with --mode real")
     return None if given is None else given.value
 
 
-def _reference(cfg: Config, reference: str | None) -> str:
+def _reference(cfg: RunConfig, reference: str | None) -> str:
     """`--reference`, checked against the configurations compared, or its
     default: event-loop (today's design) when compared, else the first."""
     if reference is None:
@@ -337,7 +337,7 @@ def _reference(cfg: Config, reference: str | None) -> str:
     return reference
 
 
-def _provenance(start: ProvenanceStart, cfg: Config, usage: HostUsage) -> dict[str, Any]:
+def _provenance(start: ProvenanceStart, cfg: RunConfig, usage: HostUsage) -> dict[str, Any]:
     """The run's provenance, read while its Postgres (if any) still runs."""
     from sim.compare.provenance import finish_provenance
     from sim.runtime.core import Runtime, run
@@ -363,13 +363,13 @@ def _baseline(path: Path) -> Path:
     return path
 
 
-def options_run_dir(cfg: Config, command: str) -> Path:
+def options_run_dir(cfg: RunConfig, command: str) -> Path:
     """Where `command` writes: `cfg.output` exactly, else a new run directory
     (`sim.runtime.run_dirs.run_dir`), as an absolute path."""
     return run_dir(cfg.output or None, command).absolute()
 
 
-def _jobs(cfg: Config, jobs: int | None) -> int:
+def _jobs(cfg: RunConfig, jobs: int | None) -> int:
     """`--jobs`, or its default: one worker per core in virtual mode, 1 in real
     mode, where passes run one at a time (their numbers are wall-clock)."""
     if jobs is None:
@@ -389,7 +389,7 @@ def _check_progress(progress: float | None) -> None:
 
 
 def _measure(
-    cfg: Config, stage: Path, *, check: bool, progress: float | None = None, dest: Path | None = None,
+    cfg: RunConfig, stage: Path, *, check: bool, progress: float | None = None, dest: Path | None = None,
     pool: concurrent.futures.Executor | None = None,
 ) -> Measured:
     """`sim.compare.pairs.measure_pairs` with its progress on stderr (`-P` is
@@ -475,7 +475,7 @@ def run_scenario(
         raise typer.Exit(1)
 
 
-def _run_python(cfg: Config, config_name: str, sc: Any, stage: Path, target: Path) -> str:
+def _run_python(cfg: RunConfig, config_name: str, sc: Any, stage: Path, target: Path) -> str:
     from sim.compare.scripts import run_script_once, verdict_text
     from sim.history.checker import check_history
     from sim.history.traces import write_trace

@@ -164,7 +164,7 @@ Schedule = Annotated[
                  help="Virtual loop's scheduling policy: fifo (asyncio's order), random (random walk) or pct "
                  "(priorities with change points; pct:d=DEPTH,k=STEPS), drawn from the seed."),
 ]
-#: Real mode's isolation level for every oracle, stash and Consensus session.
+#: Real mode's isolation level for every oracle, timestamp-store, catalog-stash and Consensus session.
 PgIsolation = Annotated[
     PgIsolationName | None,
     typer.Option(

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
     from coordinator.session import Coordinator, CoordinatorStatistics
     from sim.history.model import Event, History
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
 
 __all__ = [
     "PassLevel",
@@ -93,7 +93,7 @@ class SessionFactory:
         return RecordingSession(self.coord.connect(), self.recorder, client=client, statements=self._statements)
 
 
-def level_ops(cfg: Config, workload_name: str, concurrency: int) -> int:
+def level_ops(cfg: RunConfig, workload_name: str, concurrency: int) -> int:
     """Operations measured at `concurrency`: `ops_per_level` times the workload's
     `ops_scale`, scaled with sqrt(concurrency) (`sim.load.loadgen.ops_for_level`)."""
     base = max(1, math.ceil((cfg.ops_per_level or 1) * workload(workload_name).ops_scale))
@@ -138,7 +138,7 @@ class PassOutput:
 
 
 async def measure(
-    cfg: Config,
+    cfg: RunConfig,
     config_name: str,
     workload_name: str,
     rt: Runtime,
@@ -181,7 +181,7 @@ async def measure(
 
 
 async def _level(
-    cfg: Config,
+    cfg: RunConfig,
     factory: SessionFactory,
     workload_name: str,
     rt: Runtime,
@@ -231,7 +231,7 @@ async def _level(
     return results
 
 
-def postmaster_pids(cfg: Config) -> Callable[[], list[int]] | None:
+def postmaster_pids(cfg: RunConfig) -> Callable[[], list[int]] | None:
     """The embedded Postgres's postmaster, whose CPU is this run's although
     pg_ctl started it (it is not our descendant): for `HostProbe` and the
     run's `HostSampler`. None in virtual mode or for an external server,
@@ -262,7 +262,7 @@ def pass_trace_dir(trace_dir: Path, index: int) -> Path:
 
 
 def run_pass(
-    cfg: Config,
+    cfg: RunConfig,
     config_name: str,
     workload_name: str,
     trace_dir: Path,
@@ -279,7 +279,7 @@ def run_pass(
 
 
 def _simulate(
-    cfg: Config,
+    cfg: RunConfig,
     config_name: str,
     workload_name: str,
     index: int,
@@ -299,7 +299,7 @@ def _simulate(
 
 
 def _traced(
-    cfg: Config,
+    cfg: RunConfig,
     config_name: str,
     workload_name: str,
     trace_dir: Path,
@@ -345,7 +345,7 @@ def _traced(
 
 
 def run_workload(
-    cfg: Config,
+    cfg: RunConfig,
     config_names: Sequence[str],
     workload_name: str,
     trace_dirs: Mapping[str, Path],
@@ -407,7 +407,7 @@ def run_workload(
 
 def _in_workers(
     pool: concurrent.futures.Executor,
-    cfg: Config,
+    cfg: RunConfig,
     workload_name: str,
     trace_dirs: Mapping[str, Path],
     order: Sequence[tuple[int, str]],
@@ -431,7 +431,7 @@ def _in_workers(
             future.cancel()
 
 
-def _simulated_in_worker(cfg: Config, config_name: str, workload_name: str, index: int) -> bytes:
+def _simulated_in_worker(cfg: RunConfig, config_name: str, workload_name: str, index: int) -> bytes:
     """`_simulate` in a worker, its result pickled (`sim.compare.pass_pickle`)."""
     return pass_pickle.dumps(_simulate(cfg, config_name, workload_name, index))
 
@@ -449,7 +449,7 @@ def _summed(stats: Sequence[CoordinatorStatistics | None]) -> CoordinatorStatist
 
 
 def run_pair(
-    cfg: Config,
+    cfg: RunConfig,
     config_name: str,
     workload_name: str,
     trace_dir: Path,

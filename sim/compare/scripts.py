@@ -20,8 +20,8 @@ from sim.runtime.core import Runtime, run
 if TYPE_CHECKING:
     from sim.history.checker.run import Report
     from sim.history.model import Event, History
-    from sim.load.config import Config
     from sim.load.driver import Sim
+    from sim.load.run_config import RunConfig
     from sim.load.scenarios import PythonScenario
     from sim.runtime.errors import CoordsimError
 
@@ -47,7 +47,7 @@ class ScriptRun:
     stuck: CoordsimError | None = None
 
 
-def run_script_once(cfg: Config, config_name: str, sc: PythonScenario, *, seed: int) -> ScriptRun:
+def run_script_once(cfg: RunConfig, config_name: str, sc: PythonScenario, *, seed: int) -> ScriptRun:
     """Runs `sc` once on a fresh deployment of `config_name`. The scenario's own
     exception is captured, not raised: the caller reports it with what the
     scenario recorded until then. A scenario that has not finished after the
@@ -93,7 +93,7 @@ def run_script_once(cfg: Config, config_name: str, sc: PythonScenario, *, seed: 
                      holder.get("stuck"))
 
 
-def run_script(cfg: Config, config_name: str, sc: PythonScenario, trace_dir: Path) -> RunOutput:
+def run_script(cfg: RunConfig, config_name: str, sc: PythonScenario, trace_dir: Path) -> RunOutput:
     """A user's Python scenario under `config_name`, `cfg.window().repeat`
     times with seeds `cfg.seed`, `cfg.seed + 1`, …, as one row: its operations'
     throughput (operations / the span from the first invocation to the last
@@ -140,7 +140,7 @@ def _script_result(h: History) -> LevelResult:
     return res
 
 
-def verdict_text(run_: ScriptRun, report: Report, *, scenario: str, config_name: str, cfg: Config) -> str:
+def verdict_text(run_: ScriptRun, report: Report, *, scenario: str, config_name: str, cfg: RunConfig) -> str:
     """`coordsim run`'s verdict on one run of a Python scenario (printed, and
     kept as `verdict.txt`): each checker's outcome and anomalies, the
     coverage, the verdict, the scenario's failed expectations, and a last
