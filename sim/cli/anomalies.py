@@ -219,6 +219,7 @@ def anomalies_run(
     from sim.nemesis.anomalies import RunStuck, run_spec
     from sim.nemesis.shrink import load_scenario_file, run_program
     from sim.nemesis.sweep import write_run_trace
+    from sim.runtime.events import for_run
 
     output = options.pick(output, old_out, old_name="--out", new_name="-o/--output")
     if scenario_opt is not None and (scenario_opt.endswith(".py") or Path(scenario_opt).is_file()):
@@ -253,7 +254,7 @@ def anomalies_run(
     # a failed or interrupted run leaves nothing there.
     watch = DeathWatch(target)
     with options.disk_full_is_external(target), staged_dir(target, "anomalies run") as stage, \
-            on_postgres_death(watch):
+            for_run(run=target.name, config=spec.config), on_postgres_death(watch):
         try:
             with heartbeat(_err(), f"anomalies run {spec.scenario} on {spec.config}, seed {spec.seed}",
                            status=virtual_status):
@@ -353,6 +354,7 @@ def anomalies_sweep(
     from sim.cli.heartbeat import heartbeat
     from sim.nemesis.anomaly_spec import coordinator_config, parse_known_bad
     from sim.nemesis.sweep import Summary, SweepWriter, sweep, tasks
+    from sim.runtime.events import for_run
     from sim.runtime.workers import MAX_JOBS
 
     output = options.pick(output, old_out, old_name="--out", new_name="-o/--output")
@@ -368,7 +370,9 @@ def anomalies_sweep(
     by_seed = {t.seed: t for t in work}
     out = run_dir(output, "anomalies sweep").absolute()
     t0 = time.monotonic()
-    with options.disk_full_is_external(out), staged_dir(out, "anomalies sweep") as stage:
+    # -v: the seeds' events bound to this run (--jobs 1; worker processes emit none).
+    with options.disk_full_is_external(out), staged_dir(out, "anomalies sweep") as stage, \
+            for_run(run=out.name, config=config):
         writer = SweepWriter(stage, out)
         done = [0, 0]  # seeds, failing ones
 

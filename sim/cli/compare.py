@@ -275,7 +275,12 @@ def compare(
     target = options_run_dir(cfg, "compare")
     wall0 = time.perf_counter()
     prov_start = start_provenance(argv=sys.argv, started=datetime.now(UTC))
+    from sim.runtime.events import for_run
+
+    # -v: the in-process passes' events bound to this run (each pass binds its
+    # configuration, workload and seed); worker processes (--jobs > 1) emit none.
     with options.disk_full_is_external(target), staged_dir(target, "compare") as stage, \
+            for_run(run=target.name), \
             postgres_for(cfg, isolation=isolation, output=target) as cfg, \
             workers(n_jobs, preload="sim.compare.runner") as pool:
         from sim.compare.runner import postmaster_pids  # heavy: not at start-up
