@@ -46,10 +46,11 @@ def heartbeat(
             progress line may be a little stale, never wrong in kind).
     """
     period = EVERY_S if every is None else every
+    digits = 0 if period >= 1 else 1  # lines less than a second apart tell tenths
     t0 = time.monotonic()
 
     def text() -> str:
-        line = f"{what}, {time.monotonic() - t0:.0f} s"
+        line = f"{what}, {time.monotonic() - t0:.{digits}f} s"
         extra = status() if status is not None else ""
         return f"{line}, {extra}" if extra else line
 

@@ -26,7 +26,7 @@ def test_off_a_terminal_it_is_a_line_every_few_seconds() -> None:
             seen.wait(0.01)
     assert seen.is_set(), shown.getvalue()
     lines = shown.getvalue().splitlines()
-    assert all(re.fullmatch(r"calibrate: measuring, \d+ s", line) for line in lines), lines
+    assert all(re.fullmatch(r"calibrate: measuring, \d+\.\d s", line) for line in lines), lines
     after = shown.getvalue()
     seen.wait(0.05)
     assert shown.getvalue() == after  # the thread ended with the block
@@ -63,7 +63,7 @@ def test_a_status_says_how_far_the_block_got() -> None:
     with heartbeat(console, "run s on decoupled", every=0.01, status=status):
         _beats(shown, 2)
     lines = shown.getvalue().splitlines()
-    assert all(re.fullmatch(r"run s on decoupled, \d+ s, \d+ operations done", line) for line in lines), lines
+    assert all(re.fullmatch(r"run s on decoupled, \d+\.\d s, \d+ operations done", line) for line in lines), lines
     assert lines[0].endswith(", 1 operations done")
 
 
@@ -71,7 +71,7 @@ def test_an_empty_status_adds_nothing() -> None:
     shown = io.StringIO()
     with heartbeat(Console(file=shown, force_terminal=False, width=200), "check x", every=0.01, status=str):
         _beats(shown, 1)
-    assert all(re.fullmatch(r"check x, \d+ s", line) for line in shown.getvalue().splitlines())
+    assert all(re.fullmatch(r"check x, \d+\.\d s", line) for line in shown.getvalue().splitlines())
 
 
 def test_on_a_terminal_a_status_updates_the_spinner_and_prints_no_line() -> None:

@@ -61,7 +61,7 @@ def test_run_of_a_python_scenario_prints_a_heartbeat_off_a_terminal(
     assert code == 0, out + err
     beats = [line for line in err.splitlines() if line.startswith("run long on ")]
     assert len(beats) >= 2, err
-    pattern = r"run long on decoupled, \d+ s, virtual time \d+\.\d{3} s, [\d,]+ operations done"
+    pattern = r"run long on decoupled, \d+\.\d s, virtual time \d+\.\d{3} s, [\d,]+ operations done"
     # (Before the deployment is up a line says "starting".)
     assert all(re.fullmatch(pattern, line) or line.endswith(", starting") for line in beats), beats
     running = [line for line in beats if line.endswith("operations done")]
@@ -98,7 +98,7 @@ def test_validate_shows_the_fact_running_k_of_n(
     # In the facts file's order: which runs, k of N, and for how long ...
     order = [f.id for f in validate.load_facts() if f.id in ids]
     for k, fact in enumerate(order, start=1):
-        assert any(re.fullmatch(rf"validate: \[{k}/2\] {fact}, \d+ s", line) for line in lines), err
+        assert any(re.fullmatch(rf"validate: \[{k}/2\] {fact}, \d+\.\d s", line) for line in lines), err
         # ... and, when it is done, its value and its own elapsed time.
         assert any(re.fullmatch(rf"\[{k}/2\] {fact}: .* \(holds, \d+\.\d s\)", line) for line in lines), err
 
