@@ -360,11 +360,14 @@ def _check_one(
     from rich.markup import escape
     from rich.text import Text
 
+    from sim.cli.heartbeat import heartbeat
     from sim.cli.tables import new_table, plain, print_tables
     from sim.history.checker.html import timeline_html
     from sim.history.verdict_file import verdict_text, write_verdict
 
-    h, events, report = _judge(path, chosen, linear_limit, linear_max_ops)
+    # A big history takes minutes to read and check: a heartbeat meanwhile.
+    with heartbeat(_err(), f"check {path}"):
+        h, events, report = _judge(path, chosen, linear_limit, linear_max_ops)
     doc = document(report, trace=str(path), ops=h.n)
     # The page first: bad input (an unwritable --html) must leave nothing behind.
     if html is not None:

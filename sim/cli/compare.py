@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from sim.compare.pairs import Measured
     from sim.compare.provenance import ProvenanceStart
     from sim.compare.rows import LevelRow
+    from sim.history.recorder import HistoryRecorder
     from sim.load.run_config import RunConfig
 
 __all__ = ["register"]
@@ -274,7 +275,12 @@ def compare(
     target = options_run_dir(cfg, "compare")
     wall0 = time.perf_counter()
     prov_start = start_provenance(argv=sys.argv, started=datetime.now(UTC))
+    from sim.runtime.events import for_run
+
+    # -v: the in-process passes' events bound to this run (each pass binds its
+    # configuration, workload and seed); worker processes (--jobs > 1) emit none.
     with options.disk_full_is_external(target), staged_dir(target, "compare") as stage, \
+            for_run(run=target.name), \
             postgres_for(cfg, isolation=isolation, output=target) as cfg, \
             workers(n_jobs, preload="sim.compare.runner") as pool:
         from sim.compare.runner import postmaster_pids  # heavy: not at start-up
@@ -448,7 +454,7 @@ def run_scenario(
         with options.disk_full_is_external(target), staged_dir(target, "run") as stage, \
                 for_run(run=target.name, config=config, directory=stage if events else None), \
                 postgres_for(cfg, isolation=_pg_isolation(cfg, pg_isolation), output=target) as cfg:
-            verdict = _run_python(cfg, config, sc, stage, target)
+            verdict = _run_python(cfg, config, sc, stage, target, every=progress)
         _out().print(verdict, markup=False, highlight=False)
         options.wrote(target)
         if verdict.rstrip().endswith("FAIL"):
@@ -475,14 +481,24 @@ def run_scenario(
         raise typer.Exit(1)
 
 
-def _run_python(cfg: RunConfig, config_name: str, sc: Any, stage: Path, target: Path) -> str:
+def _run_python(cfg: RunConfig, config_name: str, sc: Any, stage: Path, target: Path, *, every: float | None) -> str:
+    from sim.cli.heartbeat import heartbeat, virtual_status
     from sim.compare.scripts import run_script_once, verdict_text
     from sim.history.checker import check_history
     from sim.history.traces import write_trace
     from sim.history.verdict_file import VERDICT_FILE, verdict_document, write_verdict
     from sim.load.scenarios import scenario_error
 
-    one = run_script_once(cfg, config_name, sc, seed=cfg.seed)
+    seen: list[HistoryRecorder] = []
+
+    def status() -> str:
+        done = f"{seen[-1].completed:,} operations done" if seen else "starting"
+        vt = virtual_status() if cfg.mode == "virtual" else ""
+        return f"{vt}, {done}" if vt else done
+
+    # A script may run for long with no level to count: a heartbeat (-P: its period).
+    with heartbeat(_err(), f"run {sc.name} on {config_name}", every=every, status=status):
+        one = run_script_once(cfg, config_name, sc, seed=cfg.seed, on_recorder=seen.append)
     history, events, error = one.history, one.events, one.error
     if one.stuck is not None:
         # A result, not bad input (issue 38 item 5): its line, exit 1.

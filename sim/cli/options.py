@@ -177,7 +177,9 @@ PgIsolation = Annotated[
 ]
 #: `-P`'s help, one text wherever it is (the Spark commands' default differs).
 PROGRESS_HELP: Final = ("Every SECONDS of wall time, a progress line on stderr (as pgbench -P): the level, operations "
-                        "so far and ops/s (compare, run); Spark tasks done out of those known so far (spark).")
+                        "so far and ops/s (compare, run of a workload); the wall time, virtual time and operations "
+                        "done (run of a Python scenario: every 5 s by default); the fact running, k of N (validate: "
+                        "every 5 s by default); Spark tasks done out of those known so far (spark).")
 Progress = Annotated[
     float | None,
     typer.Option(

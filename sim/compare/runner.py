@@ -44,6 +44,7 @@ from sim.load.loadgen import LevelResult, Window, measure_closed, measure_open, 
 from sim.load.workloads import OpContext, workload
 from sim.runtime.backend_stats import BACKEND_STATS, BackendStats, BackendWindow
 from sim.runtime.core import Runtime, run
+from sim.runtime.events import runtime_log
 from sim.runtime.pg import isolation_of
 
 if TYPE_CHECKING:
@@ -293,7 +294,10 @@ def _simulate(
         holder["recorder"] = recorder
         return await measure(cfg, config_name, workload_name, rt, recorder, on_level)
 
-    levels = run(main, seed=cfg.seed + index - 1, virtual=cfg.mode == "virtual", latency=cfg.latency())
+    # The components' events (when a command listens) say which pass they are of.
+    events = runtime_log().bind(**{"config": config_name, "workload": workload_name, "pass": index})
+    levels = run(main, seed=cfg.seed + index - 1, virtual=cfg.mode == "virtual", latency=cfg.latency(),
+                 events=events)
     recorder: HistoryRecorder = holder["recorder"]
     return levels, recorder.history(), recorder.events()
 
