@@ -69,8 +69,8 @@ if off & {"latency", "all"}:
     for cls in (latency.Constant, latency.Uniform, latency.LogNormal, latency.Empirical):
         cls.sample = lambda self, rng: self.mean()
 from sim.compare.runner import run_pair
-from sim.load.config import Config
-cfg = Config(mode="virtual", configurations=(config,), workloads=(workload,), concurrency=(64, 64),
+from sim.load.run_config import RunConfig
+cfg = RunConfig(mode="virtual", configurations=(config,), workloads=(workload,), concurrency=(64, 64),
              ops_per_level=ops, warmup_ops=20, repeat=1)
 marks = []
 with tempfile.TemporaryDirectory() as tmp:

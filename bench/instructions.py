@@ -55,9 +55,9 @@ import json, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from sim.compare.runner import run_pair
-from sim.load.config import Config
+from sim.load.run_config import RunConfig
 workload, config, ops = sys.argv[2], sys.argv[3], int(sys.argv[4])
-cfg = Config(mode="virtual", configurations=(config,), workloads=(workload,), concurrency=(64, 64),
+cfg = RunConfig(mode="virtual", configurations=(config,), workloads=(workload,), concurrency=(64, 64),
              ops_per_level=ops, warmup_ops=20, repeat=1)
 with tempfile.TemporaryDirectory() as tmp:
     out = run_pair(cfg, config, workload, Path(tmp) / "trace")

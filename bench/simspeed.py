@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim.compare.runner import run_pair
-from sim.load.config import Config
+from sim.load.run_config import RunConfig
 from sim.runtime.core import Runtime, run
 from sim.runtime.loop import VirtualEventLoop
 
@@ -76,9 +76,9 @@ import json, sys, tempfile, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
 from sim.compare.runner import run_pair
-from sim.load.config import Config
+from sim.load.run_config import RunConfig
 workload, config, ops = sys.argv[2], sys.argv[3], int(sys.argv[4])
-cfg = Config(mode="virtual", configurations=(config,), workloads=(workload,), concurrency=(64, 64),
+cfg = RunConfig(mode="virtual", configurations=(config,), workloads=(workload,), concurrency=(64, 64),
              ops_per_level=ops, warmup_ops=20, repeat=1)
 marks = []
 with tempfile.TemporaryDirectory() as tmp:
@@ -105,8 +105,8 @@ class Counts:
     timers: int = 0
 
 
-def _config(workload: str, config: str, ops: int) -> Config:
-    return Config(
+def _config(workload: str, config: str, ops: int) -> RunConfig:
+    return RunConfig(
         mode="virtual", configurations=(config,), workloads=(workload,), concurrency=(64, 64),
         ops_per_level=ops, warmup_ops=20, repeat=1,
     )

@@ -197,11 +197,11 @@ def overhead(args: argparse.Namespace, tmp: Path, forced: str) -> None:
 
     from sim.cli.pg import postgres_for
     from sim.compare.runner import run_pair
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
 
     pairs = 3 if args.quick else 6
     cells = [("select-one", "event-loop", 16), ("insert", "decoupled", 16)]
-    with postgres_for(Config(mode="real")) as cfg0:
+    with postgres_for(RunConfig(mode="real")) as cfg0:
         for wl, config, c in cells:
             cfg = cfg0.with_overrides(workloads=[wl], configurations=[config], concurrency=[c], repeat=1,
                                       duration_s=1.0, warmup_s=0.5, seed=1)

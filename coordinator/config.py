@@ -3,8 +3,8 @@ modeled costs and the known-bad toggles.
 
 Every configuration users compare is a named value here, not a code path picked
 by `if` somewhere else; the known-bad variants exist so the checker can prove it
-catches them (DESIGN.md §2). `sim.load.config.Config` embeds this value together with
-the locations and workloads of a run: it lives here, not in `sim`, because the
+catches them (DESIGN.md §2). `sim.load.run_config.RunConfig` embeds this value
+together with the locations and workloads of a run: it lives here, not in `sim`, because the
 coordinator may not import upward (DESIGN.md §3).
 """
 
@@ -50,7 +50,7 @@ class Architecture(StrEnum):
 
 
 class OracleKind(StrEnum):
-    MEMORY = "memory"  # today's: in memory, durably backed by the stash
+    MEMORY = "memory"  # today's: in memory, durably backed by the timestamp store
     POSTGRES = "postgres"  # seed 000: one row per timeline in Postgres/CockroachDB
 
 
@@ -291,7 +291,7 @@ class KnownBad:
     # Issue 21's matrix: one toggle per invariant that had none.
     no_write_lock: bool = False  # UPDATE/DELETE read-then-write without the global write lock
     unbounded_group_commits: bool = False  # more than one group commit in flight at once
-    skip_epoch_fencing: bool = False  # catalog and oracle stash accept a deposed process
+    skip_epoch_fencing: bool = False  # catalog stash and timestamp store accept a deposed process
     blind_catalog_append: bool = False  # decoupled DDL overwrites the catalog, no compare
     coordinator_joins_read_ts: bool = False  # the coordinator shares an in-flight read_ts
     peeks_skip_read_holds: bool = False  # peeks choose a timestamp but hold nothing

@@ -3,7 +3,7 @@ process (an *incarnation*) opens on it.
 
 An `Environment` outlives coordinators: a crash and restart, or a second
 coordinator started beside the first (split brain), opens the same stores —
-persist Blob/Consensus (tables and the persist catalog), the timestamp stash or
+persist Blob/Consensus (tables and the persist catalog), the timestamp store or
 the oracle's table, the catalog stash. In real mode they are PostgreSQL (and
 files or S3); in virtual mode they are in-memory objects with modeled latency,
 held by the `Environment` so a restarted coordinator finds them again.
@@ -42,7 +42,7 @@ from oracle.memory import MemoryOracle
 from oracle.modeled import ModeledOracleRows
 from oracle.observed import ObservedOracle, OracleCall
 from oracle.open import OracleBackend, OracleSpec, open_oracles
-from oracle.stash import MemTimestampStash
+from oracle.timestamp_store import MemTimestampStore
 from persist.client import PersistClient
 from persist.open import Location, open_location
 from sim.runtime.errors import InvalidUsage
@@ -75,7 +75,7 @@ class Environment:
         blob, consensus: persist's location (tables, persist catalog); None
             (virtual mode only): one in memory, opened on first use
             (`location`).
-        postgres_url: real mode: the database of the oracle, the timestamp stash
+        postgres_url: real mode: the database of the oracle, the timestamp store
             and the catalog stash; None: virtual mode, everything in memory.
         blob_url: real mode: where `blob` is, for adapter processes that open
             it themselves (`coordinator.process_adapters`).
@@ -102,14 +102,14 @@ class Environment:
             name or f"env-{uuid.UUID(int=rt.derive('environment').rng.getrandbits(128)).hex[:12]}"
         )
         # Virtual mode's in-memory stand-ins, shared by every incarnation.
-        self.timestamp_stash: MemTimestampStash | None = None
+        self.timestamp_store: MemTimestampStore | None = None
         self.catalog_store: MemStashStore | None = None
         self.oracle_rows: ModeledOracleRows | None = None
         #: A coordinator's oracle was switched live (`coordinator.oracle_switch`):
         #: from then on a starting coordinator catches up with both implementations.
         self.oracle_switched = False
         if postgres_url is None:
-            self.timestamp_stash = MemTimestampStash(rt)
+            self.timestamp_store = MemTimestampStore(rt)
             self.catalog_store = MemStashStore(rt)
             self.oracle_rows = ModeledOracleRows()
 
@@ -136,12 +136,12 @@ class Environment:
             unfenced = known_bad is not None and known_bad.skip_epoch_fencing
             if self.postgres_url is None:
                 return OracleSpec(
-                    OracleBackend.MEMORY, stash=self.timestamp_stash, unguarded_clock=unguarded,
+                    OracleBackend.MEMORY, store=self.timestamp_store, unguarded_clock=unguarded,
                     skip_epoch_fencing=unfenced,
                 )
             return OracleSpec(
                 OracleBackend.MEMORY_POSTGRES, url=self.postgres_url, pool_size=2,
-                application_name="coordsim-oracle-stash", stash_name=self.name, unguarded_clock=unguarded,
+                application_name="coordsim-oracle-timestamp-store", store_name=self.name, unguarded_clock=unguarded,
                 skip_epoch_fencing=unfenced,
             )
         if self.postgres_url is None:
@@ -253,7 +253,7 @@ async def open_incarnation(
                 await start_above_other(env, config.oracle, rt, (raw_realtime, raw_catalog))
             # Seed 000's rollout flag: a pass-through until the first flip. The
             # new oracles start at 0 to be fast-forwarded (the known-bad flip,
-            # which does not, leaves an in-memory one at its stash's upper).
+            # which does not, leaves an in-memory one at its timestamp store's upper).
             async def reopen(kind: OracleKind) -> tuple[TimestampOracle, TimestampOracle]:
                 cfg = config.with_overrides(oracle=kind)
                 env.oracle_switched = True
@@ -405,7 +405,7 @@ async def _open_oracles(
     env: Environment, config: CoordinatorConfig, rt: Runtime, stack: AsyncExitStack, *, at_upper: bool = True
 ) -> tuple[TimestampOracle, TimestampOracle, MemoryOracle | None]:
     """The raw oracles of both timelines, on one backend (an in-memory
-    oracle's process bumps the stash epoch here, fencing every older one).
+    oracle's process bumps the timestamp store's epoch here, fencing every older one).
     `at_upper`: see `MemoryOracle.open` (False for an oracle switch's new oracle)."""
     oracles = await open_oracles(env.oracle_spec(config.oracle, config.known_bad), rt)
     stack.push_async_callback(oracles.close)

@@ -17,7 +17,7 @@ Paths (seed 000, seed 001, DESIGN.md §6):
   same step (see `peeks.py`); `Peek` to the compute controller; 3. the
   response arrives as a controller message (a timestamp above `read_ts` first
   waits off the loop for the oracle to reach it) and is buffered; 4. once no
-  controller message is waiting, one `confirm_leadership()` (a durable stash transaction, on the loop) for the
+  controller message is waiting, one `confirm_leadership()` (a durable timestamp-store transaction, on the loop) for the
   whole buffer; 5. reply to every buffered peek. A statement that finds its
   table unknown is answered through the same buffer: that answer read the
   in-memory catalog, which is current only while this coordinator leads.

@@ -192,7 +192,7 @@ class EventLoopPeeks(EventLoopQueues):
         if not self._confirm_buffer:
             return
         buffered, self._confirm_buffer = self._confirm_buffer, []
-        # Today's oracle confirms through its stash epoch; with the Postgres
+        # Today's oracle confirms through its timestamp store's epoch; with the Postgres
         # oracle (seed 000's rollout kept the check) the catalog's epoch does.
         confirmer = self.incarnation.memory_oracle or self.incarnation.catalog
         self._counts["confirms"] += 1

@@ -19,7 +19,7 @@ What keeps a flip safe:
    one implementation learns it only from that check, since a newer process
    on the other implementation never touches its oracle. After a flip the
    coordinator confirms through the catalog's epoch, which every coordinator
-   bumps whichever oracle it runs (the stash's epoch only memory-oracle
+   bumps whichever oracle it runs (the timestamp store's epoch only memory-oracle
    processes bump); see `Incarnation.switch_oracle`.
 
 3. A coordinator that starts on a deployment whose oracle was ever switched
@@ -32,7 +32,7 @@ What keeps a flip safe:
 
 `KnownBad.unsynced_oracle_switch` drops rule 1: the new oracle serves at once
 from its own state (the Postgres row where the last switch left it; the
-stash's upper), and calls in flight on the old oracle take effect there.
+timestamp store's upper), and calls in flight on the old oracle take effect there.
 """
 
 from __future__ import annotations
@@ -123,13 +123,13 @@ async def start_above_other(
     """Rule 3: fast-forwards `oracles` (a starting process's, of implementation
     `kind`, each `oracle.switching.Advancing`) to what the other implementation
     holds durably for their timelines — the distributed oracle's `write_ts`
-    (its `GREATEST(read_ts, write_ts)`), or the stash's upper, above every
+    (its `GREATEST(read_ts, write_ts)`), or the timestamp store's upper, above every
     timestamp the in-memory oracle ever handed out. As Materialize's start-up
     (`get_initial_oracle_timestamps`): `read_ts` and `write_ts` both rise to
     it, which a starting process may do since none of its writes is in
     flight. Returns the floor applied per timeline (absent: none held)."""
     timelines = [o.timeline for o in oracles]
-    floors = await (_stash_uppers if kind is OracleKind.POSTGRES else _rows)(env, rt, timelines)
+    floors = await (_store_uppers if kind is OracleKind.POSTGRES else _rows)(env, rt, timelines)
     for o in oracles:
         floor = floors.get(o.timeline)
         if floor is not None:
@@ -137,7 +137,7 @@ async def start_above_other(
             try:
                 await o.advance(read_ts=floor, write_ts=floor)
             except Fenced:
-                # A newer process opened the stash while this one started: the
+                # A newer process opened the timestamp store while this one started: the
                 # oracle stays fenced, and its first call fences the coordinator.
                 break
     return floors
@@ -149,8 +149,8 @@ async def _rows(env: Environment, rt: Runtime, timelines: list[str]) -> dict[str
         return {tl: await (await oracles.timeline(tl)).peek_write_ts() for tl in timelines}
 
 
-async def _stash_uppers(env: Environment, rt: Runtime, timelines: list[str]) -> dict[str, int]:
-    """The stash's upper per timeline that has one (one transaction each),
+async def _store_uppers(env: Environment, rt: Runtime, timelines: list[str]) -> dict[str, int]:
+    """The timestamp store's upper per timeline that has one (one transaction each),
     read without bumping its epoch."""
     async with await open_oracles(env.oracle_spec(OracleKind.MEMORY), rt) as oracles:
         uppers = {tl: await oracles.persisted_upper(tl) for tl in timelines}

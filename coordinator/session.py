@@ -7,7 +7,7 @@ closes (`coordinator.subscribe`).
 
 A `Result` is what a client sees — rows or an error with a SQLSTATE-like code —
 plus the timestamps the system used (`read_ts`, `write_ts`, `catalog_ts`), which
-histories record as annotations so the white-box checker can replay them.
+histories record as annotations so the whitebox checker can replay them.
 Nothing raised inside a coordinator reaches a client as a traceback: expected
 failures become `Result.error`; a bug propagates to the coordinator's owner.
 """

@@ -1,4 +1,4 @@
-"""oracle: the timestamp oracle of seed 000 — the in-memory, stash-backed oracle
+"""oracle: the timestamp oracle of seed 000 — the in-memory, store-backed oracle
 of today, the Postgres/CockroachDB oracle, and read_ts batching.
 
 Import names from their defining modules (`oracle.api`, `oracle.memory`, …):

@@ -2,7 +2,7 @@
 
 The contract lives in the `TimestampOracle` docstrings; its guarantees over
 histories are the table in `oracle.spec`, which both the conformance suite every
-implementation passes (`oracle.testing`: in memory with a stash,
+implementation passes (`oracle.testing`: in memory with a store,
 Postgres/CockroachDB, batching) and the trace checker judge by.
 """
 

@@ -1,14 +1,14 @@
-"""Today's timestamp oracle: state in memory, durability through the stash.
+"""Today's timestamp oracle: state in memory, durability through the timestamp store.
 
 Operations are free (in memory) except that handing out a timestamp at or above
 the persisted upper first persists a new upper `ts + window_ms` (one durable
-stash transaction). The invariant: every write timestamp ever returned (and
+store transaction). The invariant: every write timestamp ever returned (and
 every `peek_write_ts`) is below the persisted upper, and every `read_ts` at or
-below it, so an oracle restarted on the same stash resumes at the upper and
+below it, so an oracle restarted on the same store resumes at the upper and
 never re-issues a timestamp.
 
 Not linearizable across processes by itself: a process that lost leadership
-keeps answering from memory until `confirm_leadership()` (a stash transaction
+keeps answering from memory until `confirm_leadership()` (a store transaction
 checking its epoch) fails — which is why today's coordinator confirms
 leadership before returning linearized results (seed 000).
 """
@@ -25,7 +25,7 @@ from oracle.metrics import OracleMetrics, OracleStatistics
 from sim.runtime.errors import Fenced, InvalidUsage
 
 if TYPE_CHECKING:
-    from oracle.stash import TimestampStash
+    from oracle.timestamp_store import TimestampStore
     from sim.runtime.core import Runtime
 
 __all__ = ["DEFAULT_WINDOW_MS", "MemoryOracle"]
@@ -38,7 +38,7 @@ _BIGINT_MAX: Final = 2**63 - 1
 
 @final
 class MemoryOracle(TimestampOracle):
-    """The in-memory oracle of one timeline, backed by a `TimestampStash`.
+    """The in-memory oracle of one timeline, backed by a `TimestampStore`.
 
     Rules (Materialize's in-memory oracle): `write_ts = max(write_ts + 1,
     wall_ms)`; `apply_write(t)` raises `read_ts` and `write_ts` to at least `t`.
@@ -50,17 +50,17 @@ class MemoryOracle(TimestampOracle):
     def __init__(
         self,
         *,
-        stash: TimestampStash,
+        store: TimestampStore,
         epoch: int,
         timeline: str,
         rt: Runtime,
         start: int,
         window_ms: int,
-        owns_stash: bool,
+        owns_store: bool,
         unguarded_clock: bool = False,
     ) -> None:
         """Use `open`."""
-        self._stash = stash
+        self._store = store
         self._epoch = epoch
         self._timeline = timeline
         self._rt = rt
@@ -70,7 +70,7 @@ class MemoryOracle(TimestampOracle):
         # timestamp returned so far is below it.
         self._upper = start
         self._window_ms = window_ms
-        self._owns_stash = owns_stash
+        self._owns_store = owns_store
         self._unguarded_clock = unguarded_clock
         self._persist_lock = anyio.Lock()
         self._metrics = OracleMetrics(rt, timeline=timeline, implementation="memory")
@@ -80,24 +80,24 @@ class MemoryOracle(TimestampOracle):
     @classmethod
     async def open(
         cls,
-        stash: TimestampStash,
+        store: TimestampStore,
         timeline: str,
         rt: Runtime,
         *,
         epoch: int | None = None,
         window_ms: int = DEFAULT_WINDOW_MS,
-        owns_stash: bool = False,
+        owns_store: bool = False,
         unguarded_clock: bool = False,
         at_upper: bool = True,
     ) -> MemoryOracle:
-        """Opens the oracle of `timeline`, resuming at the stash's upper for it.
+        """Opens the oracle of `timeline`, resuming at the store's upper for it.
 
         Args:
-            epoch: this process's epoch from `stash.open()`, shared by the
-                oracles of all its timelines; None opens the stash here (a new
+            epoch: this process's epoch from `store.open()`, shared by the
+                oracles of all its timelines; None opens the store here (a new
                 epoch, fencing every older opener).
             window_ms: how far ahead the persisted upper is set (> 0).
-            owns_stash: close the stash with the oracle.
+            owns_store: close the store with the oracle.
             unguarded_clock: known-bad variant (issue 38): `write_ts` is the
                 wall clock without the `max` (see `_write_ts`).
             at_upper: False: `read_ts` and `write_ts` start at 0, the upper
@@ -110,17 +110,17 @@ class MemoryOracle(TimestampOracle):
         if not isinstance(window_ms, int) or window_ms < 1:
             raise InvalidUsage(f"window_ms must be an int >= 1, got {window_ms!r}")
         if epoch is None:
-            epoch = await stash.open()
+            epoch = await store.open()
         # Read after the epoch bump: every upper of an older process is visible.
-        upper = await stash.read_upper(timeline)
+        upper = await store.read_upper(timeline)
         oracle = cls(
-            stash=stash,
+            store=store,
             epoch=epoch,
             timeline=timeline,
             rt=rt,
             start=(upper or 0) if at_upper else 0,
             window_ms=window_ms,
-            owns_stash=owns_stash,
+            owns_store=owns_store,
             unguarded_clock=unguarded_clock,
         )
         oracle._upper = upper or 0
@@ -212,16 +212,16 @@ class MemoryOracle(TimestampOracle):
         self._read = max(self._read, read_ts)
 
     async def confirm_leadership(self) -> None:
-        """One stash transaction checking this process's epoch is still current.
+        """One store transaction checking this process's epoch is still current.
 
         Raises:
-            Fenced: a newer process opened the stash (this oracle is unusable
+            Fenced: a newer process opened the store (this oracle is unusable
                 from now on).
         """
         self._check_usable()
         try:
             await self._metrics.observe(
-                "confirm_leadership", lambda: self._stash.confirm_leadership(self._epoch)
+                "confirm_leadership", lambda: self._store.confirm_leadership(self._epoch)
             )
         except Fenced as exc:
             self._fenced = exc
@@ -234,13 +234,13 @@ class MemoryOracle(TimestampOracle):
         if self._closed:
             return
         self._closed = True
-        if self._owns_stash:
-            await self._stash.close()
+        if self._owns_store:
+            await self._store.close()
 
     # --- durability
 
     async def _persist_above(self, ts: int) -> None:
-        """Returns once the persisted upper is > `ts` (one stash transaction if it
+        """Returns once the persisted upper is > `ts` (one store transaction if it
         was not already)."""
         if ts < self._upper:
             return
@@ -252,7 +252,7 @@ class MemoryOracle(TimestampOracle):
             try:
                 await self._metrics.observe(
                     "stash_write_upper",
-                    lambda: self._stash.write_upper(self._timeline, upper, self._epoch),
+                    lambda: self._store.write_upper(self._timeline, upper, self._epoch),
                 )
             except Fenced as exc:
                 self._fenced = exc

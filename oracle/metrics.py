@@ -7,7 +7,7 @@ frozen `OracleStatistics` snapshot of it. Latencies are measured on the
 event log is on (`sim.runtime.events`), each call ends in an `oracle.call`
 event (operation, timeline, implementation, latency, retries, outcome) and
 each retry is an `oracle.retry` event (its tier and SQLSTATE: a 40001 is one);
-a call that finds its process fenced (a newer epoch in the stash) is also a
+a call that finds its process fenced (a newer epoch in the timestamp store) is also a
 `fenced` event.
 """
 

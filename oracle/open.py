@@ -8,8 +8,8 @@ go on top of what it opens.
 
 | URL | backend | oracle | durable state |
 |---|---|---|---|
-| `mem://[?window_ms=N]` | `MEMORY` | `MemoryOracle` | a fresh `MemTimestampStash` |
-| `memory+postgres://…[?stash=NAME&window_ms=N]` | `MEMORY_POSTGRES` | `MemoryOracle` | `PostgresTimestampStash` |
+| `mem://[?window_ms=N]` | `MEMORY` | `MemoryOracle` | a fresh `MemTimestampStore` |
+| `memory+postgres://…[?stash=NAME&window_ms=N]` | `MEMORY_POSTGRES` | `MemoryOracle` | `PostgresTimestampStore` |
 | `postgres://…`, `postgresql://…` | `POSTGRES` | `PostgresOracle` | the `timestamp_oracle` table |
 | `modeled://` | `MODELED` | `ModeledOracle` (virtual mode's Postgres oracle) | in-memory rows, modeled round trips |
 
@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Final, Self, final
 from oracle.api import REALTIME_TIMELINE, check_timeline
 from oracle.memory import DEFAULT_WINDOW_MS, MemoryOracle
 from oracle.modeled import ModeledOracle, ModeledOracleRows
-from oracle.stash import MemTimestampStash, UnfencedStash
+from oracle.timestamp_store import MemTimestampStore, UnfencedTimestampStore
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.urls import PG_PASSTHROUGH, ParsedUrl, driver_url, parse_url, redact_url
 
 if TYPE_CHECKING:
     from oracle.api import TimestampOracle
-    from oracle.stash import TimestampStash
+    from oracle.timestamp_store import TimestampStore
     from sim.runtime.core import Runtime
     from sim.runtime.pgclient import PostgresClient
 
@@ -52,7 +52,7 @@ class OracleBackend(enum.StrEnum):
 
     @property
     def in_memory_oracle(self) -> bool:
-        """Today's oracle (state in memory, durable through a stash), which fences."""
+        """Today's oracle (state in memory, durable through a store), which fences."""
         return self in (OracleBackend.MEMORY, OracleBackend.MEMORY_POSTGRES)
 
 
@@ -71,25 +71,25 @@ class OracleSpec:
         pool_size: Postgres backends: the process's connections.
         application_name: Postgres backends: its sessions' name in
             `pg_stat_activity` (fault tests find our backends by it).
-        stash_name: `MEMORY_POSTGRES`: the stash (one per deployment).
+        store_name: `MEMORY_POSTGRES`: the store (one per deployment).
         window_ms: in-memory oracles: how far ahead the persisted upper is set.
-        stash: `MEMORY`: the stash every process of a virtual deployment
+        store: `MEMORY`: the store every process of a virtual deployment
             shares (it outlives them, as a database would); None: a fresh
             one for each `open_oracles`.
         rows: `MODELED`: likewise, the modeled `timestamp_oracle` table.
         unguarded_clock: known-bad variant (issue 38): `write_ts` is the wall
             clock without the `max`/`GREATEST` (`MemoryOracle.open`).
         skip_epoch_fencing: known-bad variant: in-memory oracles never learn
-            they were deposed (`oracle.stash.UnfencedStash`).
+            they were deposed (`oracle.timestamp_store.UnfencedTimestampStore`).
     """
 
     backend: OracleBackend
     url: str = ""
     pool_size: int = 8
     application_name: str = "coordsim-oracle"
-    stash_name: str = "default"
+    store_name: str = "default"
     window_ms: int = DEFAULT_WINDOW_MS
-    stash: MemTimestampStash | None = None
+    store: MemTimestampStore | None = None
     rows: ModeledOracleRows | None = None
     unguarded_clock: bool = False
     skip_epoch_fencing: bool = False
@@ -101,10 +101,10 @@ class OracleSpec:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise InvalidUsage(f"{name} must be an int >= 1, got {value!r}")
-        if not self.stash_name or len(self.stash_name) > 256:
-            raise InvalidUsage(f"invalid stash name {self.stash_name!r}: a non-empty str of <= 256 chars")
-        if self.stash is not None and self.backend is not OracleBackend.MEMORY:
-            raise InvalidUsage(f"a shared in-memory stash is for the {OracleBackend.MEMORY} backend only")
+        if not self.store_name or len(self.store_name) > 256:
+            raise InvalidUsage(f"invalid store name {self.store_name!r}: a non-empty str of <= 256 chars")
+        if self.store is not None and self.backend is not OracleBackend.MEMORY:
+            raise InvalidUsage(f"a shared in-memory store is for the {OracleBackend.MEMORY} backend only")
         if self.rows is not None and self.backend is not OracleBackend.MODELED:
             raise InvalidUsage(f"shared modeled rows are for the {OracleBackend.MODELED} backend only")
         if self.skip_epoch_fencing and not self.backend.in_memory_oracle:
@@ -156,8 +156,9 @@ def oracle_spec(url: str, *, application_name: str | None = None) -> OracleSpec:
             f"unknown oracle URL scheme {u.scheme!r} in {redact_url(url)}: "
             "expected mem://, memory+postgres://, postgres:// or modeled://"
         )
-    stash_name = u.params.get("stash", "default")
-    if not stash_name:
+    # The parameter keeps the store's former name (issue 37): URLs in use say `stash=`.
+    store_name = u.params.get("stash", "default")
+    if not store_name:
         raise InvalidUsage(f"parameter stash in {redact_url(url)} must not be empty")
     return OracleSpec(
         backend,
@@ -168,13 +169,13 @@ def oracle_spec(url: str, *, application_name: str | None = None) -> OracleSpec:
         else "",
         pool_size=_int_param(u, "pool_size", 8),
         application_name=application_name or u.params.get("application_name", "coordsim-oracle"),
-        stash_name=stash_name,
+        store_name=store_name,
         window_ms=_int_param(u, "window_ms", DEFAULT_WINDOW_MS),
     )
 
 
 async def open_oracles(spec: OracleSpec | str, rt: Runtime) -> Oracles:
-    """Opens one process's oracle backend (a Postgres pool; a stash, whose
+    """Opens one process's oracle backend (a Postgres pool; a store, whose
     epoch the process bumps when it opens its first timeline; modeled rows).
     Use it as `async with await open_oracles(spec, rt) as oracles:`, then
     `await oracles.timeline(name)`; closing it closes every oracle it opened.
@@ -191,15 +192,15 @@ async def open_oracles(spec: OracleSpec | str, rt: Runtime) -> Oracles:
     if spec.backend is OracleBackend.MODELED:
         return Oracles(spec, rt, rows=spec.rows or ModeledOracleRows())
     if spec.backend is OracleBackend.MEMORY:
-        return Oracles(spec, rt, stash=spec.stash or MemTimestampStash(rt), owns_stash=spec.stash is None)
+        return Oracles(spec, rt, store=spec.store or MemTimestampStore(rt), owns_store=spec.store is None)
     if spec.backend is OracleBackend.MEMORY_POSTGRES:
-        from oracle.pgstash import PostgresTimestampStash
+        from oracle.timestamp_store_postgres import PostgresTimestampStore
 
-        stash = await PostgresTimestampStash.connect(
-            spec.url, rt, name=spec.stash_name, pool_size=spec.pool_size,
+        store = await PostgresTimestampStore.connect(
+            spec.url, rt, name=spec.store_name, pool_size=spec.pool_size,
             application_name=spec.application_name,
         )
-        return Oracles(spec, rt, stash=stash, owns_stash=True)
+        return Oracles(spec, rt, store=store, owns_store=True)
     from sim.runtime.pgclient import PostgresClient
 
     client = await PostgresClient.connect(
@@ -212,7 +213,7 @@ async def open_oracles(spec: OracleSpec | str, rt: Runtime) -> Oracles:
 class Oracles:
     """One process's oracles on one backend; `open_oracles` opens it.
 
-    An in-memory oracle's process holds one stash epoch for all its timelines
+    An in-memory oracle's process holds one store epoch for all its timelines
     (opening the first bumps it, fencing every older process); Postgres
     oracles share one pool; modeled ones one table.
     """
@@ -222,17 +223,17 @@ class Oracles:
         spec: OracleSpec,
         rt: Runtime,
         *,
-        stash: TimestampStash | None = None,
-        owns_stash: bool = False,
+        store: TimestampStore | None = None,
+        owns_store: bool = False,
         client: PostgresClient | None = None,
         rows: ModeledOracleRows | None = None,
     ) -> None:
         """Use `open_oracles`."""
         self.spec = spec
         self._rt = rt
-        self._raw_stash = stash
-        self._stash = UnfencedStash(stash) if stash is not None and spec.skip_epoch_fencing else stash
-        self._owns_backend = owns_stash or client is not None
+        self._raw_store = store
+        self._store = UnfencedTimestampStore(store) if store is not None and spec.skip_epoch_fencing else store
+        self._owns_backend = owns_store or client is not None
         self._client = client
         self._rows = rows
         self._epoch: int | None = None
@@ -247,7 +248,7 @@ class Oracles:
 
     @property
     def epoch(self) -> int | None:
-        """In-memory oracles: this process's stash epoch, once a timeline is open."""
+        """In-memory oracles: this process's store epoch, once a timeline is open."""
         return self._epoch
 
     def __repr__(self) -> str:
@@ -308,12 +309,12 @@ class Oracles:
         spec, rt = self.spec, self._rt
         if self._rows is not None:
             return ModeledOracle(self._rows, name, rt, unguarded_clock=spec.unguarded_clock)
-        if self._stash is not None:
+        if self._store is not None:
             if self._epoch is None:
-                self._epoch = await self._stash.open()  # a new process: fences every older one
+                self._epoch = await self._store.open()  # a new process: fences every older one
             return await MemoryOracle.open(
-                self._stash, name, rt, epoch=self._epoch, window_ms=spec.window_ms,
-                owns_stash=owns, unguarded_clock=spec.unguarded_clock, at_upper=at_upper,
+                self._store, name, rt, epoch=self._epoch, window_ms=spec.window_ms,
+                owns_store=owns, unguarded_clock=spec.unguarded_clock, at_upper=at_upper,
             )
         from oracle.postgres import PostgresOracle
 
@@ -323,13 +324,13 @@ class Oracles:
         )
 
     async def persisted_upper(self, timeline: str) -> int | None:
-        """In-memory oracles: the upper the stash holds for `timeline` (above
+        """In-memory oracles: the upper the store holds for `timeline` (above
         every timestamp any process handed out on it), read without opening
         the timeline or bumping the epoch; None if there is none."""
         check_timeline(timeline)
-        if self._stash is None:
-            raise InvalidUsage(f"{self.spec.backend} oracles keep no stash")
-        return await self._stash.read_upper(timeline)
+        if self._store is None:
+            raise InvalidUsage(f"{self.spec.backend} oracles keep no store")
+        return await self._store.read_upper(timeline)
 
     async def close(self) -> None:
         """Closes the oracles (the last opened first), then the backend."""
@@ -345,8 +346,8 @@ class Oracles:
             if not self._handed_over:
                 if self._client is not None:
                     await self._client.close()
-                elif self._raw_stash is not None and self._owns_backend:
-                    await self._raw_stash.close()
+                elif self._raw_store is not None and self._owns_backend:
+                    await self._raw_store.close()
 
     async def __aenter__(self) -> Self:
         return self

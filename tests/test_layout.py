@@ -178,7 +178,7 @@ def test_the_product_keeps_its_layers() -> None:
 @pytest.mark.parametrize(
     ("module", "line", "rule"),
     [
-        ("persist/shard_x.py", "from sim.load.config import Config", "below sim"),
+        ("persist/shard_x.py", "from sim.load.run_config import RunConfig", "below sim"),
         ("oracle/x.py", "from persist.location import Blob", "the oracle stands alone"),
         ("sim/runtime/x.py", "from persist.location import Blob", "imports nothing else"),
         ("sim/compare/x.py", "from sim.cli.main import app", "nothing outside sim.cli"),

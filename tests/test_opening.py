@@ -50,7 +50,7 @@ IMPLEMENTATION_TESTS: Final = {
     "tests/oracle/test_conformance.py": {"oracle.postgres.PostgresOracle"},
     # The seed's SQL, the pool bound, 40001 retries: PostgresOracle's own knobs.
     "tests/oracle/test_postgres.py": {"oracle.postgres.PostgresOracle"},
-    # Restarts on one stash or table: a starting timestamp, a window, an epoch.
+    # Restarts on one timestamp store or table: a starting timestamp, a window, an epoch.
     "tests/oracle/test_restart.py": {"oracle.memory.MemoryOracle", "oracle.postgres.PostgresOracle"},
     # A pool of one, statement timeouts and a server killed mid-write.
     "tests/persist/test_postgres_consensus.py": {"persist.postgres.PostgresConsensus"},

@@ -72,8 +72,6 @@ EXIT: Final = {"valid": 0, "invalid": 1, "unknown": 3}
 MAX_SHRINK_RUNS: Final = 100_000
 #: Failing seeds a sweep prints (summary.json has them all).
 SHOWN_FAILING: Final = 50
-#: Seconds between progress lines when stderr is not a terminal.
-PROGRESS_EVERY_S: Final = 5.0
 
 anomalies_app = typer.Typer(help="Anomaly scenarios: run and check one scenario for one seed.")
 
@@ -214,12 +212,14 @@ def anomalies_run(
     from rich.markup import escape
 
     from sim.cli.check import document
+    from sim.cli.heartbeat import heartbeat, virtual_status
     from sim.cli.pg import DeathWatch, on_postgres_death
     from sim.history.checker import check_history
     from sim.history.verdict_file import VERDICT_FILE, write_verdict
     from sim.nemesis.anomalies import RunStuck, run_spec
     from sim.nemesis.shrink import load_scenario_file, run_program
     from sim.nemesis.sweep import write_run_trace
+    from sim.runtime.events import for_run
 
     output = options.pick(output, old_out, old_name="--out", new_name="-o/--output")
     if scenario_opt is not None and (scenario_opt.endswith(".py") or Path(scenario_opt).is_file()):
@@ -254,12 +254,14 @@ def anomalies_run(
     # a failed or interrupted run leaves nothing there.
     watch = DeathWatch(target)
     with options.disk_full_is_external(target), staged_dir(target, "anomalies run") as stage, \
-            on_postgres_death(watch):
+            for_run(run=target.name, config=spec.config), on_postgres_death(watch):
         try:
-            if program is not None:
-                history, events = run_program(spec, program, schedule=policy)
-            else:
-                history, events = run_spec(spec, on_death=watch)
+            with heartbeat(_err(), f"anomalies run {spec.scenario} on {spec.config}, seed {spec.seed}",
+                           status=virtual_status):
+                if program is not None:
+                    history, events = run_program(spec, program, schedule=policy)
+                else:
+                    history, events = run_spec(spec, on_death=watch)
         except RunStuck as exc:
             # A result, not a crash: the liveness failure and where it stopped.
             print(f"coordsim: {exc}; replay: {replay}", file=sys.stderr, flush=True)  # noqa: T201
@@ -280,47 +282,6 @@ def anomalies_run(
     _out().print(f"verdict: [bold]{report.outcome.value}[/bold]")
     options.wrote(target)
     raise typer.Exit(EXIT[report.outcome])
-
-
-class _Progress:
-    """A bar on a terminal; elsewhere (a pipe, CI's log) a line every few seconds."""
-
-    def __init__(self, total: int) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        self.total = total
-        self.done = 0
-        self.failing = 0
-        self.t0 = time.monotonic()
-        self._last = self.t0
-        self._bar = Progress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=_err(), transient=True, disable=not _err().is_terminal,
-        )
-        self._task = self._bar.add_task("sweep", total=total)
-
-    def __enter__(self) -> _Progress:
-        self._bar.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._bar.__exit__(None, None, None)
-
-    def update(self, r: SeedResult) -> None:
-        self.done += 1
-        self.failing += r.failing
-        self._bar.update(self._task, advance=1, description=f"sweep: {self.failing} failing")
-        now = time.monotonic()
-        if not _err().is_terminal and (now - self._last >= PROGRESS_EVERY_S or self.done == self.total):
-            self._last = now
-            _err().print(f"sweep: {self.done}/{self.total} seeds, {self.failing} failing, "
-                         f"{now - self.t0:.0f} s", markup=False)
 
 
 def _print_summary(summary: Summary, out: Path, seconds: float, jobs: int) -> None:
@@ -390,8 +351,10 @@ def anomalies_sweep(
       coordsim anomalies sweep split-brain --config event-loop --seeds 1000 -j 2 --schedule random
     """
     from coordinator.config import check_known_bad
+    from sim.cli.heartbeat import heartbeat
     from sim.nemesis.anomaly_spec import coordinator_config, parse_known_bad
     from sim.nemesis.sweep import Summary, SweepWriter, sweep, tasks
+    from sim.runtime.events import for_run
     from sim.runtime.workers import MAX_JOBS
 
     output = options.pick(output, old_out, old_name="--out", new_name="-o/--output")
@@ -406,21 +369,27 @@ def anomalies_sweep(
     check_int("--jobs", n_jobs, low=1, high=MAX_JOBS, unit="worker processes")
     by_seed = {t.seed: t for t in work}
     out = run_dir(output, "anomalies sweep").absolute()
-    with options.disk_full_is_external(out), staged_dir(out, "anomalies sweep") as stage:
+    t0 = time.monotonic()
+    # -v: the seeds' events bound to this run (--jobs 1; worker processes emit none).
+    with options.disk_full_is_external(out), staged_dir(out, "anomalies sweep") as stage, \
+            for_run(run=out.name, config=config):
         writer = SweepWriter(stage, out)
-        with _Progress(len(work)) as progress:
+        done = [0, 0]  # seeds, failing ones
 
-            def on_result(r: SeedResult) -> None:
-                writer.add(by_seed[r.seed], r)
-                progress.update(r)
+        def on_result(r: SeedResult) -> None:
+            writer.add(by_seed[r.seed], r)
+            done[0] += 1
+            done[1] += r.failing
 
+        with heartbeat(_err(), f"anomalies sweep {scenario} on {config}",
+                       status=lambda: f"{done[0]}/{len(work)} seeds, {done[1]} failing"):
             results = sweep(work, jobs=n_jobs, on_result=on_result)
         summary = Summary(scenario, config, work[0].known_bad, tuple(results), work[0].schedule)
         writer.finish(summary)
     if as_json:
         options.print_json({"output": str(out), **summary.to_json()})
         raise typer.Exit(EXIT[summary.outcome])
-    _print_summary(summary, out, time.monotonic() - progress.t0, min(n_jobs, len(work)))
+    _print_summary(summary, out, time.monotonic() - t0, min(n_jobs, len(work)))
     options.wrote(out)
     raise typer.Exit(EXIT[summary.outcome])
 
@@ -475,6 +444,7 @@ def shrink_command(
     """
     from rich.markup import escape
 
+    from sim.cli.heartbeat import heartbeat
     from sim.history.checker import ANOMALY_NAMES
     from sim.nemesis.shrink import shrink
 
@@ -499,6 +469,7 @@ def shrink_command(
             from sim.services.postgres import postgres_server
 
             url = stack.enter_context(postgres_server(fsync=False))
+        stack.enter_context(heartbeat(_err(), f"shrink {spec.scenario} on {spec.config}"))
         result = shrink(
             spec,
             anomaly=anomaly,
@@ -524,6 +495,7 @@ def _shrink_ops(spec: Spec, policy: str, anomaly: str | None, max_runs: int, out
     """`shrink` in virtual mode: down to single operations, into a scenario file."""
     from rich.markup import escape
 
+    from sim.cli.heartbeat import heartbeat
     from sim.nemesis.shrink import script_file, shrink_ops
     from sim.runtime.outputs import atomic_write
 
@@ -533,8 +505,9 @@ def _shrink_ops(spec: Spec, policy: str, anomaly: str | None, max_runs: int, out
     if out is not None and out.suffix != ".py":
         raise InvalidUsage(f"-o/--output {out}: a scenario file ends in .py")
     path = out if out is not None else Path("FILE.py")
-    result = shrink_ops(spec, schedule=policy, anomaly=anomaly, max_runs=max_runs,
-                        progress=lambda s: _out().print(f"[dim]{escape(s)}[/dim]"))
+    with heartbeat(_err(), f"shrink {spec.scenario} on {spec.config}"):
+        result = shrink_ops(spec, schedule=policy, anomaly=anomaly, max_runs=max_runs,
+                            progress=lambda s: _out().print(f"[dim]{escape(s)}[/dim]"))
     if result is None:
         _out().print(f"{escape(spec.command())}: no {anomaly or 'anomaly'} to shrink")
         raise typer.Exit(0)

@@ -65,7 +65,7 @@ def calibrate(
     from_run: Annotated[Path | None, typer.Option("--from", metavar="RUN_DIR", help="Build the profile from a real-mode `coordsim compare` run's recorded round trips and per-handler Python CPU instead of measuring: a profile of this host's Python coordinator, for predicting that run in virtual mode.")] = None,
     levels: Annotated[str | None, typer.Option("--levels", metavar="N,...", show_default="the run's lowest", help="With --from: the concurrency levels whose cells the round trips are fitted from.")] = None,
 ) -> None:
-    """Measure oracle, stash and consensus round trips against the configured Postgres (embedded unless COORDSIM_POSTGRES_URL) and write a latency profile for `--mode virtual`; prints the file last.
+    """Measure oracle, timestamp-store, catalog-stash and consensus round trips against the configured Postgres (embedded unless COORDSIM_POSTGRES_URL) and write a latency profile for `--mode virtual`; prints the file last.
 
     Examples:
       coordsim calibrate   # not in CI: it measures this host, and refuses a busy one
@@ -83,7 +83,7 @@ def calibrate(
     from sim.cli.tables import new_table, plain, print_tables
     from sim.compare.host import HostSampler
     from sim.compare.runner import postmaster_pids
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
     from sim.model.calibrate import (
         calibrate_profile,
         check_host,
@@ -108,7 +108,7 @@ def calibrate(
         _err().print(f"calibrate: --force on a busy host ({host.busy_reason}): the profile is marked "
                      "forced_on_busy_host", markup=False, highlight=False)
     isolation = None if pg_isolation is None else pg_isolation.value
-    with postgres_for(Config(mode="real"), fsync=fsync, isolation=isolation) as cfg:
+    with postgres_for(RunConfig(mode="real"), fsync=fsync, isolation=isolation) as cfg:
         assert cfg.postgres_url is not None
         # Postgres's CPU is the calibration's own: what is left is other processes'.
         sampler = HostSampler(also_own=postmaster_pids(cfg) or tuple)
@@ -142,7 +142,7 @@ def _from_run(run_dir: Path, output: Path, levels: str | None, *, s3: str | None
     """`calibrate --from`: nothing is measured, so there is no host to check;
     the profile carries the run's own provenance (and its busy verdict)."""
     from sim.cli.tables import new_table, plain, print_tables
-    from sim.load.config import DEFAULT_PROFILE
+    from sim.load.run_config import DEFAULT_PROFILE
     from sim.model.from_run import profile_from_run, render_run_profile
 
     if s3 is not None:

@@ -84,7 +84,10 @@ def _missing_blob_dir(location: str) -> Path | None:
 
 
 def _run(location: str, op: Callable[[DurableCatalog], Awaitable[T]]) -> T:
+    from rich.console import Console
+
     from catalog.open import open_catalog
+    from sim.cli.heartbeat import heartbeat
     from sim.runtime.core import run
 
     missing = _missing_blob_dir(location)
@@ -97,7 +100,10 @@ def _run(location: str, op: Callable[[DurableCatalog], Awaitable[T]]) -> T:
 
     # A fresh seed per run: persist derives writer ids and batch keys from the
     # Runtime's rng, so two runs with one seed would write the same blob keys.
-    return run(main, virtual=False, seed=int.from_bytes(os.urandom(8), "big"))
+    # A big catalog on a remote location takes a while to read: a heartbeat
+    # on stderr (stdout is the dump).
+    with heartbeat(Console(stderr=True, highlight=False, soft_wrap=True), f"catalog {redact_text(location)}"):
+        return run(main, virtual=False, seed=int.from_bytes(os.urandom(8), "big"))
 
 
 @catalog_app.command("dump")

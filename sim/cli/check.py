@@ -25,7 +25,7 @@ import typer
 
 from sim.cli import options
 from sim.cli.options import wrote
-from sim.history.checker.run import CHECKERS, LINEAR_MAX_OPS
+from sim.history.checker.run import CHECKERS, LINEAR_MAX_OPS, RENAMED_CHECKERS
 from sim.history.model import HistoryError
 from sim.history.verdict_file import VERDICT_FILE
 from sim.load.limits import MAX_DURATION_S, MAX_OPS, check_float, check_int
@@ -126,7 +126,7 @@ def check(
     ] = None,
     jobs: options.Jobs = None,
 ) -> None:
-    """Check recorded histories: named anomalies, strict serializability (black-box and timestamp replay), oracle guarantees, per-table linearizability (set and multiset models), and what each covered per table.
+    """Check recorded histories: named anomalies, strict serializability (black-box, and white-box against the system's timestamps), oracle guarantees, per-table linearizability (set and multiset models), and what each covered per table.
 
     The verdict fails closed: valid (exit 0) only if every operation to judge was judged by some checker, invalid (1) on any anomaly, otherwise unknown (3) with what was not judged and why; 2 on bad input. Writes verdict.json into each trace directory (see sim/history/verdict_file.py) unless that would touch a file that is not coordsim's. HISTORY may hold several histories (a compare run, a folder of EDN files): each is checked (on --jobs worker processes, one per core by default) with a progress line on stderr, then one summary table; the exit code is the worst: 1 if any is invalid, else 2 if one could not be read, else 3 if any is unknown, else 0. With --json and several, stdout is a JSON list with one object per history (its verdict document, or its `error`).
 
@@ -136,7 +136,10 @@ def check(
       coordsim check history.edn --html timeline.html
       coordsim check histories/ --jobs 2 --json
     """
-    chosen = list(checker or CHECKERS)
+    given = checker or list(CHECKERS)
+    for old in sorted(RENAMED_CHECKERS.keys() & set(given)):  # one note per old name, however often given
+        options.deprecated(f"--checker {old}", f"--checker {RENAMED_CHECKERS[old]}")
+    chosen = [RENAMED_CHECKERS.get(name, name) for name in given]
     bad = sorted(set(chosen) - set(CHECKERS))
     if bad:
         raise _bad_input(f"unknown checker(s) {', '.join(bad)}; choose from {', '.join(CHECKERS)}")
@@ -357,11 +360,14 @@ def _check_one(
     from rich.markup import escape
     from rich.text import Text
 
+    from sim.cli.heartbeat import heartbeat
     from sim.cli.tables import new_table, plain, print_tables
     from sim.history.checker.html import timeline_html
     from sim.history.verdict_file import verdict_text, write_verdict
 
-    h, events, report = _judge(path, chosen, linear_limit, linear_max_ops)
+    # A big history takes minutes to read and check: a heartbeat meanwhile.
+    with heartbeat(_err(), f"check {path}"):
+        h, events, report = _judge(path, chosen, linear_limit, linear_max_ops)
     doc = document(report, trace=str(path), ops=h.n)
     # The page first: bad input (an unwritable --html) must leave nothing behind.
     if html is not None:

@@ -52,7 +52,8 @@ if TYPE_CHECKING:
     from sim.compare.pairs import Measured
     from sim.compare.provenance import ProvenanceStart
     from sim.compare.rows import LevelRow
-    from sim.load.config import Config
+    from sim.history.recorder import HistoryRecorder
+    from sim.load.run_config import RunConfig
 
 __all__ = ["register"]
 
@@ -85,7 +86,7 @@ def register(app: typer.Typer) -> None:
 
 # --- options (the shared ones: sim/cli/options.py) ------------------------------------
 
-ConfigFile = Annotated[Path | None, typer.Option("--config-file", "-c", metavar="FILE", help="TOML file of `Config` keys (`coordsim config show` prints them all).")]
+ConfigFile = Annotated[Path | None, typer.Option("--config-file", "-c", metavar="FILE", help="TOML file of `RunConfig` keys (`coordsim config show` prints them all).")]
 ModeOpt = options.Mode
 ConfigsOpt = Annotated[str | None, typer.Option("--configs", metavar="NAMES", show_default="all", help=f"Comma-separated configurations: {', '.join(CONFIGURATIONS)}, or variants of a config file.")]
 WorkloadsOpt = Annotated[str | None, typer.Option("--workloads", "-w", metavar="NAMES", show_default="select-one,insert,update", help=f"Comma-separated workloads ({', '.join(WORKLOADS)}) or scenario files (.toml: a workload with its settings; .py: a script, run --repeat times).")]
@@ -105,13 +106,13 @@ RepeatOpt = Annotated[int | None, typer.Option("--repeat", metavar="N", show_def
 
 def build_config(
     config_file: Path | None = None, **flags: Any
-) -> Config:
-    """The effective `Config`: defaults, then the TOML file, then flags (a
+) -> RunConfig:
+    """The effective `RunConfig`: defaults, then the TOML file, then flags (a
     `--mode` enum as its name, `--output` as a string, and workload names in
     their one spelling, an old one noted)."""
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
 
-    cfg = Config.from_toml(config_file) if config_file is not None else Config()
+    cfg = RunConfig.from_toml(config_file) if config_file is not None else RunConfig()
     if isinstance(flags.get("mode"), options.ModeName):
         flags["mode"] = flags["mode"].value
     if isinstance(flags.get("output"), Path):
@@ -152,7 +153,7 @@ def config_show(
       coordsim compare -c my.toml
     """
     from sim.compare.scaleout import parse_adapters, with_adapters
-    from sim.load.config import knobs_toml
+    from sim.load.run_config import knobs_toml
 
     cfg = build_config(
         config_file, mode=mode, configurations=configs, workloads=workloads, concurrency=concurrency,
@@ -274,7 +275,12 @@ def compare(
     target = options_run_dir(cfg, "compare")
     wall0 = time.perf_counter()
     prov_start = start_provenance(argv=sys.argv, started=datetime.now(UTC))
+    from sim.runtime.events import for_run
+
+    # -v: the in-process passes' events bound to this run (each pass binds its
+    # configuration, workload and seed); worker processes (--jobs > 1) emit none.
     with options.disk_full_is_external(target), staged_dir(target, "compare") as stage, \
+            for_run(run=target.name), \
             postgres_for(cfg, isolation=isolation, output=target) as cfg, \
             workers(n_jobs, preload="sim.compare.runner") as pool:
         from sim.compare.runner import postmaster_pids  # heavy: not at start-up
@@ -293,7 +299,7 @@ def compare(
         if sensitivity:
             from sim.compare.breakeven_search import break_even
 
-            def rerun(scaled: Config, label: str) -> list[LevelRow]:
+            def rerun(scaled: RunConfig, label: str) -> list[LevelRow]:
                 _err().print(f"compare --sensitivity: {label}", markup=False, highlight=False)
                 sub = stage / "sensitivity" / label.replace(" ", "-")
                 return _measure(scaled, sub, check=False, progress=progress, pool=pool).rows
@@ -319,14 +325,14 @@ def compare(
         raise typer.Exit(1)
 
 
-def _pg_isolation(cfg: Config, given: options.PgIsolationName | None) -> str | None:
+def _pg_isolation(cfg: RunConfig, given: options.PgIsolationName | None) -> str | None:
     """`--pg-isolation`'s level, which only real mode has a use for."""
     if given is not None and cfg.mode != "real":
         raise InvalidUsage("--pg-isolation sets real mode's Postgres isolation level: use it with --mode real")
     return None if given is None else given.value
 
 
-def _reference(cfg: Config, reference: str | None) -> str:
+def _reference(cfg: RunConfig, reference: str | None) -> str:
     """`--reference`, checked against the configurations compared, or its
     default: event-loop (today's design) when compared, else the first."""
     if reference is None:
@@ -337,7 +343,7 @@ def _reference(cfg: Config, reference: str | None) -> str:
     return reference
 
 
-def _provenance(start: ProvenanceStart, cfg: Config, usage: HostUsage) -> dict[str, Any]:
+def _provenance(start: ProvenanceStart, cfg: RunConfig, usage: HostUsage) -> dict[str, Any]:
     """The run's provenance, read while its Postgres (if any) still runs."""
     from sim.compare.provenance import finish_provenance
     from sim.runtime.core import Runtime, run
@@ -363,13 +369,13 @@ def _baseline(path: Path) -> Path:
     return path
 
 
-def options_run_dir(cfg: Config, command: str) -> Path:
+def options_run_dir(cfg: RunConfig, command: str) -> Path:
     """Where `command` writes: `cfg.output` exactly, else a new run directory
     (`sim.runtime.run_dirs.run_dir`), as an absolute path."""
     return run_dir(cfg.output or None, command).absolute()
 
 
-def _jobs(cfg: Config, jobs: int | None) -> int:
+def _jobs(cfg: RunConfig, jobs: int | None) -> int:
     """`--jobs`, or its default: one worker per core in virtual mode, 1 in real
     mode, where passes run one at a time (their numbers are wall-clock)."""
     if jobs is None:
@@ -389,7 +395,7 @@ def _check_progress(progress: float | None) -> None:
 
 
 def _measure(
-    cfg: Config, stage: Path, *, check: bool, progress: float | None = None, dest: Path | None = None,
+    cfg: RunConfig, stage: Path, *, check: bool, progress: float | None = None, dest: Path | None = None,
     pool: concurrent.futures.Executor | None = None,
 ) -> Measured:
     """`sim.compare.pairs.measure_pairs` with its progress on stderr (`-P` is
@@ -448,7 +454,7 @@ def run_scenario(
         with options.disk_full_is_external(target), staged_dir(target, "run") as stage, \
                 for_run(run=target.name, config=config, directory=stage if events else None), \
                 postgres_for(cfg, isolation=_pg_isolation(cfg, pg_isolation), output=target) as cfg:
-            verdict = _run_python(cfg, config, sc, stage, target)
+            verdict = _run_python(cfg, config, sc, stage, target, every=progress)
         _out().print(verdict, markup=False, highlight=False)
         options.wrote(target)
         if verdict.rstrip().endswith("FAIL"):
@@ -475,14 +481,24 @@ def run_scenario(
         raise typer.Exit(1)
 
 
-def _run_python(cfg: Config, config_name: str, sc: Any, stage: Path, target: Path) -> str:
+def _run_python(cfg: RunConfig, config_name: str, sc: Any, stage: Path, target: Path, *, every: float | None) -> str:
+    from sim.cli.heartbeat import heartbeat, virtual_status
     from sim.compare.scripts import run_script_once, verdict_text
     from sim.history.checker import check_history
     from sim.history.traces import write_trace
     from sim.history.verdict_file import VERDICT_FILE, verdict_document, write_verdict
     from sim.load.scenarios import scenario_error
 
-    one = run_script_once(cfg, config_name, sc, seed=cfg.seed)
+    seen: list[HistoryRecorder] = []
+
+    def status() -> str:
+        done = f"{seen[-1].completed:,} operations done" if seen else "starting"
+        vt = virtual_status() if cfg.mode == "virtual" else ""
+        return f"{vt}, {done}" if vt else done
+
+    # A script may run for long with no level to count: a heartbeat (-P: its period).
+    with heartbeat(_err(), f"run {sc.name} on {config_name}", every=every, status=status):
+        one = run_script_once(cfg, config_name, sc, seed=cfg.seed, on_recorder=seen.append)
     history, events, error = one.history, one.events, one.error
     if one.stuck is not None:
         # A result, not bad input (issue 38 item 5): its line, exit 1.

@@ -145,46 +145,51 @@ def export(
       coordsim export coordsim-out/latest -f edn
       coordsim export coordsim-out/latest-compare -f hgrm -o latency
     """
+    from rich.console import Console
+
+    from sim.cli.heartbeat import heartbeat
     from sim.spark.frames import expand_traces
 
-    try:
-        if not trace.exists():
-            raise HistoryError(f"{trace}: no such trace directory or EDN file")
-        if fmt is Format.hgrm:
-            _export_hgrm(trace, output)
-            return
-        found = [Path(t) for t in expand_traces([str(trace)])] if trace.is_dir() else [trace]
-        ext = _EXTENSION[fmt]
-        # A link (coordsim-out/latest) is named after what it points at.
-        name = trace.resolve().name if trace.is_dir() else trace.stem
-        if len(found) == 1:
-            target = output if output is not None else Path(f"{name}.{ext}")
-            if target.is_dir():
-                target = target / f"{name}.{ext}"
-            _claim(target, fmt)  # before reading: refuse early
-            h, events = _read(found[0])
-            with removed_if_unfinished(target):
-                _write(h, events, fmt, target, str(found[0]))
-            wrote(target)
-            return
-        out_dir = run_dir(output, "export")
-        root = Path(os.path.abspath(trace))  # as `expand_traces` names them (`..` resolved)
-        written = []
-        with staged_dir(out_dir, "export") as stage:
-            for t in found:
-                rel = t.relative_to(root)
-                h, events = _read(t)
-                (stage / rel.parent).mkdir(parents=True, exist_ok=True)
-                _write(h, events, fmt, stage / rel.parent / f"{rel.name}.{ext}", str(t))
-                written.append(out_dir / rel.parent / f"{rel.name}.{ext}")
-    except (HistoryError, InvalidUsage) as exc:
-        raise _bad_input(str(exc)) from exc
-    except OSError as exc:
-        what = output or "the export"
-        if exc.errno in DISK_FULL:  # an external failure, not bad input: exit 1
-            print(f"coordsim: error: {write_failed(what, exc)}", file=sys.stderr)  # noqa: T201
-            raise typer.Exit(1) from exc
-        raise _bad_input(f"cannot write {what}: {exc.strerror or exc}") from exc
+    # Reading and converting big histories takes a while: a heartbeat on stderr (stdout lists the files).
+    with heartbeat(Console(stderr=True, highlight=False, soft_wrap=True), f"export {trace} as {fmt.value}"):
+        try:
+            if not trace.exists():
+                raise HistoryError(f"{trace}: no such trace directory or EDN file")
+            if fmt is Format.hgrm:
+                _export_hgrm(trace, output)
+                return
+            found = [Path(t) for t in expand_traces([str(trace)])] if trace.is_dir() else [trace]
+            ext = _EXTENSION[fmt]
+            # A link (coordsim-out/latest) is named after what it points at.
+            name = trace.resolve().name if trace.is_dir() else trace.stem
+            if len(found) == 1:
+                target = output if output is not None else Path(f"{name}.{ext}")
+                if target.is_dir():
+                    target = target / f"{name}.{ext}"
+                _claim(target, fmt)  # before reading: refuse early
+                h, events = _read(found[0])
+                with removed_if_unfinished(target):
+                    _write(h, events, fmt, target, str(found[0]))
+                wrote(target)
+                return
+            out_dir = run_dir(output, "export")
+            root = Path(os.path.abspath(trace))  # as `expand_traces` names them (`..` resolved)
+            written = []
+            with staged_dir(out_dir, "export") as stage:
+                for t in found:
+                    rel = t.relative_to(root)
+                    h, events = _read(t)
+                    (stage / rel.parent).mkdir(parents=True, exist_ok=True)
+                    _write(h, events, fmt, stage / rel.parent / f"{rel.name}.{ext}", str(t))
+                    written.append(out_dir / rel.parent / f"{rel.name}.{ext}")
+        except (HistoryError, InvalidUsage) as exc:
+            raise _bad_input(str(exc)) from exc
+        except OSError as exc:
+            what = output or "the export"
+            if exc.errno in DISK_FULL:  # an external failure, not bad input: exit 1
+                print(f"coordsim: error: {write_failed(what, exc)}", file=sys.stderr)  # noqa: T201
+                raise typer.Exit(1) from exc
+            raise _bad_input(f"cannot write {what}: {exc.strerror or exc}") from exc
     for p in written:
         print(p)  # noqa: T201 - the paths are the output; plain, so scripts can read them
     wrote(out_dir)

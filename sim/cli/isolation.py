@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from sim.compare.isolation import Architecture, PassResult
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
 
 __all__ = ["register"]
 
@@ -95,7 +95,7 @@ def isolation(
     """
     from sim.cli.pg import postgres_for
     from sim.compare.isolation import ARCHITECTURES, isolation_config, isolation_rows
-    from sim.load.config import knobs_toml
+    from sim.load.run_config import knobs_toml
 
     check_int("--victim-clients", victim_clients, low=1, high=MAX_CONCURRENCY, unit="clients")
     check_int("--repeat", repeat, low=1, high=MAX_REPEAT, unit="passes")
@@ -185,7 +185,7 @@ def isolation(
     options.wrote(target)
 
 
-def _jobs(cfg: Config, jobs: int | None) -> int:
+def _jobs(cfg: RunConfig, jobs: int | None) -> int:
     """`--jobs`, or its default: one worker per core in virtual mode; real mode
     runs one at a time (its figures are wall-clock)."""
     if jobs is None:
@@ -198,7 +198,7 @@ def _jobs(cfg: Config, jobs: int | None) -> int:
 
 
 def _run_all(
-    cfg: Config, order: list[tuple[int, Architecture, str]], victim_clients: int, pool: Any, wall0: float
+    cfg: RunConfig, order: list[tuple[int, Architecture, str]], victim_clients: int, pool: Any, wall0: float
 ) -> list[PassResult]:
     """Every run of `order`, on `pool`'s workers when there is one (virtual
     mode: simulated time, so the same figures), with a line per run on stderr."""
@@ -222,7 +222,7 @@ def _run_all(
     return results
 
 
-def _provenance(start: Any, cfg: Config, usage: Any) -> dict[str, Any]:
+def _provenance(start: Any, cfg: RunConfig, usage: Any) -> dict[str, Any]:
     """The run's provenance, read while its Postgres (if any) still runs."""
     from sim.compare.provenance import finish_provenance
     from sim.runtime.core import Runtime, run

@@ -74,13 +74,13 @@ class LazyCommand:
 
 #: In `coordsim --help` order. Each module has `register(app)`, which adds its commands.
 LAZY_COMMANDS: Final = (
-    LazyCommand("check", "sim.cli.check", "Check recorded histories: named anomalies, strict serializability (black-box and timestamp replay), oracle guarantees, per-table linearizability (set and multiset models), and what each covered per table."),
+    LazyCommand("check", "sim.cli.check", "Check recorded histories: named anomalies, strict serializability (black-box, and white-box against the system's timestamps), oracle guarantees, per-table linearizability (set and multiset models), and what each covered per table."),
     LazyCommand("shrink", "sim.cli.anomalies", "Shrink a failing scenario while the same anomaly still appears, and print the smallest reproduction."),
     LazyCommand("compare", "sim.cli.compare", "Compare the configurations: run workloads under each with the same seeds, in steady state."),
     LazyCommand("run", "sim.cli.compare", "Run one scenario under one configuration and check it; write its trace (and the checker's verdicts) and print the directory last."),
     LazyCommand("export", "sim.cli.export", "Export recorded histories for established checkers and tools; prints every file written, and the directory (or file) last."),
     LazyCommand("isolation", "sim.cli.isolation", "Measure use-case isolation (seed 004): a victim's latency with and without a noisy neighbour, per architecture."),
-    LazyCommand("calibrate", "sim.cli.calibrate", "Measure oracle, stash and consensus round trips against the configured Postgres (embedded unless COORDSIM_POSTGRES_URL) and write a latency profile for `--mode virtual`; prints the file last."),
+    LazyCommand("calibrate", "sim.cli.calibrate", "Measure oracle, timestamp-store, catalog-stash and consensus round trips against the configured Postgres (embedded unless COORDSIM_POSTGRES_URL) and write a latency profile for `--mode virtual`; prints the file last."),
     LazyCommand("spark", "sim.cli.spark", "Spark: re-verify traces at scale (replay) and run many seeds as Spark tasks (sweep)."),
     LazyCommand("replay", "sim.cli.spark", "Deprecated name of `coordsim spark replay` (accepted until 0.3): Re-verify traces with Spark and compare the configurations' metrics; writes Parquet, report.md and plots and prints the directory last.", hidden=True),
     LazyCommand("sweep", "sim.cli.spark", "Deprecated name of `coordsim spark sweep` (accepted until 0.3): Run N seeds of an anomaly scenario as Spark tasks (virtual mode, one seed per task), write their traces to OUTPUT/traces, then replay them all into OUTPUT; prints the directory last.", hidden=True),

@@ -64,6 +64,7 @@ def matrix_command(
       coordsim anomalies matrix --seeds 5 -j 2
       coordsim anomalies matrix --seeds 100 --schedule pct
     """
+    from sim.cli.heartbeat import heartbeat
     from sim.cli.tables import new_table, plain, print_tables
     from sim.nemesis.matrix import COLUMNS, MATRIX_JSON, MATRIX_MD, rows, run_matrix, to_json, write
     from sim.runtime.schedule import parse_schedule
@@ -79,12 +80,17 @@ def matrix_command(
     out = run_dir(chosen, "anomalies matrix").absolute()
     t0 = time.monotonic()
 
+    done = [0]
+
     def progress(r: EntryResult) -> None:
+        done[0] += 1
         _err().print(f"{r.entry.label} / {r.entry.scenario} / {r.entry.config}: {r.detection()}, "
                      f"{r.coverage()} ({time.monotonic() - t0:.0f} s)", markup=False)
 
     with options.disk_full_is_external(out), staged_dir(out, "anomalies matrix") as stage:
-        results = run_matrix(seeds=seeds, jobs=n_jobs, schedule=policy, on_entry=progress)
+        # An entry may take many seeds: a heartbeat between the entries' lines.
+        with heartbeat(_err(), "anomalies matrix", status=lambda: f"{done[0]} entries done"):
+            results = run_matrix(seeds=seeds, jobs=n_jobs, schedule=policy, on_entry=progress)
         write(stage, results, seeds=seeds, command=command, schedule=policy)
     bad = [r for r in results if not r.as_expected]
     if as_json:

@@ -164,7 +164,7 @@ Schedule = Annotated[
                  help="Virtual loop's scheduling policy: fifo (asyncio's order), random (random walk) or pct "
                  "(priorities with change points; pct:d=DEPTH,k=STEPS), drawn from the seed."),
 ]
-#: Real mode's isolation level for every oracle, stash and Consensus session.
+#: Real mode's isolation level for every oracle, timestamp-store, catalog-stash and Consensus session.
 PgIsolation = Annotated[
     PgIsolationName | None,
     typer.Option(
@@ -177,7 +177,9 @@ PgIsolation = Annotated[
 ]
 #: `-P`'s help, one text wherever it is (the Spark commands' default differs).
 PROGRESS_HELP: Final = ("Every SECONDS of wall time, a progress line on stderr (as pgbench -P): the level, operations "
-                        "so far and ops/s (compare, run); Spark tasks done out of those known so far (spark).")
+                        "so far and ops/s (compare, run of a workload); the wall time, virtual time and operations "
+                        "done (run of a Python scenario: every 5 s by default); the fact running, k of N (validate: "
+                        "every 5 s by default); Spark tasks done out of those known so far (spark).")
 Progress = Annotated[
     float | None,
     typer.Option(

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from sim.compare.rows import LevelRow
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
 
 __all__ = ["shown"]
 
@@ -105,7 +105,7 @@ class _Shown(PairProgress):
 
 
 @contextlib.contextmanager
-def shown(err: Console, cfg: Config, every: float | None) -> Iterator[PairProgress]:
+def shown(err: Console, cfg: RunConfig, every: float | None) -> Iterator[PairProgress]:
     """The progress of measuring `cfg`'s pairs on `err`, for one `with` block;
     `every` is `-P`'s period (None: no ticker)."""
     total = len(cfg.workloads) * len(cfg.configurations) * len(cfg.concurrency) * cfg.window().repeat

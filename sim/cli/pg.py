@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
 
 __all__ = ["DeathWatch", "check_reachable", "on_postgres_death", "postgres_for"]
 
@@ -77,11 +77,10 @@ def _report(line: str) -> None:
 
 @contextlib.contextmanager
 def postgres_for(
-    cfg: Config, *, fsync: bool = True, isolation: str | None = None, output: Path | None = None
-) -> Iterator[Config]:
+    cfg: RunConfig, *, fsync: bool = True, isolation: str | None = None, output: Path | None = None
+) -> Iterator[RunConfig]:
     """Real mode: checks the configured Postgres answers, or starts an embedded
-    one for the duration — with fsync on by default, because the oracle and the
-    stash being compared are durable stores (CockroachDB in the seeds), and a
+    one for the duration — with fsync on by default, because the oracle, its timestamp store and the    catalog stash being compared are durable stores (CockroachDB in the seeds), and a
     commit's fsync is exactly the round trip the update path pays serially;
     virtual mode: nothing. The URL handed on names the sessions' isolation
     level: `isolation` (`--pg-isolation`), else the URL's own, else

@@ -296,6 +296,7 @@ def synth_trace(
       coordsim synth-trace --ops 1000000
       coordsim synth-trace --ops 100000 --planted 0 -o big-trace
     """
+    from sim.cli.heartbeat import heartbeat
     from sim.spark.synth import synth_trace as write
 
     t0 = time.perf_counter()
@@ -309,7 +310,7 @@ def synth_trace(
         check_int("--planted", planted, low=0, high=MAX_PLANTED, unit="chunks")
         check_int("--seed", seed, low=-MAX_SEED, high=MAX_SEED)
         out = run_dir(chosen, "synth-trace").absolute()
-        with staged_dir(out, "synth-trace") as stage:
+        with staged_dir(out, "synth-trace") as stage, heartbeat(_err(), f"synth-trace: {ops:,} operations"):
             write(stage, ops, seed=seed, planted=planted)
     except OSError as exc:
         raise _fail(options.write_failed(out, exc)) from exc

@@ -46,6 +46,13 @@ def _out() -> Console:
     return Console(highlight=False, soft_wrap=True)
 
 
+@functools.cache
+def _err() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
 def validate(
     output: options.Output = None,
     quick: Annotated[bool, typer.Option("--quick", help="Only the fast subset (the facts marked quick).")] = False,
@@ -54,6 +61,7 @@ def validate(
     ] = None,
     facts: Annotated[Path, typer.Option("--facts", metavar="FILE", help="The facts file.")] = FACTS,
     as_json: options.Json = False,
+    progress: options.Progress = None,
 ) -> None:
     """Hold the model to published facts about the seeds' system (virtual mode, fixed seeds, the shipped calibrated profile); exit 1 if one does not hold.
 
@@ -63,8 +71,13 @@ def validate(
       coordsim validate --quick   # exit 1: one fact, victim-off-loop-p95, does not hold (README)
       coordsim validate --only loop-messages-per-select -o validate-out
     """
+    from sim.cli.heartbeat import heartbeat
     from sim.cli.tables import new_table, plain, print_tables
+    from sim.load.limits import MAX_DURATION_S, check_float
     from sim.model.validate import ROLES, band_text, load_facts, number_text, run_fact, table_lines
+
+    if progress is not None:
+        check_float("--progress", progress, low=0, high=MAX_DURATION_S, unit="seconds", strict_low=True)
 
     # Binary, not UTF-8, endless (/dev/zero) or unreadable: one line, before parsing.
     read_text_file(facts, "facts file")
@@ -83,7 +96,9 @@ def validate(
     with options.disk_full_is_external(out), staged_dir(out, "validate") as stage:
         for i, fact in enumerate(chosen, start=1):
             t0 = time.perf_counter()
-            o = run_fact(fact)
+            # A fact may take minutes (a sweep of its own): which one runs, and for how long.
+            with heartbeat(_err(), f"validate: [{i}/{len(chosen)}] {fact.id}", every=progress):
+                o = run_fact(fact)
             outcomes.append(o)
             print(f"[{i}/{len(chosen)}] {fact.id}: {number_text(o.value)} ({'holds' if o.holds else 'DOES NOT HOLD'}, "  # noqa: T201
                   f"{time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)

@@ -111,7 +111,7 @@ def chain(src_name: str, dst_name: str) -> list[Step]:
             if "cores" in changed:
                 changed["cores"] = 1  # the event loop's one core: more cores are the next step
         if key == "cores" and arch is Architecture.DECOUPLED:
-            # Unset: the run's latency profile gives the cores (`Config.coordinator`).
+            # Unset: the run's latency profile gives the cores (`RunConfig.coordinator`).
             changed.pop("cores", None)
             variant = {"base": src_name, **changed}
             steps.append(Step(f"{src_name} +{key}=profile", key, variant))

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from sim.compare.conclusions import Measure
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
 
 __all__ = [
     "FRAGILE_WITHIN",
@@ -65,7 +65,7 @@ _DASH: Final = "\N{EN DASH}"
 #: noun: "unless the oracle round trip grows 6.2x"); others are "the <prefix>.* latency".
 _LATENCY_WHAT: Final[Mapping[str, str]] = {
     "oracle": "the oracle round trip",
-    "stash": "the timestamp-stash transaction",
+    "stash": "the timestamp-store transaction",
     "catalog": "the catalog-stash transaction",
     "consensus": "the persist consensus round trip",
     "blob": "the blob round trip",
@@ -88,7 +88,7 @@ class Cost:
     measured: bool
 
 
-def costs_of(cfg: Config, *, defaults: Mapping[str, object] | None = None) -> list[Cost]:
+def costs_of(cfg: RunConfig, *, defaults: Mapping[str, object] | None = None) -> list[Cost]:
     """Every cost family of `cfg`'s model: coordinator CPU, then each first
     dotted name among the profile's latencies and the code defaults
     (`REPLICA_LATENCIES`, `PROFILE_LATENCIES`, plus `defaults`), sorted. A

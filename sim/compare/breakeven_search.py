@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
     from sim.compare.conclusions import Measure, Ratio
     from sim.compare.rows import LevelRow
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
 
 __all__ = ["Evaluate", "break_even", "claims_of", "search"]
 
@@ -272,7 +272,7 @@ def _ratio(cells: Mapping[tuple[str, str, int], LevelRow], workload: str, config
     return paired_ratio(new[:n], old[:n]).ratio
 
 
-def _restricted(cfg: Config, claims: Sequence[Claim], reference: str) -> Config:
+def _restricted(cfg: RunConfig, claims: Sequence[Claim], reference: str) -> RunConfig:
     """`cfg` cut to what `claims` need: their workloads and configurations
     (and the reference), and the levels up to the highest of theirs, in
     sweep order (earlier levels stay: they build the state later ones see)."""
@@ -283,9 +283,9 @@ def _restricted(cfg: Config, claims: Sequence[Claim], reference: str) -> Config:
 
 
 def break_even(
-    cfg: Config,
+    cfg: RunConfig,
     rows: Sequence[LevelRow],
-    sweep: Callable[[Config, str], Sequence[LevelRow]],
+    sweep: Callable[[RunConfig, str], Sequence[LevelRow]],
     workdir: Path,
     *,
     reference: str,

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
     from coordinator.session import Coordinator, Result, Session
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
     from sim.runtime.core import Runtime
 
 __all__ = [
@@ -82,7 +82,7 @@ ARCHITECTURES: Final[tuple[Architecture, ...]] = (
 )
 
 
-def isolation_config(cfg: Config) -> Config:
+def isolation_config(cfg: RunConfig) -> RunConfig:
     """`cfg` with the experiment's configurations, those of `ARCHITECTURES`
     (in real mode the two adapters are two OS processes)."""
     variants = {**cfg.variants, "decoupled-2-adapters": {"base": "decoupled", "adapters": 2}}
@@ -158,7 +158,7 @@ def _neighbour_op(name: str, rt: Runtime) -> Callable[[Session, int, int], Await
 
 
 async def measure_run(
-    cfg: Config, arch: Architecture, neighbour: str, rt: Runtime, *, victim_clients: int
+    cfg: RunConfig, arch: Architecture, neighbour: str, rt: Runtime, *, victim_clients: int
 ) -> tuple[LevelResult, list[tuple[float, bool]]]:
     """One run on a fresh deployment: set-up, the neighbour's clients started
     (unless `BASELINE`), the victim measured in one window after the warm-up
@@ -198,7 +198,7 @@ async def measure_run(
 
 
 def run_pass(
-    cfg: Config, arch: Architecture, neighbour: str, *, index: int, victim_clients: int
+    cfg: RunConfig, arch: Architecture, neighbour: str, *, index: int, victim_clients: int
 ) -> PassResult:
     """Pass `index` (1-based, seed `cfg.seed + index - 1`) of `arch` beside
     `neighbour`, on its own loop (virtual or real, as `cfg.mode`)."""

@@ -15,7 +15,7 @@ from sim.compare.hostbound import thresholds_text as hostbound_rule
 from sim.compare.provenance import markdown as provenance_markdown
 from sim.compare.provenance import warning as provenance_warning
 from sim.compare.report import summary_document, write_markdown
-from sim.load.config import knobs_toml
+from sim.load.run_config import knobs_toml
 from sim.runtime.outputs import atomic_write
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from sim.compare.conclusions import Conclusions
     from sim.compare.report import BaselineCheck, Regression
     from sim.compare.rows import LevelRow
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
 
 __all__ = ["Outcome", "method_text", "write_outcome"]
 
@@ -39,7 +39,7 @@ class Outcome:
     ablation's lines (`--ablate`), `break_evens` the sensitivity search's
     result (`--sensitivity`)."""
 
-    cfg: Config
+    cfg: RunConfig
     rows: list[LevelRow]
     verdicts: list[str]
     anomalies: list[str]
@@ -110,7 +110,7 @@ def write_outcome(stage: Path, outcome: Outcome, *, output: Path, wall_s: float,
     return doc
 
 
-def method_text(cfg: Config, *, wall_s: float, cores: int | None, jobs: int) -> str:
+def method_text(cfg: RunConfig, *, wall_s: float, cores: int | None, jobs: int) -> str:
     """`report.md`'s opening paragraph: how every number below was measured,
     so a reader can judge a figure without the command line that made it."""
     w = cfg.window()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, final
 
-from sim.load.config import is_scenario_file
+from sim.load.run_config import is_scenario_file
 
 if TYPE_CHECKING:
     import concurrent.futures
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from sim.compare.rows import LevelRow
     from sim.compare.runner import RunOutput
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
 
 __all__ = ["Measured", "PairProgress", "measure_pairs"]
 
@@ -65,7 +65,7 @@ def _label(entry: str) -> str:
 
 
 def measure_pairs(
-    cfg: Config, stage: Path, progress: PairProgress, *, check: bool, dest: Path | None = None,
+    cfg: RunConfig, stage: Path, progress: PairProgress, *, check: bool, dest: Path | None = None,
     pool: concurrent.futures.Executor | None = None,
 ) -> Measured:
     """Every (workload, configuration) pair of `cfg`: measured in interleaved
@@ -122,7 +122,7 @@ def measure_pairs(
 
 
 def _run_entry(
-    cfg: Config,
+    cfg: RunConfig,
     entry: str,
     traces: dict[str, Path],
     on_level: Callable[[str, int, LevelRow], None],

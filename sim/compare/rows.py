@@ -27,12 +27,12 @@ if TYPE_CHECKING:
 
     from hdrh.histogram import HdrHistogram
 
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
 
 __all__ = ["BACKEND_GROUPS", "LevelRow", "level_row"]
 
 #: Backend kinds reported together as well as one by one (`<prefix>*` in
-#: `LevelRow.backend`): the Postgres oracle's statements, the timestamp stash's
+#: `LevelRow.backend`): the Postgres oracle's statements, the timestamp store's
 #: transactions (today's oracle: `confirm_leadership`, `write_upper`), the catalog
 #: stash's and persist Consensus's operations.
 BACKEND_GROUPS: Final = ("oracle.pg.", "stash.", "catalog.stash.", "consensus.")
@@ -110,7 +110,7 @@ class LevelRow:
     #: Every window's latencies together (µs), for `.hgrm` files; not a CSV column.
     histogram: HdrHistogram | None = field(default=None, compare=False, repr=False)
     # --- issue 35: what the backends cost, at which isolation level -----------------
-    #: Real mode: the level the oracle, stash and Consensus sessions ran at
+    #: Real mode: the level the oracle, timestamp-store, catalog-stash and Consensus sessions ran at
     #: (`serializable`, as CockroachDB, or `read-committed`); "" in virtual mode.
     pg_isolation: str = ""
     #: Real mode, over the level's span in every pass: round trips per backend
@@ -151,7 +151,7 @@ class LevelRow:
         return self.steady and not self.host_bound
 
 def level_row(
-    cfg: Config, config_name: str, workload_name: str, res: list[LevelResult], before: Any, after: Any, c: int,
+    cfg: RunConfig, config_name: str, workload_name: str, res: list[LevelResult], before: Any, after: Any, c: int,
     span: float, *, script: bool = False, backend: Sequence[BackendWindow] = (),
 ) -> LevelRow:
     """`span`: the level's whole time (warm-up and drain included), over which
@@ -245,7 +245,7 @@ def level_row(
     )
 
 
-def _backend_fields(cfg: Config, backend: Sequence[BackendWindow]) -> dict[str, Any]:
+def _backend_fields(cfg: RunConfig, backend: Sequence[BackendWindow]) -> dict[str, Any]:
     """`LevelRow`'s real-mode backend figures (its defaults in virtual mode)."""
     if cfg.mode != "real":
         return {}

@@ -44,6 +44,7 @@ from sim.load.loadgen import LevelResult, Window, measure_closed, measure_open, 
 from sim.load.workloads import OpContext, workload
 from sim.runtime.backend_stats import BACKEND_STATS, BackendStats, BackendWindow
 from sim.runtime.core import Runtime, run
+from sim.runtime.events import runtime_log
 from sim.runtime.pg import isolation_of
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 
     from coordinator.session import Coordinator, CoordinatorStatistics
     from sim.history.model import Event, History
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
 
 __all__ = [
     "PassLevel",
@@ -93,7 +94,7 @@ class SessionFactory:
         return RecordingSession(self.coord.connect(), self.recorder, client=client, statements=self._statements)
 
 
-def level_ops(cfg: Config, workload_name: str, concurrency: int) -> int:
+def level_ops(cfg: RunConfig, workload_name: str, concurrency: int) -> int:
     """Operations measured at `concurrency`: `ops_per_level` times the workload's
     `ops_scale`, scaled with sqrt(concurrency) (`sim.load.loadgen.ops_for_level`)."""
     base = max(1, math.ceil((cfg.ops_per_level or 1) * workload(workload_name).ops_scale))
@@ -138,7 +139,7 @@ class PassOutput:
 
 
 async def measure(
-    cfg: Config,
+    cfg: RunConfig,
     config_name: str,
     workload_name: str,
     rt: Runtime,
@@ -181,7 +182,7 @@ async def measure(
 
 
 async def _level(
-    cfg: Config,
+    cfg: RunConfig,
     factory: SessionFactory,
     workload_name: str,
     rt: Runtime,
@@ -231,7 +232,7 @@ async def _level(
     return results
 
 
-def postmaster_pids(cfg: Config) -> Callable[[], list[int]] | None:
+def postmaster_pids(cfg: RunConfig) -> Callable[[], list[int]] | None:
     """The embedded Postgres's postmaster, whose CPU is this run's although
     pg_ctl started it (it is not our descendant): for `HostProbe` and the
     run's `HostSampler`. None in virtual mode or for an external server,
@@ -262,7 +263,7 @@ def pass_trace_dir(trace_dir: Path, index: int) -> Path:
 
 
 def run_pass(
-    cfg: Config,
+    cfg: RunConfig,
     config_name: str,
     workload_name: str,
     trace_dir: Path,
@@ -279,7 +280,7 @@ def run_pass(
 
 
 def _simulate(
-    cfg: Config,
+    cfg: RunConfig,
     config_name: str,
     workload_name: str,
     index: int,
@@ -293,13 +294,16 @@ def _simulate(
         holder["recorder"] = recorder
         return await measure(cfg, config_name, workload_name, rt, recorder, on_level)
 
-    levels = run(main, seed=cfg.seed + index - 1, virtual=cfg.mode == "virtual", latency=cfg.latency())
+    # The components' events (when a command listens) say which pass they are of.
+    events = runtime_log().bind(**{"config": config_name, "workload": workload_name, "pass": index})
+    levels = run(main, seed=cfg.seed + index - 1, virtual=cfg.mode == "virtual", latency=cfg.latency(),
+                 events=events)
     recorder: HistoryRecorder = holder["recorder"]
     return levels, recorder.history(), recorder.events()
 
 
 def _traced(
-    cfg: Config,
+    cfg: RunConfig,
     config_name: str,
     workload_name: str,
     trace_dir: Path,
@@ -345,7 +349,7 @@ def _traced(
 
 
 def run_workload(
-    cfg: Config,
+    cfg: RunConfig,
     config_names: Sequence[str],
     workload_name: str,
     trace_dirs: Mapping[str, Path],
@@ -407,7 +411,7 @@ def run_workload(
 
 def _in_workers(
     pool: concurrent.futures.Executor,
-    cfg: Config,
+    cfg: RunConfig,
     workload_name: str,
     trace_dirs: Mapping[str, Path],
     order: Sequence[tuple[int, str]],
@@ -431,7 +435,7 @@ def _in_workers(
             future.cancel()
 
 
-def _simulated_in_worker(cfg: Config, config_name: str, workload_name: str, index: int) -> bytes:
+def _simulated_in_worker(cfg: RunConfig, config_name: str, workload_name: str, index: int) -> bytes:
     """`_simulate` in a worker, its result pickled (`sim.compare.pass_pickle`)."""
     return pass_pickle.dumps(_simulate(cfg, config_name, workload_name, index))
 
@@ -449,7 +453,7 @@ def _summed(stats: Sequence[CoordinatorStatistics | None]) -> CoordinatorStatist
 
 
 def run_pair(
-    cfg: Config,
+    cfg: RunConfig,
     config_name: str,
     workload_name: str,
     trace_dir: Path,

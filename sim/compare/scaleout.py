@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from sim.compare.rows import LevelRow
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
 
 __all__ = [
     "adapter_variant_name",
@@ -76,7 +76,7 @@ def equal_cores_variant_name(config_name: str, cores: int) -> str:
     return f"{config_name}-1-adapter-{cores}-cores"
 
 
-def with_adapters(cfg: Config, counts: tuple[int, ...]) -> Config:
+def with_adapters(cfg: RunConfig, counts: tuple[int, ...]) -> RunConfig:
     """`cfg` with each decoupled configuration replaced by one per count in
     `counts` (see the module docstring).
 

@@ -18,10 +18,12 @@ from sim.load.loadgen import LevelResult
 from sim.runtime.core import Runtime, run
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sim.history.checker.run import Report
     from sim.history.model import Event, History
-    from sim.load.config import Config
     from sim.load.driver import Sim
+    from sim.load.run_config import RunConfig
     from sim.load.scenarios import PythonScenario
     from sim.runtime.errors import CoordsimError
 
@@ -47,7 +49,10 @@ class ScriptRun:
     stuck: CoordsimError | None = None
 
 
-def run_script_once(cfg: Config, config_name: str, sc: PythonScenario, *, seed: int) -> ScriptRun:
+def run_script_once(
+    cfg: RunConfig, config_name: str, sc: PythonScenario, *, seed: int,
+    on_recorder: Callable[[HistoryRecorder], None] | None = None,
+) -> ScriptRun:
     """Runs `sc` once on a fresh deployment of `config_name`. The scenario's own
     exception is captured, not raised: the caller reports it with what the
     scenario recorded until then. A scenario that has not finished after the
@@ -55,7 +60,9 @@ def run_script_once(cfg: Config, config_name: str, sc: PythonScenario, *, seed: 
     which only the simulation's progress advances; real mode:
     `REAL_STUCK_AFTER_S` of wall time) is stopped: `stuck` says so. So is one
     that holds the loop (never yields) for `NO_YIELD_S` of wall time, which
-    no stuck limit could see (`sim.runtime.watchdog`)."""
+    no stuck limit could see (`sim.runtime.watchdog`). `on_recorder` is
+    given the run's recorder as it starts (a progress line counts its
+    operations)."""
     import anyio
 
     from sim.load.deployment import Deployment
@@ -71,6 +78,8 @@ def run_script_once(cfg: Config, config_name: str, sc: PythonScenario, *, seed: 
 
     async def main(rt: Runtime) -> None:
         recorder = HistoryRecorder(rt.now)
+        if on_recorder is not None:
+            on_recorder(recorder)
         deployments = Deployment.for_config(cfg, config_name, rt, recorder)
         async with deployments as dep:
             sim = Sim(rt, dep, recorder)
@@ -93,7 +102,7 @@ def run_script_once(cfg: Config, config_name: str, sc: PythonScenario, *, seed: 
                      holder.get("stuck"))
 
 
-def run_script(cfg: Config, config_name: str, sc: PythonScenario, trace_dir: Path) -> RunOutput:
+def run_script(cfg: RunConfig, config_name: str, sc: PythonScenario, trace_dir: Path) -> RunOutput:
     """A user's Python scenario under `config_name`, `cfg.window().repeat`
     times with seeds `cfg.seed`, `cfg.seed + 1`, …, as one row: its operations'
     throughput (operations / the span from the first invocation to the last
@@ -140,7 +149,7 @@ def _script_result(h: History) -> LevelResult:
     return res
 
 
-def verdict_text(run_: ScriptRun, report: Report, *, scenario: str, config_name: str, cfg: Config) -> str:
+def verdict_text(run_: ScriptRun, report: Report, *, scenario: str, config_name: str, cfg: RunConfig) -> str:
     """`coordsim run`'s verdict on one run of a Python scenario (printed, and
     kept as `verdict.txt`): each checker's outcome and anomalies, the
     coverage, the verdict, the scenario's failed expectations, and a last

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from controllers.replica_costs import REPLICA_LATENCIES
 from coordinator.config import Costs
-from sim.load.config import DEFAULT_PROFILE
 from sim.load.latency_profile import profile_cores, profile_costs_tables
+from sim.load.run_config import DEFAULT_PROFILE
 from sim.model.unmeasured import PROFILE_LATENCIES
 from sim.runtime.latency import Constant, Distribution, Empirical, LogNormal, Uniform
 from sim.runtime.outputs import atomic_write
@@ -22,7 +22,7 @@ from sim.runtime.outputs import atomic_write
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
 
 __all__ = ["scaled_costs", "scaled_latencies"]
 
@@ -56,7 +56,7 @@ def _toml_profile(spec: Mapping[str, Mapping[str, object]], header: str) -> str:
     return "\n".join(out)
 
 
-def scaled_costs(cfg: Config, names: Sequence[str], factor: float) -> Config:
+def scaled_costs(cfg: RunConfig, names: Sequence[str], factor: float) -> RunConfig:
     """`cfg` with the CPU costs `names` (`Costs` fields) multiplied by `factor`
     through its `[costs]` table (the run's own overrides are what is scaled)."""
     base = Costs()
@@ -65,7 +65,7 @@ def scaled_costs(cfg: Config, names: Sequence[str], factor: float) -> Config:
     return replace(cfg, costs=costs)
 
 
-def scaled_latencies(cfg: Config, names: Sequence[str], factor: float, path: Path, *, why: str) -> Config:
+def scaled_latencies(cfg: RunConfig, names: Sequence[str], factor: float, path: Path, *, why: str) -> RunConfig:
     """`cfg` with the latencies `names` multiplied by `factor`, through a
     profile written to `path` (so the rerun can be reproduced from it). A name
     the run's profile does not configure is scaled from its code default

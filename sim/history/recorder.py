@@ -77,6 +77,13 @@ class HistoryRecorder:
         """The clock in ns, e.g. to pass as an event's `start_ns` later."""
         return self._now()
 
+    @property
+    def completed(self) -> int:
+        """Operations invoked and completed so far. A progress line reads it
+        from another thread: two lengths, each read whole, so at worst one
+        operation stale."""
+        return len(self._ops) - len(self._pending)
+
     def fresh_process(self) -> int:
         """Reserves a process id never used or handed out before: each client
         takes one, and a client whose op ended `info` continues under a new

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from coordinator.config import CoordinatorConfig
     from coordinator.session import Coordinator
     from sim.history.recorder import HistoryRecorder
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
     from sim.runtime.core import Runtime
 
 __all__ = ["Deployment", "LatencySwitch", "switchable_latency"]
@@ -164,7 +164,7 @@ class Deployment:
                 database (dropped afterwards); None: virtual mode, in memory.
             modeled: virtual mode: the in-memory stores take `rt`'s modeled
                 latencies (compare, scripts); else they answer at once (the
-                anomaly runs, which model the oracle and stashes only).
+                anomaly runs, which model the oracle, its timestamp store and the catalog stash only).
             blob_url: real mode: Blob there instead of files in a temporary
                 directory.
         """
@@ -181,12 +181,12 @@ class Deployment:
     @classmethod
     @contextlib.asynccontextmanager
     async def for_config(
-        cls, cfg: Config, config_name: str, rt: Runtime, recorder: HistoryRecorder, *, workload: str | None = None
+        cls, cfg: RunConfig, config_name: str, rt: Runtime, recorder: HistoryRecorder, *, workload: str | None = None
     ) -> AsyncIterator[Deployment]:
         """A deployment of `config_name` as `cfg` describes the run: modeled
         in-memory stores in virtual mode; in real mode a fresh database on
         `cfg`'s Postgres, and `cfg.blob_url` or files. `workload` names what
-        it will run (see `Config.coordinator`)."""
+        it will run (see `RunConfig.coordinator`)."""
         pg = cfg.effective_postgres_url() if cfg.mode == "real" else None
         if cfg.mode == "real" and pg is None:
             raise CoordsimError("real mode needs a Postgres (start one or set COORDSIM_POSTGRES_URL)")

@@ -1,6 +1,6 @@
 """The one place a run's stores are opened: in memory (virtual mode, with or
 without modeled latency), or a fresh database on the user's server plus files
-(real mode), removed afterwards because shard ids and stash tables are not
+(real mode), removed afterwards because shard ids and the timestamp-store and catalog-stash tables are not
 namespaced per run. `sim.load.deployment.Deployment`, the one harness that
 builds coordinators (for compare's passes, scenario programs and scripts,
 validate's experiments and the anomaly runs alike), opens its stores here."""
@@ -37,7 +37,7 @@ __all__ = [
 
 async def fresh_database(pg_url: str) -> str:
     """Creates a database with a random name on `pg_url`'s server; returns its URL.
-    (Shard ids and stash tables are not namespaced, so each deployment gets its own.)"""
+    (Shard ids and the timestamp-store and catalog-stash tables are not namespaced, so each deployment gets its own.)"""
     import asyncpg
 
     name = f"coordsim_{uuid.uuid4().hex[:12]}"
@@ -97,7 +97,7 @@ class Stores:
 
     blob: Blob
     consensus: Consensus
-    #: Real mode: the run's database (oracle, stashes, Consensus); None: virtual.
+    #: Real mode: the run's database (oracle, timestamp store, catalog stash, Consensus); None: virtual.
     database_url: str | None = None
     #: Real mode: where `blob` is (adapter processes open it themselves).
     blob_url: str | None = None
@@ -109,7 +109,7 @@ async def open_stores(
 ) -> AsyncIterator[Stores]:
     """In-memory stores (`postgres_url` None; with `modeled`, behind the latency
     model of that runtime), or real ones: a fresh database on `postgres_url`'s
-    server for Consensus, the oracle and the stashes, and `blob_url` or files in
+    server for Consensus, the oracle, its timestamp store and the catalog stash, and `blob_url` or files in
     a temporary directory for Blob; all removed afterwards."""
     if postgres_url is None:
         if modeled is None:

@@ -100,7 +100,7 @@ class Workload:
 
     name: str = ""
     description: str = ""
-    #: Operations per level relative to `Config.ops_per_level`: cheap operations
+    #: Operations per level relative to `RunConfig.ops_per_level`: cheap operations
     #: get more so their levels last long enough to measure in real mode.
     ops_scale: float = 1.0
 

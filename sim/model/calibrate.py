@@ -1,5 +1,5 @@
 """`coordsim calibrate`: measures every round trip virtual mode models — each
-statement of the Postgres oracle, the timestamp stash's and the catalog stash's
+statement of the Postgres oracle, the timestamp store's and the catalog stash's
 transactions, every Consensus and Blob operation — against a real Postgres (and
 S3 if given), and renders them as a latency profile `--mode virtual` reads
 (`sim.load.latency_profile.load_profile`), headed by the machine, server and date they were
@@ -80,7 +80,7 @@ MEASURED: Final[Mapping[str, str]] = {
     "oracle.pg.write_ts": "PostgresOracle.write_ts: UPDATE ... RETURNING, committed",
     "oracle.pg.apply_write": "PostgresOracle.apply_write of the write_ts just allocated: UPDATE, committed",
     "stash.txn": (
-        "PostgresTimestampStash.confirm_leadership: lock the epoch row, commit (today's loop does one per "
+        "PostgresTimestampStore.confirm_leadership: lock the epoch row, commit (today's loop does one per "
         "batch of peek results; write_upper and open are the same kind of transaction)"
     ),
     "catalog.stash.txn": (
@@ -279,15 +279,15 @@ async def _oracle_ops(stack: contextlib.AsyncExitStack, db: str, rt: Runtime) ->
     }
 
 
-async def _stash_ops(stack: contextlib.AsyncExitStack, db: str, rt: Runtime) -> dict[str, _Op]:
+async def _store_ops(stack: contextlib.AsyncExitStack, db: str, rt: Runtime) -> dict[str, _Op]:
     from catalog.api import Appended
     from catalog.objects import CatalogUpdate, Config
     from catalog.stash_postgres import PostgresStashStore
-    from oracle.pgstash import PostgresTimestampStash
+    from oracle.timestamp_store_postgres import PostgresTimestampStore
 
-    stash = await PostgresTimestampStash.connect(db, rt, name="calibrate")
-    stack.push_async_callback(stash.close)
-    epoch = await stash.open()
+    timestamps = await PostgresTimestampStore.connect(db, rt, name="calibrate")
+    stack.push_async_callback(timestamps.close)
+    epoch = await timestamps.open()
 
     store = await PostgresStashStore.connect(db, rt, env="calibrate")
     stack.push_async_callback(store.close)
@@ -305,7 +305,7 @@ async def _stash_ops(stack: contextlib.AsyncExitStack, db: str, rt: Runtime) -> 
             raise InvalidUsage(f"calibrate: catalog stash append at {u} did not apply: {result}")
         upper[0] = u + 1
 
-    return {"stash.txn": lambda: stash.confirm_leadership(epoch), "catalog.stash.txn": append}
+    return {"stash.txn": lambda: timestamps.confirm_leadership(epoch), "catalog.stash.txn": append}
 
 
 async def _consensus_ops(stack: contextlib.AsyncExitStack, db: str, samples: int) -> dict[str, _Op]:
@@ -442,7 +442,7 @@ async def _measure(
         async with contextlib.AsyncExitStack() as stack:
             ops: dict[str, _Op] = {}
             ops |= await _oracle_ops(stack, db, rt)
-            ops |= await _stash_ops(stack, db, rt)
+            ops |= await _store_ops(stack, db, rt)
             ops |= await _consensus_ops(stack, db, samples)
             ops |= await _blob_ops(stack, s3_url, samples)
             assert list(ops) == list(MEASURED), "MEASURED names the operations in the order they run"
@@ -489,9 +489,9 @@ def calibrate_profile(pg_url: str, *, samples: int = 200, s3_url: str | None = N
 def _fsync_note(env: Environment) -> str:
     if env.fsync == "on" and env.synchronous_commit != "off":
         return (
-            "fsync on, as `coordsim compare`/`run --mode real` start the embedded Postgres: the oracle "
-            "and the stashes stand for durable stores (CockroachDB in the seeds), and a commit's flush is "
-            "the round trip the write path pays serially"
+            "fsync on, as `coordsim compare`/`run --mode real` start the embedded Postgres: the oracle, "
+            "its timestamp store and the catalog stash stand for durable stores (CockroachDB in the seeds), "
+            "and a commit's flush is the round trip the write path pays serially"
         )
     return (
         f"fsync {env.fsync}, synchronous_commit {env.synchronous_commit}: commits do not wait for "

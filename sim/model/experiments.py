@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Final, final
 import anyio
 
 from sim.history.recorder import HistoryRecorder
-from sim.load.config import DEFAULT_PROFILE
 from sim.load.deployment import Deployment, LatencySwitch
 from sim.load.latency_profile import load_profile
+from sim.load.run_config import DEFAULT_PROFILE
 from sim.runtime.core import run
 from sim.runtime.latency import Constant, LatencyModel
 

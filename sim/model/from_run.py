@@ -48,7 +48,7 @@ DESCRIBES: Final = (
 
 #: Profile latency name -> the recorded backend kinds it is fitted from (a
 #: `<prefix>*` group where the model draws one latency for every transaction
-#: of a store: `stash.txn` for each timestamp-stash transaction, and so on).
+#: of a store: `stash.txn` for each timestamp-store transaction, and so on).
 FROM_KINDS: Final[Mapping[str, tuple[str, ...]]] = {
     "oracle.pg.read_ts": ("oracle.pg.read_ts",),
     "oracle.pg.peek_write_ts": ("oracle.pg.peek_write_ts",),

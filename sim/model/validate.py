@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, final
 
 from coordinator.config import named
-from sim.load.config import DEFAULT_PROFILE, coerce_override
 from sim.load.latency_profile import with_profile_cores
+from sim.load.run_config import DEFAULT_PROFILE, coerce_override
 from sim.model import experiments as ex
 from sim.model.facts import FACTS
 from sim.runtime.errors import InvalidUsage

@@ -100,7 +100,7 @@ def run_spec(
     latency. Real mode: the stock loop, and a fresh database (dropped
     afterwards) on `postgres_url`'s server — else `$COORDSIM_POSTGRES_URL`'s,
     else an embedded throwaway cluster started for this run — holding persist's
-    Consensus, the oracle and the stashes, with Blob in files. Only the modeled
+    Consensus, the oracle, its timestamp store and the catalog stash, with Blob in files. Only the modeled
     parts (replica hops, the catalog feed, coordinator CPU) keep their latency
     model there.
 

@@ -19,7 +19,7 @@ __all__ = ["SCENARIOS", "Scenario", "latency_model", "scenario_named"]
 
 
 def latency_model() -> LatencyModel:
-    """Round trips of the order measured on an embedded Postgres (a stash or
+    """Round trips of the order measured on an embedded Postgres (a timestamp-store, catalog-stash or
     oracle statement ~0.5-2 ms) and a replica hop (~0.25 ms, the replica's
     default), as the coordinator tests use."""
     return LatencyModel(

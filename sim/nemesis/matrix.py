@@ -214,7 +214,7 @@ MATRIX: Final[tuple[Entry, ...]] = (
         for c in ("event-loop", "event-loop+pg-oracle")
     ),
     *(
-        # The replay finds the row the second UPDATE read gone when its write
+        # The whitebox checker finds the row the second UPDATE read gone when its write
         # applies (a lost update); the double retraction also makes later
         # reads fail XX000 (harness: internal-error), which no checker counts.
         _caught("no_write_lock", "update-race", c, frozenset({"not-strict-serializable"}), 1,

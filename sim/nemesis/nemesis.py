@@ -243,7 +243,7 @@ class Nemesis:
                 if dep.is_live(host.coord):
                     flips.append((await inc.switch_oracle()).as_detail())
         except Fenced:
-            pass  # its stash epoch moved on: it stops serving at its next oracle call
+            pass  # its timestamp store's epoch moved on: it stops serving at its next oracle call
         except Exception:
             if dep.is_live(host.coord):
                 raise

@@ -32,7 +32,7 @@ class FaultKind(StrEnum):
     STORE_ERRORS = "store-errors"  # Blob/Consensus calls fail or time out for `duration`
     REPLICA_CRASH = "replica-crash"  # the default replica crashes; restarts after `duration`
     REPLICA_SLOW = "replica-slow"  # replica hops `factor` times slower for `duration`
-    ORACLE_SLOW = "oracle-slow"  # oracle and stash round trips `factor` times slower
+    ORACLE_SLOW = "oracle-slow"  # oracle and timestamp-store round trips `factor` times slower
     PG_KILL = "pg-kill"  # the run's Postgres backends are terminated, repeatedly for `duration`
     PG_SIGKILL = "pg-sigkill"  # the embedded postmaster is SIGKILLed; restarted after `duration`
     # Issue 36: one adapter of several (a configuration with adapters > 1).
@@ -83,7 +83,7 @@ MAX_SHIFT_MS: Final = 366 * 86_400_000
 
 #: Which mode each fault needs, for the kinds that work in only one: pg-kill
 #: and pg-sigkill need a server to kill; oracle-slow scales modeled round trips, and real
-#: mode's oracle and stash round trips are real I/O that no model slows.
+#: mode's oracle and timestamp-store round trips are real I/O that no model slows.
 _ONLY_IN: Final[Mapping[FaultKind, Mode]] = {
     FaultKind.PG_KILL: "real",
     FaultKind.PG_SIGKILL: "real",

@@ -1,5 +1,5 @@
 """What every conformance suite shares (`persist.testing`, `oracle.testing`,
-`catalog.testing` and the stash suites): the failure they raise and the few
+`catalog.testing` and the timestamp-store and catalog-stash suites): the failure they raise and the few
 checks they all make."""
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from sim.runtime.loop import VirtualEventLoop, wake
 from sim.runtime.patches import get_running_loop
 from sim.runtime.schedule import parse_schedule
 
-__all__ = ["ProcessClock", "Runtime", "WallClock", "run"]
+__all__ = ["ProcessClock", "Runtime", "WallClock", "run", "running_virtual_time"]
 
 T = TypeVar("T")
 
@@ -335,13 +335,36 @@ def run(
     if not virtual and policy != "fifo":
         raise InvalidUsage(f"schedule {policy!r} needs the virtual loop; real mode runs asyncio's own order")
     factory: Callable[[], asyncio.AbstractEventLoop] = (
-        functools.partial(VirtualEventLoop, schedule=policy, seed=seed)
+        functools.partial(_watched, schedule=policy, seed=seed)
         if virtual
         else asyncio.new_event_loop
     )
     collections = _fewer_collections() if virtual else contextlib.nullcontext()
-    with collections, asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(_declared_asyncio(guard(main(rt))))
+    depth = len(_RUNNING)
+    try:
+        with collections, asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(_declared_asyncio(guard(main(rt))))
+    finally:
+        del _RUNNING[depth:]
+
+
+#: The virtual loops `run` is running (one, unless runs nest on threads):
+#: what a progress line reads, from its own thread, never the schedule.
+_RUNNING: Final[list[VirtualEventLoop]] = []
+
+
+def _watched(*, schedule: str, seed: int) -> VirtualEventLoop:
+    loop = VirtualEventLoop(schedule=schedule, seed=seed)
+    _RUNNING.append(loop)
+    return loop
+
+
+def running_virtual_time() -> float | None:
+    """The virtual time, in seconds, of the simulation `run` runs now in
+    this process (the latest started), or None if none runs. Safe to call
+    from another thread (a progress line): it reads one float."""
+    running = list(_RUNNING)
+    return running[-1].time() if running else None
 
 
 #: The youngest generation's threshold during a virtual run (CPython's default

@@ -27,7 +27,7 @@ class InvalidUsage(CoordsimError, ValueError):
 
 class Fenced(CoordsimError):
     """A newer process took over: it bumped the epoch of a store this process
-    holds (the oracle's timestamp stash, the durable catalog), so this process
+    holds (the oracle's timestamp store, the durable catalog), so this process
     is no longer the leader, must stop serving (Materialize halts) and never
     writes again. An answer, not a failure: never retried, and nothing was
     written by the call that raised it.

@@ -1,5 +1,5 @@
 """The Postgres/CockroachDB client the stores on Postgres share (seed 000's
-`mz_postgres_client`): the oracle, its timestamp stash and the catalog stash
+`mz_postgres_client`): the oracle, its timestamp store and the catalog stash
 each hold one. A bounded pool of asyncpg connections, the error tiers of
 DESIGN.md §9, and retries with capped exponential backoff and jitter from the
 `Runtime`.

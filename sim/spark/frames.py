@@ -44,7 +44,7 @@ TABLE_DDL: Final = ("create-table", "drop-table")
 DATA_KINDS: Final = ("add", "read", "update", "delete")
 #: A table of a run: `pk`, a hash of (run, object), partitions the table ops
 #: (each check is per table, so one shuffle by it puts each table's ops in
-#: one partition for all of them); `tid` (`replay.annotate`) tells apart the
+#: one partition for all of them); `tid` (`whitebox.annotate`) tells apart the
 #: tables of a partition. Both are longs: the element-level joins, groupings
 #: and sorts hash and compare them instead of names, many millions of times.
 KEYS: Final = ("pk", "tid")

@@ -43,11 +43,11 @@ COVERED: Final = {
     "dropped-object-visible": "named",
     "read-from-future": "named",
     "stale-read": "named",
-    "not-strict-serializable": "replay",
+    "not-strict-serializable": "whitebox",
 }
 #: Checkers whose every anomaly comes from the Spark-native plans (`COVERED`
 #: holds which names); `named` is also in `INPROC` for its per-read rules.
-NATIVE: Final = ("named", "replay")
+NATIVE: Final = ("named", "whitebox")
 #: Checkers run in-process per run (an anomaly of them is kept unless
 #: `COVERED` says the native plans produce it). With the native plans,
 #: checker 3 runs in-process too, for its coverage only (`check_run`).
@@ -154,7 +154,7 @@ def check_segment(
     run, and each group has the whole time limit), but the limit is
     wall-clock time: a busy executor may run out where an idle host did not,
     and the run is then `unknown`, never wrongly `valid`."""
-    from sim.history.checker import check_blackbox, check_named, check_oracle_events, check_replay
+    from sim.history.checker import check_blackbox, check_named, check_oracle_events, check_whitebox
     from sim.history.checker.multiset import check_multiset
     from sim.history.checker.run import LINEAR_MAX_OPS, Report, coverage_of
     from sim.history.checker.subscribe import check_subscribe, remap, without_subscriptions
@@ -173,7 +173,7 @@ def check_segment(
     def back(v: Verdict) -> Verdict:
         return v if rows is None else remap(v, rows)
 
-    verdicts = [back(check_named(rest)), back(check_blackbox(rest)), back(check_replay(rest))]
+    verdicts = [back(check_named(rest)), back(check_blackbox(rest)), back(check_whitebox(rest))]
     if grp == 0:
         verdicts.append(check_oracle_events(events))
     # As `check_history` on the whole run: checker 5 is exponential, skipped

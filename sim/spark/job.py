@@ -224,7 +224,7 @@ def write_report(
                                                 concurrency_key(r.get("concurrency")), str(r["run"])))
     lines = ["# Trace replay", "", "## Verdicts", ""]
     lines += _md_table(order, ["run", "config", "seed", "workload", "concurrency", "ops", "ops_to_judge",
-                               "ops_judged", "verdict", "anomalies", *ANOMALY_NAMES, "replay_skipped"])
+                               "ops_judged", "verdict", "anomalies", *ANOMALY_NAMES, "whitebox_skipped"])
     lines += coverage_section(order)
     lines += ["", f"## Anomalies ({anomalies_total:,}; first {min(anomalies_total, REPORT_ROWS)} shown)", ""]
     lines += _md_table(anomaly_rows, ["run", "anomaly", "checker", "op_id", "ops", "detail"])

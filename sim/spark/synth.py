@@ -7,7 +7,7 @@ Parquet one chunk (row group) at a time so memory stays bounded whatever
 Each chunk is shifted past the previous one in op ids, processes, time,
 timestamps and elements, and its tables are renamed, so the whole trace is one
 valid history. Planted: in a few chunks one read loses an element (a
-`stale-read` and a replay mismatch) — the benchmark checks both checkers find
+`stale-read` and a whitebox mismatch) — the benchmark checks both checkers find
 them.
 """
 

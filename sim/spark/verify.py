@@ -3,7 +3,7 @@ any number of traces, and one verdict per run.
 
 Checker 1's join-shaped anomalies and checker 3 are native Spark plans;
 `COVERED` is their contract with the in-process checkers: on the same trace,
-these names with these op ids are what `check_named` + `check_replay` report.
+these names with these op ids are what `check_named` + `check_whitebox` report.
 Everything else (checker 1's per-read rules, checkers 2, 4, 5 and the
 multiset checker "table") runs the in-process code per run
 (`sim.spark.inproc`), and so does the coverage, which decides the verdict as
@@ -20,8 +20,8 @@ from sim.spark import segments
 from sim.spark.frames import elements, prepare, read_facts, table_ops
 from sim.spark.inproc import COVERED, Slice, slice_results, with_row_order
 from sim.spark.named import named_parts
-from sim.spark.replay import annotate, has_cut_off_ddl, replay_parts
 from sim.spark.segments import GROUP_OPS
+from sim.spark.whitebox import annotate, has_cut_off_ddl, whitebox_parts
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -60,7 +60,7 @@ def anomalies(
     ops (every op id involved, in the in-process explanation's order), detail.
 
     The table ops are shuffled once by (run, object) into `partitions` and
-    annotated (`replay.annotate`); they, their per-element writers, the
+    annotated (`whitebox.annotate`); they, their per-element writers, the
     per-read facts and a few small intermediate frames are materialized with
     `keep` (the caller releases them once the result is written), and every
     check reads them from there. `runs` numbers the runs (`frames.load`).
@@ -84,7 +84,7 @@ def anomalies(
     t = keep(annotate(keep(tops) if cut_off else tops, cut_off=cut_off))
     elems = keep(elements(t))
     facts = keep(read_facts(t, elems))
-    parts = [*named_parts(t, elems, facts, keep), *replay_parts(p, runs, t, keep)]
+    parts = [*named_parts(t, elems, facts, keep), *whitebox_parts(p, runs, t, keep)]
     checks = coverage = None
     if traces is not None:
         from pyspark.sql import functions as F
@@ -231,7 +231,7 @@ def verdicts(ops: Any, anomalies_df: Any, meta: Any, checks: Any = None, coverag
         .withColumn("verdict", F.when((F.col("anomalies") > 0) | (slices == "invalid"), "invalid")
                     .when(slices == "unknown", "unknown").otherwise("valid"))
         .withColumn("coverage_complete", F.coalesce(F.col("ops_judged") == F.col("ops_to_judge"), F.lit(False)))
-        .withColumn("replay_skipped", F.col("timestamped") == 0)
+        .withColumn("whitebox_skipped", F.col("timestamped") == 0)
         .drop("timestamped", "slice_outcome")
     )
     return out.orderBy("run")

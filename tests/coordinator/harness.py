@@ -19,7 +19,7 @@ CONFIG_NAMES = ("event-loop", "event-loop+pg-oracle", "decoupled")
 
 def latency_model() -> LatencyModel:
     """Round trips of the order measured on this machine's embedded Postgres
-    (a stash or oracle statement ~0.5-2 ms) and a replica hop (~0.25 ms)."""
+    (a timestamp-store, catalog-stash or oracle statement ~0.5-2 ms) and a replica hop (~0.25 ms)."""
     return LatencyModel(
         {
             "stash.txn": LogNormal(0.0015, 0.4),

@@ -12,8 +12,8 @@ import pytest
 from coordinator.config import LOOP_S_PER_SELECT, Costs, Frontend, OracleCalls, PeekStages
 from coordinator.running import RunningCoordinator
 from sim.compare.ablation import chain
-from sim.load.config import DEFAULT_PROFILE, Config
 from sim.load.latency_profile import profile_cores
+from sim.load.run_config import DEFAULT_PROFILE, RunConfig
 from sim.runtime.core import run
 from sim.runtime.errors import InvalidUsage
 from sim.runtime.latency import Constant, LatencyModel
@@ -163,12 +163,12 @@ def test_cores_come_from_the_profile_and_nothing_else(tmp_path: Path) -> None:
     `[cpu] cores`, and an explicit override wins."""
     assert config("decoupled").cores == 1
     assert profile_cores(DEFAULT_PROFILE) == 2
-    assert Config().coordinator("decoupled").cores == 2
-    assert Config().coordinator("event-loop").cores == 1
-    assert Config(overrides={"cores": 3}, configurations=("decoupled",)).coordinator("decoupled").cores == 3
+    assert RunConfig().coordinator("decoupled").cores == 2
+    assert RunConfig().coordinator("event-loop").cores == 1
+    assert RunConfig(overrides={"cores": 3}, configurations=("decoupled",)).coordinator("decoupled").cores == 3
     bare = tmp_path / "p.toml"
     bare.write_text('[latency."default"]\nkind = "constant"\nms = 0.0\n')
-    assert Config(latency_profile=str(bare)).coordinator("decoupled").cores == 1
+    assert RunConfig(latency_profile=str(bare)).coordinator("decoupled").cores == 1
     measured = tmp_path / "m.toml"
     measured.write_text('[meta]\nmachine = "Some CPU, 8 cores"\n' + bare.read_text())
     assert profile_cores(measured) == 8  # the machine the profile was measured on
@@ -185,7 +185,7 @@ def test_ablate_lists_more_cores_as_its_own_step() -> None:
     steps = chain("event-loop", "decoupled")
     mechanisms = [st.mechanism for st in steps]
     assert mechanisms[-2:] == ["architecture", "cores"]
-    cfg = Config(configurations=tuple(st.name for st in steps),
+    cfg = RunConfig(configurations=tuple(st.name for st in steps),
                  variants={st.name: st.variant for st in steps if st.variant is not None})
     cores = [cfg.coordinator(st.name).cores for st in steps]
     assert cores[-2:] == [1, 2]  # decoupling on one core, then the profile's cores

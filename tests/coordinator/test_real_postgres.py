@@ -1,5 +1,5 @@
 """The coordinator tests' core, under the real runtime against the embedded
-Postgres: the oracle, the timestamp stash, the catalog stash and persist
+Postgres: the oracle, the timestamp store, the catalog stash and persist
 Consensus in a fresh database per test, Blob in files (fewer seeds than virtual)."""
 
 from __future__ import annotations

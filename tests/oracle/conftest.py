@@ -65,11 +65,11 @@ def _check_report(call: OracleCall, timeline: str) -> None:
 
 
 IMPLS = [
-    pytest.param("memory-memstash", marks=pytest.mark.virtual),
+    pytest.param("memory-memstore", marks=pytest.mark.virtual),
     pytest.param("batching-memory", marks=pytest.mark.virtual),
     pytest.param("modeled", marks=pytest.mark.virtual),
     pytest.param("observed-batching-memory", marks=pytest.mark.virtual),
-    pytest.param("memory-pgstash", marks=pytest.mark.postgres),
+    pytest.param("memory-pgstore", marks=pytest.mark.postgres),
     pytest.param("postgres", marks=pytest.mark.postgres),
     pytest.param("postgres-read-committed", marks=pytest.mark.postgres),
     pytest.param("batching-postgres", marks=pytest.mark.postgres),
@@ -79,7 +79,7 @@ IMPLS = [
 @pytest.fixture(params=IMPLS)
 def oracle_impl(request: pytest.FixtureRequest) -> OracleImpl:
     name: str = request.param
-    if name == "memory-memstash":
+    if name == "memory-memstore":
         return OracleImpl(name, "mem://", batching=False)
     if name == "batching-memory":
         return OracleImpl(name, "mem://", batching=True)
@@ -90,9 +90,9 @@ def oracle_impl(request: pytest.FixtureRequest) -> OracleImpl:
     url: str = request.getfixturevalue("pg_url")
     if name == "postgres-read-committed":
         return OracleImpl(name, with_isolation(url, Isolation.READ_COMMITTED), batching=False)
-    if name == "memory-pgstash":
-        stash = f"test-{uuid.uuid4().hex[:12]}"
+    if name == "memory-pgstore":
+        store = f"test-{uuid.uuid4().hex[:12]}"
         scheme, rest = url.split("://", 1)
         sep = "&" if "?" in rest else "?"
-        return OracleImpl(name, f"memory+{scheme}://{rest}{sep}stash={stash}", batching=False)
+        return OracleImpl(name, f"memory+{scheme}://{rest}{sep}stash={store}", batching=False)
     return OracleImpl(name, url, batching=name == "batching-postgres")

@@ -10,7 +10,6 @@ import pytest
 from oracle.observed import ObservedOracle, OracleCall
 from oracle.open import OracleBackend, OracleSpec
 from oracle.postgres import PostgresOracle
-from oracle.stash import MemTimestampStash
 from oracle.testing import (
     ConformanceFailure,
     ManualWallClock,
@@ -18,6 +17,7 @@ from oracle.testing import (
     fresh_timeline,
     open_timeline,
 )
+from oracle.timestamp_store import MemTimestampStore
 from sim.runtime.core import Runtime
 from sim.runtime.errors import InvalidUsage
 
@@ -48,11 +48,11 @@ async def test_conformance_on_the_real_clock(oracle_impl: OracleImpl) -> None:
 
 @pytest.mark.virtual
 @pytest.mark.asyncio
-async def test_memory_oracle_sharing_one_stash() -> None:
-    """Oracles opened one after another on one stash (each a new epoch) conform."""
+async def test_memory_oracle_sharing_one_store() -> None:
+    """Oracles opened one after another on one store (each a new epoch) conform."""
     clock = ManualWallClock()
     rt = Runtime(seed=3, wall_clock=clock)
-    spec = OracleSpec(OracleBackend.MEMORY, stash=MemTimestampStash(rt), window_ms=7)
+    spec = OracleSpec(OracleBackend.MEMORY, store=MemTimestampStore(rt), window_ms=7)
 
     async def make(timeline: str) -> TimestampOracle:
         return await open_timeline(spec, timeline, rt)

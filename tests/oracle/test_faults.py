@@ -16,7 +16,6 @@ import pytest
 from oracle.batching import BatchingOracle
 from oracle.memory import MemoryOracle
 from oracle.open import oracle_spec
-from oracle.pgstash import PostgresTimestampStash
 from oracle.testing import (
     RecordingOracle,
     assert_linearizable,
@@ -24,6 +23,7 @@ from oracle.testing import (
     open_timeline,
     run_random_workload,
 )
+from oracle.timestamp_store_postgres import PostgresTimestampStore
 from sim.runtime.core import Runtime
 
 if TYPE_CHECKING:
@@ -38,16 +38,16 @@ WHERE application_name = $1 AND pid <> pg_backend_pid()"""
 
 
 def _retries(o: TimestampOracle) -> tuple[int, int, int]:
-    """(all, determinate, indeterminate) retries of the oracle and its stash."""
+    """(all, determinate, indeterminate) retries of the oracle and its timestamp store."""
     inner = o.inner if isinstance(o, BatchingOracle) else o
     ops = inner.statistics().ops.values()
     total = sum(s.retry_count for s in ops)
     det = sum(s.retry_determinate_count for s in ops)
     indet = sum(s.retry_indeterminate_count for s in ops)
     if isinstance(inner, MemoryOracle):
-        stash = inner._stash
-        assert isinstance(stash, PostgresTimestampStash)
-        total += stash.retry_count
+        store = inner._store
+        assert isinstance(store, PostgresTimestampStore)
+        total += store.retry_count
     return total, det, indet
 
 
@@ -74,10 +74,10 @@ async def _killer(
 def _url(name: str, pg_url: str, serializable_url: str) -> str:
     if name == "postgres-serializable":
         return serializable_url
-    if name == "memory-pgstash":
+    if name == "memory-pgstore":
         scheme, rest = pg_url.split("://", 1)
         sep = "&" if "?" in rest else "?"
-        # A 2 ms window: the stash is written all the time, so kills hit it.
+        # A 2 ms window: the timestamp store is written all the time, so kills hit it.
         return f"memory+{scheme}://{rest}{sep}stash=faults-{uuid.uuid4().hex[:8]}&window_ms=2"
     return pg_url
 
@@ -88,7 +88,7 @@ def _url(name: str, pg_url: str, serializable_url: str) -> str:
         ("postgres", 0.05),
         ("postgres-serializable", 0.05),
         ("batching-postgres", 0.05),
-        ("memory-pgstash", 0.05),
+        ("memory-pgstore", 0.05),
         # Kills faster than the pool reconnects: slow going, but it must get through.
         pytest.param("batching-postgres", 0.01, marks=pytest.mark.slow),
         pytest.param("postgres-serializable", 0.01, marks=pytest.mark.slow),
@@ -128,7 +128,7 @@ async def test_terminated_backends_are_retried_and_guarantees_hold(
     assert killed >= 5
     assert all(r.ok for r in rec.history)  # every operation got through
     assert total > 0, "no operation was retried: the kills missed"
-    if name != "memory-pgstash":
+    if name != "memory-pgstore":
         assert det + indet == total
     assert_linearizable(rec.history, read_floor=floor)
 

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.asyncio
 async def test_64_tasks_random_operations_are_linearizable(oracle_impl: OracleImpl) -> None:
     # Virtual runs need time to pass between events, or every operation would
-    # overlap every other and the check would be vacuous: model a 2 ms stash
+    # overlap every other and the check would be vacuous: model a 2 ms timestamp-store
     # transaction and let clients think up to 1 ms.
     latency = LatencyModel({"stash.txn": LogNormal(0.002, 0.5), "oracle.pg": LogNormal(0.001, 0.5)})
     rt = Runtime(seed=64, latency=latency)

@@ -1,10 +1,10 @@
 """Restarts and fencing.
 
-The memory oracle's only durable state is the stash's upper: after a crash (in
-the middle of load, with stash writes in flight, and a wall clock that does not
+The memory oracle's only durable state is the store's upper: after a crash (in
+the middle of load, with store writes in flight, and a wall clock that does not
 help) a new oracle must never re-issue a timestamp. The Postgres oracle keeps
 nothing outside its row, so a "restart" is just another client. Fencing: once a
-second process opens the stash, the first one's `confirm_leadership()` fails.
+second process opens the store, the first one's `confirm_leadership()` fails.
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ import pytest
 
 from oracle.memory import MemoryOracle
 from oracle.open import open_oracles
-from oracle.pgstash import PostgresTimestampStash
 from oracle.postgres import PostgresOracle
-from oracle.stash import MemTimestampStash
 from oracle.testing import (
     ManualWallClock,
     OpRecord,
@@ -28,6 +26,8 @@ from oracle.testing import (
     fresh_timeline,
     run_random_workload,
 )
+from oracle.timestamp_store import MemTimestampStore
+from oracle.timestamp_store_postgres import PostgresTimestampStore
 from sim.runtime.core import Runtime
 from sim.runtime.errors import Fenced, InvalidUsage
 from sim.runtime.latency import Constant, LatencyModel
@@ -84,17 +84,17 @@ async def _after_restart(o2: TimestampOracle, rt: Runtime, history: list[OpRecor
 @pytest.mark.asyncio
 @pytest.mark.parametrize("window_ms", [1, 1000])
 async def test_memory_oracle_never_reissues_after_a_crash(window_ms: int) -> None:
-    # The wall clock is frozen, then steps back an hour: only the stash can
+    # The wall clock is frozen, then steps back an hour: only the store can
     # keep the restarted oracle above what was handed out.
     clock = ManualWallClock()
     rt = Runtime(seed=21, wall_clock=clock, latency=LatencyModel({"stash.txn": Constant(0.002)}))
-    stash = MemTimestampStash(rt)
-    o1 = await MemoryOracle.open(stash, "realtime", rt, window_ms=window_ms)
+    store = MemTimestampStore(rt)
+    o1 = await MemoryOracle.open(store, "realtime", rt, window_ms=window_ms)
     rec1 = RecordingOracle(o1, rt, client="before")
     await _load_then_crash(rec1, rt, 500, lambda: None)  # o1 is simply abandoned
     assert sum(1 for r in rec1.history if r.ok) >= 500
     clock.advance(-3_600_000)
-    o2 = await MemoryOracle.open(stash, "realtime", rt, window_ms=window_ms)
+    o2 = await MemoryOracle.open(store, "realtime", rt, window_ms=window_ms)
     assert o2.epoch == o1.epoch + 1
     # It resumes at the persisted upper: about a window above what o1 handed out
     # (allocations cancelled in flight, 16 tasks' worth, may have reserved more).
@@ -104,37 +104,37 @@ async def test_memory_oracle_never_reissues_after_a_crash(window_ms: int) -> Non
 
 @pytest.mark.virtual
 @pytest.mark.asyncio
-async def test_the_window_amortizes_stash_transactions() -> None:
-    """One stash transaction per window of allocations, not one per allocation."""
+async def test_the_window_amortizes_timestamp_store_transactions() -> None:
+    """One store transaction per window of allocations, not one per allocation."""
     rt = Runtime(seed=22)  # virtual wall clock: 1 ms per allocation below
-    stash = MemTimestampStash(rt)
-    o = await MemoryOracle.open(stash, "realtime", rt, window_ms=1000)
-    before = stash.transactions
+    store = MemTimestampStore(rt)
+    o = await MemoryOracle.open(store, "realtime", rt, window_ms=1000)
+    before = store.transactions
     for _ in range(3000):
         w = await o.write_ts()
         await o.apply_write(w.ts)
         await rt.sleep(0.001)
-    assert 3 <= stash.transactions - before <= 5
-    upper = await stash.read_upper("realtime")
+    assert 3 <= store.transactions - before <= 5
+    upper = await store.read_upper("realtime")
     assert upper is not None
     assert w.ts < upper <= w.ts + 1000
-    assert o.statistics().op("stash_write_upper").succeeded_count == stash.transactions - before - 1
+    assert o.statistics().op("stash_write_upper").succeeded_count == store.transactions - before - 1
 
 
 @pytest.mark.postgres
 @pytest.mark.asyncio
-async def test_memory_oracle_on_a_postgres_stash_never_reissues_after_a_crash(pg_url: str) -> None:
+async def test_memory_oracle_on_a_postgres_timestamp_store_never_reissues_after_a_crash(pg_url: str) -> None:
     clock = ManualWallClock()
     rt = Runtime(seed=23, wall_clock=clock)
     name = f"restart-{uuid.uuid4().hex[:12]}"
-    stash1 = await PostgresTimestampStash.connect(pg_url, rt, name=name)
-    o1 = await MemoryOracle.open(stash1, "realtime", rt, window_ms=3, owns_stash=True)
+    store1 = await PostgresTimestampStore.connect(pg_url, rt, name=name)
+    o1 = await MemoryOracle.open(store1, "realtime", rt, window_ms=3, owns_store=True)
     rec1 = RecordingOracle(o1, rt, client="before")
-    # The process dies with stash transactions in flight: its connections drop.
-    await _load_then_crash(rec1, rt, 200, stash1.client.terminate)
+    # The process dies with store transactions in flight: its connections drop.
+    await _load_then_crash(rec1, rt, 200, store1.client.terminate)
     assert sum(1 for r in rec1.history if r.ok) > 100
-    async with await PostgresTimestampStash.connect(pg_url, rt, name=name) as stash2:
-        o2 = await MemoryOracle.open(stash2, "realtime", rt, window_ms=3)
+    async with await PostgresTimestampStore.connect(pg_url, rt, name=name) as store2:
+        o2 = await MemoryOracle.open(store2, "realtime", rt, window_ms=3)
         await _after_restart(o2, rt, rec1.history)
 
 
@@ -181,14 +181,14 @@ async def test_postgres_oracle_is_stateless(pg_url: str) -> None:
 async def test_a_newer_opener_fences_the_memory_oracle() -> None:
     clock = ManualWallClock()
     rt = Runtime(seed=25, wall_clock=clock)
-    stash = MemTimestampStash(rt)
-    o1 = await MemoryOracle.open(stash, "realtime", rt)
+    store = MemTimestampStore(rt)
+    o1 = await MemoryOracle.open(store, "realtime", rt)
     w = await o1.write_ts()
-    txns = stash.transactions
+    txns = store.transactions
     await o1.confirm_leadership()
-    assert stash.transactions == txns + 1  # one durable transaction
+    assert store.transactions == txns + 1  # one durable transaction
 
-    o2 = await MemoryOracle.open(stash, "realtime", rt)
+    o2 = await MemoryOracle.open(store, "realtime", rt)
     assert o2.epoch > o1.epoch
     # Until it confirms, o1 still answers from memory inside its window: this
     # is why today's coordinator confirms leadership before replying.
@@ -206,11 +206,11 @@ async def test_a_newer_opener_fences_the_memory_oracle() -> None:
 @pytest.mark.virtual
 @pytest.mark.asyncio
 async def test_a_fenced_memory_oracle_cannot_extend_its_window() -> None:
-    """Without confirming, o1 fails as soon as it needs the stash."""
+    """Without confirming, o1 fails as soon as it needs the store."""
     rt = Runtime(seed=26, wall_clock=ManualWallClock())
-    stash = MemTimestampStash(rt)
-    o1 = await MemoryOracle.open(stash, "realtime", rt, window_ms=10)
-    await MemoryOracle.open(stash, "realtime", rt)
+    store = MemTimestampStore(rt)
+    o1 = await MemoryOracle.open(store, "realtime", rt, window_ms=10)
+    await MemoryOracle.open(store, "realtime", rt)
     allocated = 0
 
     async def allocate_past_the_window() -> None:
@@ -228,8 +228,8 @@ async def test_a_fenced_memory_oracle_cannot_extend_its_window() -> None:
 
 @pytest.mark.postgres
 @pytest.mark.asyncio
-async def test_a_newer_process_fences_the_older_one_on_a_postgres_stash(pg_url: str) -> None:
-    """Two processes (`open_oracles` each, with their own pools) on one stash:
+async def test_a_newer_process_fences_the_older_one_on_a_postgres_timestamp_store(pg_url: str) -> None:
+    """Two processes (`open_oracles` each, with their own pools) on one store:
     opening the second fences every timeline of the first."""
     rt = Runtime(seed=27)
     url = pg_url.replace("postgresql://", "memory+postgresql://", 1).replace(

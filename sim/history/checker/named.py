@@ -4,7 +4,7 @@ judged from real time alone (no system timestamp is trusted).
 Each rule fires only when real-time order forces the conclusion: an `info`
 operation may have happened at any time after its invoke, so whenever one could
 explain an observation (a drop that may have landed in between), the rule stays
-silent. Tables touched by UPDATE/DELETE are left to the white-box replay for the
+silent. Tables touched by UPDATE/DELETE are left to the whitebox checker for the
 element-level rules, because elements may legitimately disappear there.
 
 Coverage: none. Each rule names an anomaly when real time forces it, but no

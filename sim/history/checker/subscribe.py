@@ -55,7 +55,6 @@ from dataclasses import dataclass, field, replace
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Final, final
 
-from sim.history.checker.replay_data import predicate
 from sim.history.checker.tables import INF, pauses_gc
 from sim.history.checker.verdict import (
     Collector,
@@ -65,6 +64,7 @@ from sim.history.checker.verdict import (
     describe,
     fmt_t,
 )
+from sim.history.checker.whitebox_data import predicate
 from sim.history.model import (
     ADD,
     CREATE_TABLE,
@@ -282,7 +282,7 @@ def _replay(h: History, rows: list[int], streams: dict[int, _Stream], bound: _Bo
             j += 1
         state.update(delta)
         if any(n < 0 for n in state.values()):
-            model.distrust(ts)  # two writes retracted one row: a lost update, named by the replay
+            model.distrust(ts)  # two writes retracted one row: a lost update, named by the whitebox checker
         state = +state
         change = Counter({v: d for v, d in delta.items() if d})
         if change:

@@ -1,7 +1,7 @@
 """The one scenario registry: the shipped programs (`builtin.PROGRAMS`, seed
 001's scenarios among them; the anomaly runs use the same ones), TOML files
 naming a workload and its parameters (`workload = "insert"`, plus any
-`sim.load.config.Config` key), and a user's Python file exposing
+`sim.load.run_config.RunConfig` key), and a user's Python file exposing
 `async def scenario(sim)` — a program like the shipped ones, driving a
 `sim.load.driver.Sim` (sessions, SQL, waits, results to branch on, a
 coordinator restart).
@@ -91,7 +91,7 @@ def scenario_error(path: Path, exc: BaseException) -> ScenarioError:
 @final
 @dataclass(frozen=True)
 class TomlScenario:
-    """A workload with parameters (`Config` keys, e.g. `concurrency = [1, 8]`)."""
+    """A workload with parameters (`RunConfig` keys, e.g. `concurrency = [1, 8]`)."""
 
     name: str
     workload: str

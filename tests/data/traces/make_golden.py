@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 
 from coordinator.config import KnownBad
-from sim.history.checker import check_named, check_replay
+from sim.history.checker import check_named, check_whitebox
 from sim.history.model import (
     ADD,
     CREATE_TABLE,
@@ -51,7 +51,7 @@ def _write(name: str, seed: int, known_bad: KnownBad, scenario: str = SCENARIO, 
 
 
 def _found(h: History) -> set[str]:
-    return set(check_named(h).counts) | set(check_replay(h).counts)
+    return set(check_named(h).counts) | set(check_whitebox(h).counts)
 
 
 def _cut_off(h: History) -> tuple[int, int]:

@@ -289,11 +289,12 @@ CASES: Final = [
     _c("run-scenario-waits-forever", "run", "my.py", files={"my.py": _WAITS_FOREVER}, creates=RUNS_ROOT,
        code=1, alarm=30, expect="my.py: the run was stuck"),
     # One that never yields at all (it spins, or blocks the thread) holds the
-    # loop, which no stuck limit can see: the loop's watchdog stops it.
-    _c("run-scenario-never-yields", "run", "my.py", creates=RUNS_ROOT, code=1, alarm=40,
+    # loop, which no stuck limit can see: the loop's watchdog stops it (after
+    # 10 s, so its heartbeat lines come first: `progress`).
+    _c("run-scenario-never-yields", "run", "my.py", creates=RUNS_ROOT, code=1, alarm=40, progress=True,
        files={"my.py": b"async def scenario(sim):\n    while True:\n        pass\n"},
        expect="my.py: the run was stuck: the event loop made no progress"),
-    _c("run-scenario-blocks-the-thread", "run", "my.py", creates=RUNS_ROOT, code=1, alarm=40,
+    _c("run-scenario-blocks-the-thread", "run", "my.py", creates=RUNS_ROOT, code=1, alarm=40, progress=True,
        files={"my.py": b"import time\nasync def scenario(sim):\n    time.sleep(10**6)\n"},
        expect="my.py: the run was stuck: the event loop made no progress"),
     _c("run-scenario-sys-exit-on-import", "run", "my.py", files={"my.py": b"import sys\nsys.exit(0)\n"},

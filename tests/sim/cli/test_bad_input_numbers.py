@@ -55,6 +55,7 @@ BASE: Final[dict[tuple[str, ...], tuple[str, ...]]] = {
     ("anomalies", "sweep"): ("anomalies", "sweep", "seed001", "--seeds", "2"),
     ("anomalies", "matrix"): ("anomalies", "matrix", "--seeds", "1"),
     ("config", "show"): ("config", "show"),
+    ("validate",): ("validate", "--only", "loop-messages-per-select"),
 }
 
 #: `str` options that hold counts: comma-separated, each one bounded.

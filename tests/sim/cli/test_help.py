@@ -105,10 +105,10 @@ def test_a_shared_option_is_the_same_everywhere(option: str) -> None:
 
 def test_the_defaults_are_the_documented_ones() -> None:
     from sim.cli import options
-    from sim.load.config import Config
+    from sim.load.run_config import RunConfig
 
     assert (options.DEFAULT_MODE, options.DEFAULT_CONFIG, options.DEFAULT_SEED) == ("virtual", "decoupled", 0)
-    assert (Config().mode, Config().seed, Config().output) == ("virtual", 0, None)
+    assert (RunConfig().mode, RunConfig().seed, RunConfig().output) == ("virtual", 0, None)
     shown = {p.opts[0]: p.show_default for _, cmd in COMMANDS for p in cmd.params
              if p.opts and p.opts[0] in ("--mode", "--seed", "--config")}
     assert shown == {"--mode": "virtual", "--seed": "0", "--config": "decoupled"}

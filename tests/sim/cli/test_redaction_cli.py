@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sim.cli.main import app, main
-from sim.load.config import Config
+from sim.load.run_config import RunConfig
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -36,7 +36,7 @@ def test_config_show_prints_the_redacted_url(tmp_path: Path) -> None:
 
 
 def test_the_config_redacts_itself(tmp_path: Path) -> None:
-    cfg = Config.from_toml(_config_file(tmp_path))
+    cfg = RunConfig.from_toml(_config_file(tmp_path))
     assert cfg.postgres_url == URL  # the value itself keeps the password
     assert "Hunter2" not in cfg.to_toml()
     assert cfg.redacted().postgres_url == REDACTED

@@ -132,7 +132,7 @@ def test_shrinking_has_one_entry_point() -> None:
 
 def test_every_noun_is_in_the_table() -> None:
     assert [r[0] for r in _table("noun")] == ["scenario", "workload", "configuration", "variant", "run directory",
-                                             "event"]
+                                             "event", "checker"]
 
 
 @pytest.mark.parametrize(

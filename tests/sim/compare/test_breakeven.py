@@ -23,7 +23,7 @@ from sim.compare.breakeven import (
 from sim.compare.breakeven_search import break_even, search
 from sim.compare.runner import run_workload
 from sim.compare.sensitivity import scaled_latencies
-from sim.load.config import Config
+from sim.load.run_config import RunConfig
 from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ def test_bad_search_parameters_are_refused() -> None:
 
 
 def test_costs_cover_every_profile_latency_and_every_cpu_cost() -> None:
-    cfg = Config(mode="virtual")
+    cfg = RunConfig(mode="virtual")
     costs = costs_of(cfg)
     covered = {n for c in costs if not c.cpu for n in c.names}
     model = cfg.latency()
@@ -147,8 +147,8 @@ def test_costs_cover_every_profile_latency_and_every_cpu_cost() -> None:
     assert not next(c for c in costs if c.name == "replica").measured
 
 
-def _sweep(out: Path) -> Callable[[Config, str], list[LevelRow]]:
-    def sweep(cfg: Config, label: str) -> list[LevelRow]:
+def _sweep(out: Path) -> Callable[[RunConfig, str], list[LevelRow]]:
+    def sweep(cfg: RunConfig, label: str) -> list[LevelRow]:
         rows: list[LevelRow] = []
         for wl in cfg.workloads:
             traces = {n: out / label.replace(" ", "-") / wl / n for n in cfg.configurations}
@@ -167,7 +167,7 @@ def test_a_virtual_comparison_gets_its_factors_and_a_fragile_mark(tmp_path: Path
     one, the same conclusion breaks even near x1.4 and is marked fragile.
     (Found, not hard-coded, so the test survives the model's constants;
     three passes, so that a ratio 1.4x from parity still has a direction.)"""
-    base = Config(mode="virtual", workloads=("select-one",), configurations=("event-loop", "decoupled"),
+    base = RunConfig(mode="virtual", workloads=("select-one",), configurations=("event-loop", "decoupled"),
                   concurrency=(4,), duration_s=0.02, warmup_s=0.01, repeat=3)
     oracle = next(c for c in costs_of(base) if c.name == "oracle")
     sweep = _sweep(tmp_path / "runs")
@@ -202,7 +202,7 @@ def test_a_restricted_rerun_gives_the_same_cells_as_the_whole(tmp_path: Path) ->
     to the highest needed) its pending claims need; that is exact only if a
     cell does not depend on what else the comparison ran (insert: its table
     grows level by level, so later levels would see earlier ones' rows)."""
-    whole = Config(mode="virtual", workloads=("insert",), concurrency=(1, 4), duration_s=0.02, warmup_s=0.01,
+    whole = RunConfig(mode="virtual", workloads=("insert",), concurrency=(1, 4), duration_s=0.02, warmup_s=0.01,
                    repeat=2)
     cut = whole.with_overrides(configurations=["event-loop", "decoupled"], concurrency=[1])
     sweep = _sweep(tmp_path)

@@ -19,8 +19,8 @@ from sim.cli.main import app, main
 from sim.compare.report import COLUMNS
 from sim.compare.rows import LevelRow
 from sim.compare.runner import level_ops, run_pair
-from sim.load.config import Config
 from sim.load.loadgen import closed_loop, open_loop, ops_for_level
+from sim.load.run_config import RunConfig
 from sim.runtime.core import Runtime, run
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def _check_output(out: Path, mode: str) -> None:
         assert [(m["pass"], m["passes"], m["seed"]) for m in metas] == [(1, 2, 1), (2, 2, 2)]
         ops = [o for t in traces for o in pq.read_table(t / "ops.parquet").to_pylist()]
         mine = [o for o in ops if (o["client"] or "").startswith(f"L{c}/")]
-        per_window = level_ops(Config(ops_per_level=3), row["workload"], c)
+        per_window = level_ops(RunConfig(ops_per_level=3), row["workload"], c)
         assert len(mine) == int(row["ops"]) == 2 * per_window == int(row["latency_samples"])
         assert all(o["status"] == "ok" for o in mine)
         lat = sorted((o["complete_ns"] - o["invoke_ns"]) / 1e6 for o in mine)
@@ -103,7 +103,7 @@ def _check_backend(row: dict[str, str], metas: list[dict[str, object]], mode: st
         if row["workload"] == "insert":
             assert int(row["oracle_write_ts_n"]) > 0
             assert int(row["oracle_apply_write_n"]) > 0
-    else:  # today's oracle: in memory, its stash's transactions in Postgres
+    else:  # today's oracle: in memory, its timestamp store's transactions in Postgres
         assert row["oracle_rtt_n"] == "0"
 
 
@@ -169,7 +169,7 @@ def test_pg_isolation_needs_real_mode(tmp_path: Path) -> None:
 
 
 def test_same_seed_same_trace(tmp_path: Path) -> None:
-    cfg = Config(mode="virtual", workloads=("insert",), concurrency=(1, 4), duration_s=0.01, warmup_s=0.005,
+    cfg = RunConfig(mode="virtual", workloads=("insert",), concurrency=(1, 4), duration_s=0.01, warmup_s=0.005,
                  warmup_ops=2)
     a = run_pair(cfg, "decoupled", "insert", tmp_path / "a")
     b = run_pair(cfg, "decoupled", "insert", tmp_path / "b")
@@ -282,7 +282,7 @@ def test_config_show_reads_toml_and_flags(tmp_path: Path) -> None:
     assert "parse_plan = 0.0002" in r.output
     again = tmp_path / "again.toml"
     again.write_text(r.output)
-    assert Config.from_toml(again).seed == 9
+    assert RunConfig.from_toml(again).seed == 9
 
 
 def test_run_seed001_scenario(tmp_path: Path) -> None:
@@ -480,7 +480,7 @@ def test_a_since_that_overtakes_read_ts_is_read_at_not_an_error(
     system does: no such read is answered with an error."""
     import tomllib
 
-    from sim.load.config import DEFAULT_PROFILE
+    from sim.load.run_config import DEFAULT_PROFILE
 
     # Every oracle statement (the profile names each: oracle.pg.read_ts, …) takes 500 ms.
     latency = tomllib.loads(DEFAULT_PROFILE.read_text())["latency"]

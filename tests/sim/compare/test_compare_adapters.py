@@ -14,7 +14,7 @@ import pytest
 
 from sim.cli.main import main
 from sim.compare.runner import run_pair
-from sim.load.config import Config
+from sim.load.run_config import RunConfig
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -44,7 +44,7 @@ def test_compare_adapters_writes_the_adapters_column(
     assert code == 0, err  # the checkers judged every history (update spans both adapters) valid
     with (out / "results.csv").open() as f:
         rows = list(csv.DictReader(f))
-    per = Config().coordinator("decoupled").cores
+    per = RunConfig().coordinator("decoupled").cores
     # Two adapters, and one adapter with their cores (more processes vs more cores).
     assert {(r["config"], r["adapters"], r["cores"]) for r in rows} == {
         ("decoupled", "1", str(per)),
@@ -107,7 +107,7 @@ def test_config_show_records_adapters(
 
 
 def test_same_seed_same_trace_with_two_adapters(tmp_path: Path) -> None:
-    cfg = Config(mode="virtual", configurations=("decoupled",), workloads=("insert",), concurrency=(1, 4),
+    cfg = RunConfig(mode="virtual", configurations=("decoupled",), workloads=("insert",), concurrency=(1, 4),
                  duration_s=0.01, warmup_s=0.005, warmup_ops=2, overrides={"adapters": 2})
     a = run_pair(cfg, "decoupled", "insert", tmp_path / "a")
     b = run_pair(cfg, "decoupled", "insert", tmp_path / "b")

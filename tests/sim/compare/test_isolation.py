@@ -26,7 +26,7 @@ from sim.compare.isolation import (
 )
 from sim.compare.neighbours import BASELINE
 from sim.compare.stats import t975
-from sim.load.config import Config
+from sim.load.run_config import RunConfig
 from sim.runtime.errors import InvalidUsage
 
 if TYPE_CHECKING:
@@ -91,9 +91,9 @@ def test_rows_pair_each_neighbour_run_with_its_baseline_at_the_same_pass() -> No
 
 def test_both_modes_have_the_two_adapter_row() -> None:
     names = tuple(a.config for a in ARCHITECTURES)
-    assert isolation_config(Config(mode="real")).configurations == names
-    assert isolation_config(Config(mode="real")).coordinator("decoupled-2-adapters").adapters == 2
-    virtual = isolation_config(Config())
+    assert isolation_config(RunConfig(mode="real")).configurations == names
+    assert isolation_config(RunConfig(mode="real")).coordinator("decoupled-2-adapters").adapters == 2
+    virtual = isolation_config(RunConfig())
     assert virtual.coordinator("decoupled-2-adapters").adapters == 2
 
 
@@ -130,7 +130,7 @@ def test_an_unknown_neighbour_is_refused() -> None:
 
 
 def test_an_insert_storm_hurts_the_event_loop_victim_more_than_the_two_adapter_one() -> None:
-    cfg = isolation_config(Config(duration_s=0.5, warmup_s=0.2))
+    cfg = isolation_config(RunConfig(duration_s=0.5, warmup_s=0.2))
     ratios = {}
     for arch in (ARCHITECTURES[0], ARCHITECTURES[2]):
         runs = [run_pass(cfg, arch, n, index=i, victim_clients=4)

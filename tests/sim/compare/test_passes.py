@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 import sim.compare.runner
 from sim.cli.main import app
 from sim.compare.runner import PassOutput, RunOutput, run_pair, run_workload
-from sim.load.config import Config
+from sim.load.run_config import RunConfig
 from sim.runtime.workers import workers
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from sim.compare.rows import LevelRow
 
-CFG = Config(mode="virtual", workloads=("insert",), concurrency=(1, 4), duration_s=0.01, warmup_s=0.005,
+CFG = RunConfig(mode="virtual", workloads=("insert",), concurrency=(1, 4), duration_s=0.01, warmup_s=0.005,
              warmup_ops=2, repeat=2, seed=5)
 
 
@@ -29,7 +29,7 @@ def test_compare_interleaves_passes_across_configurations(tmp_path: Path, monkey
     order: list[tuple[str, str, int, int]] = []
     real = sim.compare.runner.run_pass
 
-    def recording(cfg: Config, config_name: str, workload_name: str, trace_dir: Path, **kw: Any) -> PassOutput:
+    def recording(cfg: RunConfig, config_name: str, workload_name: str, trace_dir: Path, **kw: Any) -> PassOutput:
         out = real(cfg, config_name, workload_name, trace_dir, **kw)
         order.append((workload_name, config_name, out.index, out.seed))
         return out
@@ -92,7 +92,7 @@ def test_a_pass_does_not_depend_on_what_ran_between(tmp_path: Path) -> None:
 
 
 def test_fixed_ops_passes(tmp_path: Path) -> None:
-    cfg = Config(mode="virtual", concurrency=(1, 4), ops_per_level=5, warmup_ops=2, repeat=3)
+    cfg = RunConfig(mode="virtual", concurrency=(1, 4), ops_per_level=5, warmup_ops=2, repeat=3)
     out = run_pair(cfg, "event-loop", "select-one", tmp_path / "t")
     assert [r.repeats for r in out.rows] == [3, 3]
     assert [len(r.throughput_samples) for r in out.rows] == [3, 3]

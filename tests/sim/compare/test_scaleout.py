@@ -16,7 +16,7 @@ from sim.compare.scaleout import (
     scaleout_groups,
     with_adapters,
 )
-from sim.load.config import Config
+from sim.load.run_config import RunConfig
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -34,7 +34,7 @@ def _row(config: str, adapters: int, cores: int, clients: int, tput: float, *, b
 
 
 def test_with_adapters_adds_one_adapter_with_the_same_cores() -> None:
-    cfg = with_adapters(Config(configurations=("event-loop", "decoupled")), (1, 2, 4))
+    cfg = with_adapters(RunConfig(configurations=("event-loop", "decoupled")), (1, 2, 4))
     per = cfg.coordinator("decoupled").cores
     assert cfg.configurations == (
         "event-loop", "decoupled", "decoupled-2-adapters", "decoupled-4-adapters",
@@ -78,7 +78,7 @@ def test_ablate_with_adapters_steps_more_cores_then_more_processes_at_the_same_c
     assert [s.name for s in steps[-3:]] == ["decoupled", "decoupled +cores=4", "decoupled +adapters=2"]
     assert steps[-2].variant == {"base": "decoupled", "cores": 4}
     assert steps[-1].variant == {"base": "decoupled", "adapters": 2, "cores": 2}
-    cfg = Config().with_overrides(variants={s.name: s.variant for s in steps if s.variant is not None})
+    cfg = RunConfig().with_overrides(variants={s.name: s.variant for s in steps if s.variant is not None})
     one, two = cfg.coordinator("decoupled +cores=4"), cfg.coordinator("decoupled +adapters=2")
     assert (one.adapters, one.cores) == (1, 4)
     assert (two.adapters, two.adapters * two.cores) == (2, 4)  # the same total cores

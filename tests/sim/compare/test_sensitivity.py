@@ -9,15 +9,15 @@ from typing import TYPE_CHECKING
 from controllers.replica_costs import REPLICA_LATENCIES
 from coordinator.config import Costs
 from sim.compare.sensitivity import scaled_costs, scaled_latencies
-from sim.load.config import Config
 from sim.load.latency_profile import load_profile
+from sim.load.run_config import RunConfig
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 
 def test_scaled_costs_scale_the_named_costs_and_nothing_else() -> None:
-    cfg = Config(mode="virtual", costs={"parse_plan": 1e-3})
+    cfg = RunConfig(mode="virtual", costs={"parse_plan": 1e-3})
     doubled = scaled_costs(cfg, ["parse_plan", "peek_sequence"], 2.0)
     assert doubled.costs["parse_plan"] == 2e-3  # the run's own override, scaled
     assert doubled.costs["peek_sequence"] == Costs().peek_sequence * 2
@@ -26,7 +26,7 @@ def test_scaled_costs_scale_the_named_costs_and_nothing_else() -> None:
 
 
 def test_scaled_latencies_write_a_profile_with_only_those_scaled(tmp_path: Path) -> None:
-    cfg = Config(mode="virtual")
+    cfg = RunConfig(mode="virtual")
     names = sorted(REPLICA_LATENCIES)
     half = scaled_latencies(cfg, names, 0.5, tmp_path / "p.toml", why="test")
     assert half.latency_profile is not None
@@ -81,10 +81,10 @@ def test_a_scaled_profile_keeps_the_cores_and_costs_of_the_profile_it_scales(tmp
     """A rerun must differ from its base in the scaled cost alone: the
     rewritten profile carries the cores `decoupled` takes from the original
     (the shipped profile's machine: 2) and any `[costs]` tables it has."""
-    from sim.load.config import DEFAULT_PROFILE
     from sim.load.latency_profile import profile_cores, profile_costs
+    from sim.load.run_config import DEFAULT_PROFILE
 
-    cfg = Config(mode="virtual", configurations=("decoupled",))
+    cfg = RunConfig(mode="virtual", configurations=("decoupled",))
     scaled = scaled_latencies(cfg, sorted(REPLICA_LATENCIES), 2.0, tmp_path / "a.toml", why="test")
     assert scaled.latency_profile is not None
     assert profile_cores(scaled.latency_profile) == profile_cores(DEFAULT_PROFILE)
@@ -92,7 +92,7 @@ def test_a_scaled_profile_keeps_the_cores_and_costs_of_the_profile_it_scales(tmp
     own = tmp_path / "own.toml"
     own.write_text((tmp_path / "a.toml").read_text().replace("[cpu]\ncores = ", "[cpu]\ncores = 3\n# was ")
                    + '\n[costs]\nparse_plan = 0.001\n\n[costs."decoupled"]\npeek_sequence = 0.002\n')
-    again = scaled_latencies(Config(mode="virtual", latency_profile=str(own)), ["replica.peek"], 0.5,
+    again = scaled_latencies(RunConfig(mode="virtual", latency_profile=str(own)), ["replica.peek"], 0.5,
                              tmp_path / "b.toml", why="test")
     assert again.latency_profile is not None
     assert profile_cores(again.latency_profile) == 3

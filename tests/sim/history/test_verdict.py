@@ -49,7 +49,7 @@ def test_invalid_history_lists_anomalies_with_op_ids() -> None:
     }
     by_name = {c["name"]: c for c in doc["checkers"]}
     assert by_name["named"]["valid"] is False
-    assert by_name["replay"]["skipped"] is True  # an EDN history carries no timestamps
+    assert by_name["whitebox"]["skipped"] is True  # an EDN history carries no timestamps
     assert doc["trace"] is None
 
 

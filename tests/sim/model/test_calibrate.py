@@ -25,8 +25,8 @@ import pytest
 from controllers.replica_costs import REPLICA_LATENCIES
 from coordinator.config import Costs
 from sim.compare.host import usable_cores
-from sim.load.config import DEFAULT_PROFILE
 from sim.load.latency_profile import load_profile
+from sim.load.run_config import DEFAULT_PROFILE
 from sim.model.calibrate import (
     MEASURED,
     Calibration,

@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 
 from coordinator.config import Costs, Interpreter
 from sim.cli.main import app, main
-from sim.load.config import Config
 from sim.load.latency_profile import load_profile, profile_costs, profile_interpreter
+from sim.load.run_config import RunConfig
 from sim.model.from_run import DESCRIBES, costs_from_handlers, interpreter_from_cells
 from sim.runtime.backend_stats import BackendStats
 from sim.runtime.latency import TimerRealized
@@ -118,7 +118,7 @@ def test_calibrate_from_a_real_run(real_run: Path, tmp_path: Path) -> None:
     model = load_profile(profile)
     assert isinstance(model.distribution("replica.command"), TimerRealized)
     assert not isinstance(model.distribution("oracle.pg.read_ts"), TimerRealized)
-    cfg = Config(mode="virtual", configurations=("event-loop", "decoupled"), latency_profile=str(profile))
+    cfg = RunConfig(mode="virtual", configurations=("event-loop", "decoupled"), latency_profile=str(profile))
     assert cfg.coordinator("event-loop").costs.parse_plan == pytest.approx(data["costs"]["event-loop"]["parse_plan"])
     assert cfg.coordinator("decoupled").cores == data["cpu"]["cores"]
     assert cfg.coordinator("decoupled", "insert").interpreter is not None
@@ -199,11 +199,11 @@ def test_profile_costs_layer_under_the_runs_own(tmp_path: Path) -> None:
                        '\n[latency."default"]\nkind = "constant"\nms = 0.0\n')
     assert profile_costs(profile, "event-loop") == {"parse_plan": 0.001}
     assert profile_costs(profile, "decoupled") == {"parse_plan": 0.002, "commit": 0.003}
-    cfg = Config(mode="virtual", latency_profile=str(profile))
+    cfg = RunConfig(mode="virtual", latency_profile=str(profile))
     assert cfg.coordinator("decoupled").costs.parse_plan == 0.002
     assert cfg.with_overrides(costs={"parse_plan": 0.5}).coordinator("decoupled").costs.parse_plan == 0.5
     # Real mode runs a coordinator: its modeled CPU stays `Costs`.
-    assert Config(mode="real", latency_profile=str(profile)).coordinator("decoupled").costs == Costs()
+    assert RunConfig(mode="real", latency_profile=str(profile)).coordinator("decoupled").costs == Costs()
     profile.write_text('[costs]\nbogus = 1.0\n[latency."default"]\nkind = "constant"\nms = 0.0\n')
     with pytest.raises(ValueError, match="unknown cost 'bogus'"):
         profile_costs(profile, "event-loop")
@@ -298,11 +298,11 @@ def test_profile_interpreter_is_per_configuration_and_workload(tmp_path: Path) -
                        'per_op_s = 0.0001\n\n[latency."default"]\nkind = "constant"\nms = 0.0\n')
     assert profile_interpreter(profile, "decoupled", "select-one") == Interpreter(0.5, 0.25, 0.0001)
     assert profile_interpreter(profile, "decoupled", "insert") is None
-    cfg = Config(mode="virtual", latency_profile=str(profile))
+    cfg = RunConfig(mode="virtual", latency_profile=str(profile))
     assert cfg.coordinator("decoupled", "select-one").interpreter == Interpreter(0.5, 0.25, 0.0001)
     assert cfg.coordinator("decoupled").interpreter is None  # no workload named: none applies
     # Real mode runs a real interpreter.
-    assert Config(mode="real", latency_profile=str(profile)).coordinator("decoupled", "select-one").interpreter is None
+    assert RunConfig(mode="real", latency_profile=str(profile)).coordinator("decoupled", "select-one").interpreter is None
     profile.write_text('[interpreter."decoupled"."select-one"]\nbase_cores = "lots"\n'
                        '[latency."default"]\nkind = "constant"\nms = 0.0\n')
     with pytest.raises(ValueError, match="must map"):

@@ -83,8 +83,8 @@ def test_confirm_leadership_closes_it_for_the_pg_oracle() -> None:
 
 
 def test_split_brain_stale_catalog_ts_on_the_pg_oracle() -> None:
-    """The regression suite's split brain shows the same hole in the white-box
-    replay: A's reads stamp its stale catalog_ts after B's reads stamped a
+    """The regression suite's split brain shows the same hole to the whitebox
+    checker: A's reads stamp its stale catalog_ts after B's reads stamped a
     later one (`uv run coordsim anomalies run split-brain --config
     event-loop+pg-oracle --seed 4`). Its clients read only tables nobody
     drops, so no black-box anomaly — the test above makes it visible."""

@@ -19,9 +19,9 @@ from coordinator.config import OracleKind, check_known_bad, named
 from oracle.api import REALTIME_TIMELINE
 from oracle.modeled import ModeledOracleRows
 from oracle.open import OracleBackend, OracleSpec, open_oracles
-from oracle.stash import MemTimestampStash
 from oracle.switching import SwitchingOracle
 from oracle.testing import RecordingOracle, check_history, run_random_workload
+from oracle.timestamp_store import MemTimestampStore
 from sim.history.checker import CHECKERS
 from sim.history.checker import check_history as check_run
 from sim.history.model import EventKind
@@ -73,13 +73,13 @@ def _run(scenario: str, config: str, plan: str, *, seed: int = 0, known_bad: str
 
 async def _oracle(spec: OracleSpec, rt: Runtime, timeline: str, *, at_upper: bool = True) -> TimestampOracle:
     """The oracle of `timeline` on `spec`'s backend, as a process of its own
-    (an in-memory one bumps the stash epoch)."""
+    (an in-memory one bumps the timestamp store's epoch)."""
     return await (await open_oracles(spec, rt)).timeline(timeline, at_upper=at_upper, owns_backend=True)
 
 
 def _memory(rt: Runtime) -> OracleSpec:
-    """In-memory oracles on one stash that outlives their processes."""
-    return OracleSpec(OracleBackend.MEMORY, stash=MemTimestampStash(rt))
+    """In-memory oracles on one timestamp store that outlives their processes."""
+    return OracleSpec(OracleBackend.MEMORY, store=MemTimestampStore(rt))
 
 
 def _modeled() -> OracleSpec:
@@ -224,7 +224,7 @@ def test_calls_after_the_switch_reach_the_other_implementation(config: str) -> N
             inc: Any = sim.dep.newest.incarnation  # type: ignore[union-attr]
             env = sim.dep.env
             assert env.oracle_rows is not None
-            assert env.timestamp_stash is not None
+            assert env.timestamp_store is not None
             seen = []
 
             async def work() -> None:
@@ -234,9 +234,9 @@ def test_calls_after_the_switch_reach_the_other_implementation(config: str) -> N
 
             def snapshot() -> tuple[str, int, int, bool]:
                 assert env.oracle_rows is not None
-                assert env.timestamp_stash is not None
+                assert env.timestamp_store is not None
                 impl = inc.oracle_switch.realtime.current.statistics().implementation
-                return impl, env.oracle_rows.statements, env.timestamp_stash.transactions, inc.memory_oracle is None
+                return impl, env.oracle_rows.statements, env.timestamp_store.transactions, inc.memory_oracle is None
 
             await c.execute("CREATE TABLE t (a int)")
             await work()

@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.virtual
 
 
-def test_info_add_without_catalog_ts_is_not_a_replay_anomaly() -> None:
-    """Was: checker 3 (replay) dropped an `info` add that carried no catalog_ts
+def test_info_add_without_catalog_ts_is_not_a_whitebox_anomaly() -> None:
+    """Was: checker 3 (whitebox) dropped an `info` add that carried no catalog_ts
     (its statement was cut off by the crash), so reads that saw its element
     were flagged. It now lands in the incarnation whose read saw it."""
     history, events = run_scenario("crash-restart", "event-loop", 1)
@@ -72,8 +72,8 @@ def _insert_racing_drop(seed: int) -> HistoryRecorder:
 
 def test_insert_racing_drop_table() -> None:
     """Was: an INSERT racing a DROP failed 42P01 at write time but carried the
-    catalog_ts it was planned at (where the table exists), so the replay
-    flagged a serializable history. It now carries the catalog time at which
+    catalog_ts it was planned at (where the table exists), so the whitebox
+    checker flagged a serializable history. It now carries the catalog time at which
     storage found the table gone."""
     rec = _insert_racing_drop(20)
     history = rec.history()

@@ -1,5 +1,5 @@
 """Anomaly scenarios in real mode: the same bodies on the stock loop against a
-fresh Postgres database per run (Consensus, oracle, stashes; Blob in files),
+fresh Postgres database per run (Consensus, oracle, timestamp store, catalog stash; Blob in files),
 under the `pg-kill` fault that terminates the database's backends. The
 reconnects and retries it forces must leave every checker `valid`; failing
 statements (or `info` ones) are allowed, wrong answers are not.

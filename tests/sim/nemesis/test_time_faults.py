@@ -20,8 +20,8 @@ from controllers.storage import AppendOk, StorageConfig, StorageController
 from controllers.transform import decode_row
 from oracle.modeled import ModeledOracleRows
 from oracle.open import OracleBackend, OracleSpec, open_oracles, oracle_spec
-from oracle.stash import MemTimestampStash
 from oracle.testing import ConformanceFailure, ManualWallClock, check_oracle, fresh_timeline
+from oracle.timestamp_store import MemTimestampStore
 from persist.client import PersistClient
 from persist.open import open_location
 from sim.history.checker import CHECKERS, check_history
@@ -365,7 +365,7 @@ def test_the_unguarded_oracle_fails_the_wall_clock_contract(kind: str) -> None:
 
     async def main(rt: Runtime) -> None:
         spec = (
-            OracleSpec(OracleBackend.MEMORY, stash=MemTimestampStash(rt), unguarded_clock=True)
+            OracleSpec(OracleBackend.MEMORY, store=MemTimestampStore(rt), unguarded_clock=True)
             if kind == "memory"
             else OracleSpec(OracleBackend.MODELED, rows=ModeledOracleRows(), unguarded_clock=True)
         )

@@ -108,7 +108,7 @@ def test_events_jsonl_is_kept_when_asked_and_is_the_seeds(tmp_path: Path) -> Non
 @pytest.mark.parametrize(("config", "component"), [("event-loop", "oracle"), ("decoupled", "catalog")])
 def test_a_split_brain_is_a_fault_and_a_fencing(config: str, component: str, tmp_path: Path) -> None:
     """The nemesis starts a second coordinator (b); the first (a) finds
-    itself fenced: by the stash's epoch through its in-memory oracle (the
+    itself fenced: by the timestamp store's epoch through its in-memory oracle (the
     event loop), by the catalog's epoch (decoupled)."""
     from sim.nemesis.anomalies import run_spec
     from sim.nemesis.anomaly_spec import default_spec

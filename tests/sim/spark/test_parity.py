@@ -74,7 +74,7 @@ def test_same_verdicts_same_coverage(golden_out: Path, generated: list[Path], kn
                        "unjudged-countless": "unknown", "unjudged-and-invalid": "invalid"}
     (gap,) = got["unjudged-column-read"]["not_judged"]
     assert gap["op_ids"] == [1]
-    assert any(r.startswith("replay: no system timestamps") for r in gap["reasons"]), gap
+    assert any(r.startswith("whitebox: no system timestamps") for r in gap["reasons"]), gap
     report = (golden_out / "report.md").read_text()
     assert "## Coverage (" in report
     assert "- unjudged-column-read (unknown): 1 of 2 operations judged" in report
@@ -98,7 +98,7 @@ def test_known_bad_variants_are_invalid_in_spark(golden_out: Path, known_bad: li
     order = [t.name for t in known_bad if "unbounded_group_commits" in t.name]
     assert lost
     assert order
-    assert all((n, "not-strict-serializable", "replay") in by_checker for n in lost), lost
+    assert all((n, "not-strict-serializable", "whitebox") in by_checker for n in lost), lost
     assert all((n, "timestamp-regression", "oracle") in by_checker for n in order), order
 
 
@@ -217,4 +217,4 @@ def test_cut_runs_equal_the_in_process_checkers(spark: Any, tmp_path: Path) -> N
     flagged = [r for r in got if r[0] == "cut-regress" and r[2][-1:] == (regressed,) and len(r[2]) == 2]
     assert flagged, sorted(r for r in got if r[0] == "cut-regress")
     assert all(r[2][0] < regressed for r in flagged)
-    assert checks[("cut-many", "replay")]["count"] > 20
+    assert checks[("cut-many", "whitebox")]["count"] > 20

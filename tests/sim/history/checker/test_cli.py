@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from typer.testing import CliRunner
 
 from sim.cli.main import app
+from sim.cli.options import ACCEPTED_UNTIL
 from sim.history.checker.generate import GenConfig, generate
 from sim.history.traces import write_trace
+from sim.history.verdict_file import VERDICT_FILE
 
 DATA = Path(__file__).resolve().parents[3] / "data" / "histories"
 runner = CliRunner()
@@ -44,7 +47,24 @@ def test_trace_directory(tmp_path: Path) -> None:
     write_trace(tmp_path, generate(GenConfig(ops=300, p_info=0.05, seed=1)))
     r = runner.invoke(app, ["check", str(tmp_path)])
     assert r.exit_code == 0, r.output
-    assert "replay" in r.output
+    assert "whitebox" in r.output
+
+
+def test_the_old_checker_name_replay_runs_whitebox_with_one_note(tmp_path: Path) -> None:
+    """`--checker replay` (its name until issue 37, now the Spark job's) still
+    works: one line on stderr names `whitebox`, and every output says whitebox."""
+    write_trace(tmp_path, generate(GenConfig(ops=300, p_info=0.05, seed=1)))
+    r = runner.invoke(app, ["check", str(tmp_path), "--checker", "replay", "--checker", "replay", "--json"])
+    assert r.exit_code == 0, r.output
+    assert r.stderr.splitlines() == [
+        f"coordsim: note: --checker replay is deprecated; use --checker whitebox (accepted until {ACCEPTED_UNTIL})"
+    ]
+    doc = json.loads(r.stdout)
+    assert [c["name"] for c in doc["checkers"]] == ["whitebox"]
+    written = (tmp_path / VERDICT_FILE).read_text()
+    assert '"whitebox"' in written
+    assert "replay" not in written
+    assert "replay" not in r.stdout
 
 
 def test_bad_input_exits_2_with_one_line() -> None:

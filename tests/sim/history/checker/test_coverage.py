@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sim.cli.main import app
-from sim.history.checker import blackbox, linear, replay_terms
+from sim.history.checker import blackbox, linear, whitebox_terms
 from sim.history.checker.run import CHECKERS, Report, check_history
 from sim.history.checker.verdict import Outcome
 from sim.history.import_edn import read_edn
@@ -91,7 +91,7 @@ def test_the_issue_reproduction_is_no_longer_valid(tmp_path: Path) -> None:
     assert old.outcome is Outcome.UNKNOWN
     assert (old.ops_to_judge, old.ops_judged) == (3, 0)
     why = _reasons(old)
-    assert why["replay"] == {replay_terms.NO_TIMESTAMPS: 3}
+    assert why["whitebox"] == {whitebox_terms.NO_TIMESTAMPS: 3}
     assert why["blackbox"][blackbox.MUTATION] == 1
     assert why["linear"][linear.MUTATION] == 1
     # With every checker it is invalid, never valid.
@@ -100,7 +100,7 @@ def test_the_issue_reproduction_is_no_longer_valid(tmp_path: Path) -> None:
     r = runner.invoke(app, ["check", str(path), *[a for c in OLD for a in ("--checker", c)]])
     assert r.exit_code == 3, r.output
     assert "verdict: unknown" in r.stdout
-    assert f"replay: {replay_terms.NO_TIMESTAMPS} (3)" in r.stdout
+    assert f"whitebox: {whitebox_terms.NO_TIMESTAMPS} (3)" in r.stdout
     r = runner.invoke(app, ["check", str(path)])
     assert r.exit_code == 1, r.output
 
@@ -122,25 +122,25 @@ def test_update_table_without_timestamps_is_unknown_unless_a_checker_models_it()
     assert full.complete
 
 
-def test_replay_judges_an_update_table_with_timestamps_and_not_without() -> None:
-    assert _check(_update_table(timestamps=True), ["replay"]).outcome is Outcome.VALID
-    r = _check(_update_table(timestamps=True, update_ts=False), ["replay"])
+def test_whitebox_judges_an_update_table_with_timestamps_and_not_without() -> None:
+    assert _check(_update_table(timestamps=True), ["whitebox"]).outcome is Outcome.VALID
+    r = _check(_update_table(timestamps=True, update_ts=False), ["whitebox"])
     assert r.outcome is Outcome.UNKNOWN
     # The update lacks its write_ts; the read after it cannot be replayed.
-    assert _reasons(r) == {"replay": {replay_terms.NO_TS: 1, replay_terms.UNKNOWABLE: 1}}
+    assert _reasons(r) == {"whitebox": {whitebox_terms.NO_TS: 1, whitebox_terms.UNKNOWABLE: 1}}
     assert r.coverage[0].unjudged_ops == (1, 2)
 
 
-def test_an_indeterminate_update_makes_later_reads_unknown_to_the_replay() -> None:
+def test_an_indeterminate_update_makes_later_reads_unknown_to_the_whitebox_checker() -> None:
     ops = list(_update_table(timestamps=True).ops())
     h = History.from_ops([
         ops[0],
         _op(1, Kind.UPDATE, "acct", 10, args={"set": 5, "where": [["=", 0]]}, status=Status.INFO, write_ts=2),
         _op(2, Kind.READ, "acct", 20, result=(5,), read_ts=2),
     ])
-    r = _check(h, ["replay"])
+    r = _check(h, ["whitebox"])
     assert r.outcome is Outcome.UNKNOWN
-    assert _reasons(r) == {"replay": {replay_terms.UNKNOWABLE: 1}}
+    assert _reasons(r) == {"whitebox": {whitebox_terms.UNKNOWABLE: 1}}
     # Indeterminate writes are operations to judge; indeterminate reads are not.
     assert r.coverage[0].ops == 3
 
@@ -225,18 +225,18 @@ def test_a_value_added_twice_is_not_judged_as_a_set_and_not_flagged() -> None:
         _op(1, Kind.ADD, "m", 10, elements=(1,), write_ts=2),
         _op(2, Kind.READ, "m", 20, result=(1, 1), read_ts=2),
     ])
-    r = _check(h, ["named", "blackbox", "replay", "linear"])
+    r = _check(h, ["named", "blackbox", "whitebox", "linear"])
     assert r.outcome is Outcome.UNKNOWN
-    assert _reasons(r) == {"blackbox": {blackbox.REPEATED: 3}, "replay": {replay_terms.REPEATED: 3},
+    assert _reasons(r) == {"blackbox": {blackbox.REPEATED: 3}, "whitebox": {whitebox_terms.REPEATED: 3},
                            "linear": {linear.REPEATED: 3}}
     assert _check(h, ["table"]).outcome is Outcome.VALID
 
 
 def test_a_skipped_checker_no_longer_makes_a_verdict_valid() -> None:
     """Before issue 34, a checker with nothing to judge was left out of the
-    verdict: replay alone on a history without timestamps said valid."""
+    verdict: whitebox alone on a history without timestamps said valid."""
     h = _set_table()
-    r = _check(h, ["replay"])
+    r = _check(h, ["whitebox"])
     (v,) = r.verdicts
     assert v.skipped
     assert r.outcome is Outcome.UNKNOWN
@@ -291,11 +291,11 @@ def test_the_report_says_what_was_not_judged() -> None:
     lines = r.coverage_lines()
     assert lines[0] == "coverage: 0 of 3 operations judged; 0 of 1 tables fully"
     assert lines[1].startswith("  acct: 3 of 3 operations not judged (e.g. ops 0, 1, 2)")
-    assert f"    replay: {replay_terms.NO_TIMESTAMPS} (3)" in lines
+    assert f"    whitebox: {whitebox_terms.NO_TIMESTAMPS} (3)" in lines
     assert r.coverage_summary().startswith("0 of 3 operations judged; not judged: acct 3 (")
     doc = r.coverage_json()
     assert doc["complete"] is False
-    assert doc["tables"][0]["why_not_judged"]["replay"] == {replay_terms.NO_TIMESTAMPS: 3}
+    assert doc["tables"][0]["why_not_judged"]["whitebox"] == {whitebox_terms.NO_TIMESTAMPS: 3}
     assert doc["tables"][0]["not_judged_op_ids"] == [0, 1, 2]
 
 
@@ -308,7 +308,7 @@ def test_check_exits_3_and_prints_the_coverage_when_no_checker_can_judge_a_table
     assert r.exit_code == 3, r.output
     out = r.stdout
     assert "acct: 3 of 3 operations not judged" in out
-    assert f"replay: {replay_terms.NO_TIMESTAMPS} (3)" in out
+    assert f"whitebox: {whitebox_terms.NO_TIMESTAMPS} (3)" in out
     assert "table: out of time" in out
     assert out.strip().splitlines()[-2] == "verdict: unknown"
     j = runner.invoke(app, ["check", str(tmp_path / "tr"), "--linear-limit", "0", "--json"])
@@ -334,7 +334,7 @@ def _histories(d: Path) -> dict[str, Path]:
 
 def test_check_a_directory_on_two_workers(tmp_path: Path) -> None:
     paths = _histories(tmp_path / "h")
-    args = ["check", str(tmp_path / "h"), "--jobs", "2", "--checker", "replay", "--checker", "table"]
+    args = ["check", str(tmp_path / "h"), "--jobs", "2", "--checker", "whitebox", "--checker", "table"]
     r = runner.invoke(app, [*args, "--json"])
     assert r.exit_code == 1, r.output  # the worst: invalid
     docs = json.loads(r.stdout)
@@ -345,7 +345,7 @@ def test_check_a_directory_on_two_workers(tmp_path: Path) -> None:
     progress = [ln for ln in r.stderr.splitlines() if ln.startswith("check: [")]
     assert len(progress) == 3, r.stderr
     # Without the table checker, b and c are unknown; the summary table has a row each.
-    r = runner.invoke(app, ["check", str(tmp_path / "h"), "--checker", "replay", "--checker", "blackbox"])
+    r = runner.invoke(app, ["check", str(tmp_path / "h"), "--checker", "whitebox", "--checker", "blackbox"])
     rows = [[c.strip() for c in ln.split("|")] for ln in r.stdout.splitlines() if "|" in ln][1:]
     assert [row[2] for row in rows] == ["valid", "unknown", "unknown"], r.stdout
     assert r.stdout.strip().splitlines()[-1] == "verdict: unknown (3 histories: 1 valid, 2 unknown)"

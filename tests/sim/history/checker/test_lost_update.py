@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.history.checker.replay import check_replay
 from sim.history.checker.verdict import Outcome
+from sim.history.checker.whitebox import check_whitebox
 from sim.history.model import History, Kind, Op, Status
 
 _INC: dict[str, Any] = {"add": 1}
@@ -33,7 +33,7 @@ def test_updates_under_the_write_lock_are_valid() -> None:
         _op(2, Kind.UPDATE, 25, 40, rts=2, wts=3, args=_INC),
         _op(3, Kind.READ, 50, 60, rts=3, res=(2,)),
     )
-    v = check_replay(h)
+    v = check_whitebox(h)
     assert v.outcome == Outcome.VALID, v.anomalies
 
 
@@ -44,7 +44,7 @@ def test_two_updates_that_read_the_same_row_lose_one() -> None:
         _op(1, Kind.UPDATE, 20, 30, rts=1, wts=2, args=_INC),
         _op(2, Kind.UPDATE, 21, 40, rts=1, wts=3, args=_INC),
     )
-    v = check_replay(h)
+    v = check_whitebox(h)
     assert v.names == ["not-strict-serializable"]
     (a,) = v.anomalies
     assert a.ops == (1, 2)
@@ -59,7 +59,7 @@ def test_two_updates_in_one_group_commit_lose_one() -> None:
         _op(1, Kind.UPDATE, 20, 30, rts=1, wts=2, args=_INC),
         _op(2, Kind.DELETE, 21, 30, rts=1, wts=2),
     )
-    assert check_replay(h).names == ["not-strict-serializable"]
+    assert check_whitebox(h).names == ["not-strict-serializable"]
 
 
 def test_an_insert_between_read_and_write_is_not_a_lost_update() -> None:
@@ -71,7 +71,7 @@ def test_an_insert_between_read_and_write_is_not_a_lost_update() -> None:
         _op(2, Kind.ADD, 21, 30, wts=2, els=(7,)),
         _op(3, Kind.READ, 50, 60, rts=3, res=(1, 7)),
     )
-    v = check_replay(h)
+    v = check_whitebox(h)
     assert v.outcome == Outcome.VALID, v.anomalies
 
 
@@ -83,5 +83,5 @@ def test_after_an_indeterminate_update_nothing_is_judged() -> None:
         _op(1, Kind.UPDATE, 20, 30, rts=1, wts=2, args=_INC, status=Status.INFO),
         _op(2, Kind.UPDATE, 21, 40, rts=1, wts=3, args=_INC),
     )
-    v = check_replay(h)
+    v = check_whitebox(h)
     assert v.outcome == Outcome.VALID, v.anomalies

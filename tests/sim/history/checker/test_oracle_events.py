@@ -45,7 +45,7 @@ def test_write_ts_not_above_a_previous_read_ts_is_a_regression() -> None:
 
 def test_split_brain_oracles_hand_out_the_same_write_ts() -> None:
     # Two in-memory oracles (a second coordinator beside the first) each count
-    # from the same stash value: real-time order exposes the duplicate.
+    # from the same timestamp-store value: real-time order exposes the duplicate.
     v = check_oracle_events([_ev(0, W, 0, 10, 8), _ev(1, W, 20, 30, 8)])
     assert v.outcome == Outcome.INVALID
 

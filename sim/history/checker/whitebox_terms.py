@@ -1,4 +1,4 @@
-"""What checker 3 (`sim.history.checker.replay`) reports, shared by its
+"""What checker 3 (`sim.history.checker.whitebox`) reports, shared by its
 parts: the anomaly it names and the reasons it leaves operations unjudged
 (`Verdict.coverage`).
 """

@@ -72,7 +72,7 @@ if TYPE_CHECKING:
     from sim.runtime.latency import LatencyModel
 
 __all__ = [
-    "DEFAULT_PROFILE", "Config", "Mode", "coerce_override", "is_scenario_file", "knobs_toml",
+    "DEFAULT_PROFILE", "Mode", "RunConfig", "coerce_override", "is_scenario_file", "knobs_toml",
 ]
 
 Mode = str  # "real" | "virtual"
@@ -106,7 +106,7 @@ DEFAULT_REPEAT: Final = 3
 
 @final
 @dataclass(frozen=True)
-class Config:
+class RunConfig:
     """One `coordsim compare` run (see the module docstring).
 
     `ops_per_level` is the number of operations at concurrency 1; level c
@@ -214,7 +214,7 @@ class Config:
     # --- building ---------------------------------------------------------------------
 
     @classmethod
-    def from_toml(cls, path: str | Path) -> Config:
+    def from_toml(cls, path: str | Path) -> RunConfig:
         """Reads a TOML file whose keys are this class's fields (a `[costs]` and
         an `[overrides]` table); unknown keys and bad values are `InvalidUsage`."""
         p = Path(path)
@@ -227,7 +227,7 @@ class Config:
         data.pop("configuration", None)
         return cls().with_overrides(**data)
 
-    def with_overrides(self, **changes: Any) -> Config:
+    def with_overrides(self, **changes: Any) -> RunConfig:
         """A copy with the given fields replaced (None values are ignored, so
         unset flags keep the file's or the default's value)."""
         known = {f.name for f in fields(self)}
@@ -324,7 +324,7 @@ class Config:
         return Window(warmup_s=warmup, duration_s=duration, repeat=repeat,
                       max_duration_s=cap if cap > duration else None, drain_s=drain)
 
-    def effective(self) -> Config:
+    def effective(self) -> RunConfig:
         """This value with every mode-dependent default filled in, as a run uses
         it (what `config show` prints and an output's `config.toml` records)."""
         w = self.window()
@@ -349,7 +349,7 @@ class Config:
         d["variants"] = {k: dict(v) for k, v in self.variants.items()}
         return d
 
-    def redacted(self) -> Config:
+    def redacted(self) -> RunConfig:
         """A copy safe to print or store: passwords in its URLs (and any
         secret-named override) replaced by `***` (`sim.runtime.urls.redact_mapping`)."""
         return self.with_overrides(**redact_mapping(self.to_dict()))
@@ -371,8 +371,8 @@ def is_scenario_file(name: str) -> bool:
     return name.endswith((".py", ".toml")) and Path(name).is_file()
 
 
-def knobs_toml(cfg: Config) -> str:
-    """Every effective value of the run (`Config.effective`) and of every
+def knobs_toml(cfg: RunConfig) -> str:
+    """Every effective value of the run (`RunConfig.effective`) and of every
     configuration it compares — architecture, oracle, catalog, group-commit
     policy and interval, confirm_leadership, read_ts batching, cores, batch
     size, CPU costs, known-bad toggles — plus the latency profile's source:

@@ -1,4 +1,4 @@
-"""Checker 3 (`sim.history.checker.replay`) as Spark operations, so its verdict scales
+"""Checker 3 (`sim.history.checker.whitebox`) as Spark operations, so its verdict scales
 past one process: DDL replayed in `catalog_ts` order, writes in `write_ts`
 order, each read compared with the state at its `read_ts`, and timestamps
 checked against real time.
@@ -12,9 +12,9 @@ set; there each read folds the earlier writes with Spark's `aggregate` (a
 built-in higher-order function, no Python UDF). Anomalies carry the same op
 ids as the in-process checker's, which the tests compare row for row.
 
-This module holds the plan (`replay_parts`), the real-time and catalog
+This module holds the plan (`whitebox_parts`), the real-time and catalog
 checks, and `annotate`, the frame the catalog and data checks read; the data
-check is `sim.spark.replay_data`, and the anomaly rows all of them emit are
+check is `sim.spark.whitebox_data`, and the anomaly rows all of them emit are
 `sim.spark.anomaly_rows`, as the in-process checker is split.
 """
 
@@ -26,12 +26,12 @@ from sim.spark.anomaly_rows import BROADCAST_ROWS, NAME, anomaly
 from sim.spark.anomaly_rows import F as spark_F
 from sim.spark.anomaly_rows import W as spark_W
 from sim.spark.frames import DDL_KINDS, INF, KEYS, NAMES
-from sim.spark.replay_data import data_parts
+from sim.spark.whitebox_data import data_parts
 
 if TYPE_CHECKING:
     from sim.spark.frames import Kept
 
-__all__ = ["BUCKET_OPS", "annotate", "has_cut_off_ddl", "replay_parts"]
+__all__ = ["BUCKET_OPS", "annotate", "has_cut_off_ddl", "whitebox_parts"]
 
 #: Operations per real-time bucket (`_realtime`): a run's timeline is cut
 #: into about n / BUCKET_OPS windows of time, so no window holds a whole run.
@@ -131,7 +131,7 @@ def _realtime(ops: Any, runs: Any, keep: Kept) -> Any:
         .withColumn("tl", F.when(F.expr("g % 2") == 1, "catalog").otherwise("data"))
     )
     return anomaly(
-        bad, NAME, "replay", F.col("op_id"), F.array("a", "op_id"),
+        bad, NAME, "whitebox", F.col("op_id"), F.array("a", "op_id"),
         F.format_string("%s timestamp %d below %d of op %d, which completed before it began",
                         F.col("tl"), F.col("ts"), F.col("need"), F.col("a")),
     )
@@ -288,14 +288,14 @@ def _catalog(t: Any) -> Any:
     )
     prev = ddl.withColumn("prev", F.lag("is_create").over(W.partitionBy(*KEYS).orderBy("catalog_ts", "op_id")))
     a_ddl = anomaly(
-        prev.filter(F.col("prev") == F.col("is_create")), NAME, "replay", F.col("op_id"), F.array("op_id"),
+        prev.filter(F.col("prev") == F.col("is_create")), NAME, "whitebox", F.col("op_id"), F.array("op_id"),
         F.when(F.col("is_create"), F.format_string("created %s at catalog_ts %d, but it already existed",
                                                     F.col("object"), F.col("catalog_ts")))
         .otherwise(F.format_string("dropped %s at catalog_ts %d, but it did not exist",
                                    F.col("object"), F.col("catalog_ts"))),
     )
     a_ops = anomaly(
-        t.filter("cat_bad"), NAME, "replay", F.col("op_id"),
+        t.filter("cat_bad"), NAME, "whitebox", F.col("op_id"),
         F.when(F.col("cause").isNull(), F.array("op_id")).otherwise(F.array("cause", "op_id")),
         F.when(F.col("status") == "fail",
                F.format_string("found %s unknown, but the catalog at its catalog_ts has it", F.col("object")))
@@ -305,7 +305,7 @@ def _catalog(t: Any) -> Any:
     return a_ddl.unionByName(a_ops)
 
 
-def replay_parts(ops: Any, runs: Any, t: Any, keep: Kept) -> list[Any]:
+def whitebox_parts(ops: Any, runs: Any, t: Any, keep: Kept) -> list[Any]:
     """Checker 3's anomalies (`not-strict-serializable`) over prepared ops
     (`frames.prepare`: the real-time check is per run; `runs` numbers the
     runs, `rid`) and the annotated table ops (`annotate`), as DataFrames to

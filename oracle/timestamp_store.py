@@ -1,4 +1,4 @@
-"""The stash behind today's in-memory oracle: durable per-timeline upper bounds and an
+"""The timestamp store behind today's in-memory oracle: durable per-timeline upper bounds and an
 epoch that fences older processes (seed 000, "the current TimestampOracle").
 
 The invariant it protects: a process whose epoch is no longer current can never
@@ -20,14 +20,14 @@ from sim.runtime.errors import Fenced, InvalidUsage
 if TYPE_CHECKING:
     from sim.runtime.core import Runtime
 
-__all__ = ["MemTimestampStash", "TimestampStash", "UnfencedStash"]
+__all__ = ["MemTimestampStore", "TimestampStore", "UnfencedTimestampStore"]
 
 
-class TimestampStash(ABC):
+class TimestampStore(ABC):
     """A small durable store: an epoch (fencing token) and one upper per timeline.
 
     State: the current epoch (0 until the first `open`) and, per timeline, an
-    upper or nothing. Every handle on one stash (e.g. `PostgresTimestampStash`
+    upper or nothing. Every handle on one store (e.g. `PostgresTimestampStore`
     objects of one name, from any process) shares it, and each method is
     linearizable over all of them: it takes effect at one instant between its
     call and its return.
@@ -47,7 +47,7 @@ class TimestampStash(ABC):
         """Bumps the epoch and returns the new value, fencing every older opener.
 
         The result is >= 1 and greater than every epoch an earlier `open` of the
-        stash returned, so two calls (from any processes) never return the same
+        store returned, so two calls (from any processes) never return the same
         epoch. Read uppers only after `open` returns: then they include every
         upper written by an older epoch (its writes either committed before the
         bump or are refused).
@@ -73,11 +73,11 @@ class TimestampStash(ABC):
         """One transaction that checks `epoch` is still current (returns iff it is).
 
         Raises:
-            Fenced: a newer process has opened the stash.
+            Fenced: a newer process has opened the store.
         """
 
     async def close(self) -> None:  # noqa: B027 - optional hook
-        """Releases connections; the stash must not be used afterwards."""
+        """Releases connections; the store must not be used afterwards."""
 
     async def __aenter__(self) -> Self:
         return self
@@ -96,13 +96,13 @@ def check_upper(upper: int) -> None:
 
 def check_epoch(epoch: int) -> None:
     if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
-        raise InvalidUsage(f"epoch must be an int >= 1 (from TimestampStash.open), got {epoch!r}")
+        raise InvalidUsage(f"epoch must be an int >= 1 (from TimestampStore.open), got {epoch!r}")
 
 
 @final
-class MemTimestampStash(TimestampStash):
-    """The stash in memory, for virtual-time runs: durable for as long as the object
-    lives, so "restarting" an oracle means opening a new one on the same stash.
+class MemTimestampStore(TimestampStore):
+    """The store in memory, for virtual-time runs: durable for as long as the object
+    lives, so "restarting" an oracle means opening a new one on the same store.
 
     Each transaction costs one sample of the latency named `stash.txn` (zero unless
     the Runtime's latency model says otherwise) and commits at the end of it.
@@ -135,24 +135,24 @@ class MemTimestampStash(TimestampStash):
         check_epoch(epoch)
         await self._txn()
         if epoch != self._epoch:
-            raise Fenced(f"stash epoch is {self._epoch}, this process opened epoch {epoch}")
+            raise Fenced(f"store epoch is {self._epoch}, this process opened epoch {epoch}")
         self._uppers[timeline] = max(self._uppers.get(timeline, 0), upper)
 
     async def confirm_leadership(self, epoch: int) -> None:
         check_epoch(epoch)
         await self._txn()
         if epoch != self._epoch:
-            raise Fenced(f"stash epoch is {self._epoch}, this process opened epoch {epoch}")
+            raise Fenced(f"store epoch is {self._epoch}, this process opened epoch {epoch}")
 
 
 @final
-class UnfencedStash(TimestampStash):
+class UnfencedTimestampStore(TimestampStore):
     """The known-bad `KnownBad.skip_epoch_fencing`: `inner` without its fencing.
     A write that finds a newer epoch takes the epoch back (`open`) and writes
     anyway, and `confirm_leadership` always succeeds — so a deposed process
     never learns it was deposed, and two oracles hand out timestamps at once."""
 
-    def __init__(self, inner: TimestampStash) -> None:
+    def __init__(self, inner: TimestampStore) -> None:
         self.inner = inner
         self._epoch: int | None = None
 

@@ -3,7 +3,7 @@ and drop must find the table absent (present) there, and every other op of the
 table must have seen the catalog its `catalog_ts` names: an op that found the
 table unknown must have looked where it was, and an op that succeeded must
 have looked where it existed. Each op gets the incarnation of its table it
-worked on, which the data part (`sim.history.checker.replay_data`) replays.
+worked on, which the data part (`sim.history.checker.whitebox_data`) replays.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import TYPE_CHECKING
 
-from sim.history.checker.replay_terms import DDL_UNPLACED, NAME, NO_CATALOG_TS, REPEATED
 from sim.history.checker.tables import ends, index_tables
 from sim.history.checker.verdict import describe
+from sim.history.checker.whitebox_terms import DDL_UNPLACED, NAME, NO_CATALOG_TS, REPEATED
 from sim.history.model import DDL_KINDS, FAIL, INFO, NONE, OK, READ, UNKNOWN_TABLE
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Checker 3's data part: writes (INSERT, UPDATE, DELETE) replayed in
 `write_ts` order, each read compared with the replayed state at its `read_ts`
-(of the table incarnation the catalog part, `sim.history.checker.replay_catalog`,
+(of the table incarnation the catalog part, `sim.history.checker.whitebox_catalog`,
 gave it). An UPDATE/DELETE reads at its `read_ts` and writes at its
 `write_ts`: every row it matched must still be there when its write applies,
 else another write retracted it in between and an update is lost.
@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Final
 
-from sim.history.checker.replay_terms import COUNTLESS, NAME, NO_TS, UNKNOWABLE
 from sim.history.checker.tables import INF
 from sim.history.checker.verdict import describe, elements_text
+from sim.history.checker.whitebox_terms import COUNTLESS, NAME, NO_TS, UNKNOWABLE
 from sim.history.model import ADD, FAIL, INFO, NONE, OK, READ, UPDATE
 
 if TYPE_CHECKING:

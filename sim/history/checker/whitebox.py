@@ -1,4 +1,5 @@
-"""Checker 3: white-box replay against the system's own timestamps.
+"""Checker 3, `whitebox`: white-box replay against the system's own timestamps
+(the sibling of `blackbox`, which trusts none of them).
 
 DDL is applied in `catalog_ts` order and writes (INSERT, UPDATE, DELETE) in
 `write_ts` order; every read must equal the replayed state at its `read_ts`
@@ -22,7 +23,7 @@ judged. `info` writes count as judged when their table is checked: the replay
 takes both outcomes into account (or gives up on the reads after them).
 
 This module checks the timestamps against real time and runs the other two
-parts: `sim.history.checker.replay_catalog` and `sim.history.checker.replay_data`.
+parts: `sim.history.checker.whitebox_catalog` and `sim.history.checker.whitebox_data`.
 """
 
 from __future__ import annotations
@@ -34,9 +35,6 @@ from itertools import accumulate, compress, repeat
 from operator import lt, sub
 from typing import TYPE_CHECKING
 
-from sim.history.checker.replay_catalog import catalog_incarnations
-from sim.history.checker.replay_data import check_data
-from sim.history.checker.replay_terms import NAME, NO_TIMESTAMPS
 from sim.history.checker.tables import ends, pauses_gc
 from sim.history.checker.verdict import (
     Collector,
@@ -46,6 +44,9 @@ from sim.history.checker.verdict import (
     fmt_t,
     nothing_judged,
 )
+from sim.history.checker.whitebox_catalog import catalog_incarnations
+from sim.history.checker.whitebox_data import check_data
+from sim.history.checker.whitebox_terms import NAME, NO_TIMESTAMPS
 from sim.history.model import DDL_KINDS, INFO, NONE, OK, READ
 
 if TYPE_CHECKING:
@@ -53,13 +54,13 @@ if TYPE_CHECKING:
 
     from sim.history.model import History
 
-__all__ = ["check_replay"]
+__all__ = ["check_whitebox"]
 
 
 @pauses_gc
-def check_replay(h: History) -> Verdict:
+def check_whitebox(h: History) -> Verdict:
     t0 = time.perf_counter()
-    col = Collector("replay", h.op_id)
+    col = Collector("whitebox", h.op_id)
     cov = CoverageBuilder()
     e = ends(h)
     stats = {"reads-checked": 0, "reads-unchecked": 0, "timestamped": 0, "unannotated": 0}

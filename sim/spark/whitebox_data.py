@@ -1,7 +1,7 @@
-"""Checker 3's data half as Spark operations (`sim.history.checker.replay_data`
+"""Checker 3's data half as Spark operations (`sim.history.checker.whitebox_data`
 in process): each read compared with the writes replayed in `write_ts` order
 up to its `read_ts`, per incarnation of its table. The frame it reads is the
-one `sim.spark.replay.annotate` builds."""
+one `sim.spark.whitebox.annotate` builds."""
 
 from __future__ import annotations
 
@@ -194,7 +194,7 @@ def data_parts(t: Any, keep: Kept) -> list[Any]:
         & F.col("count").isNotNull() & (F.col("count") != F.size("hit"))
     )
     a_mut = anomaly(
-        mut_bad, NAME, "replay", F.col("op_id"), F.array("op_id"),
+        mut_bad, NAME, "whitebox", F.col("op_id"), F.array("op_id"),
         F.format_string("reports %d rows at write_ts %d; replay matches %d", F.col("count"),
                         F.col("write_ts"), F.size("hit")),
     )
@@ -237,7 +237,7 @@ def data_parts(t: Any, keep: Kept) -> list[Any]:
         )
     )
     a_reads = anomaly(
-        bad, NAME, "replay", F.col("op_id"), ops,
+        bad, NAME, "whitebox", F.col("op_id"), ops,
         F.when(is_count, F.format_string("counted %d rows at read_ts %d; replay gives %d",
                                          F.col("count"), F.col("read_ts"), F.size("want")))
         .otherwise(F.format_string("read at read_ts %d returned %d rows; replay gives %d (missing e.g. %s, extra e.g. %s)",

@@ -1,18 +1,18 @@
-"""The known-bad `UnfencedStash` (KnownBad.skip_epoch_fencing): a deposed
-process's writes and confirms go through, where the plain stash fences them."""
+"""The known-bad `UnfencedTimestampStore` (KnownBad.skip_epoch_fencing): a deposed
+process's writes and confirms go through, where the plain store fences them."""
 
 from __future__ import annotations
 
 import pytest
 
-from oracle.stash import MemTimestampStash, UnfencedStash
+from oracle.timestamp_store import MemTimestampStore, UnfencedTimestampStore
 from sim.runtime.core import Runtime, run
 from sim.runtime.errors import Fenced
 
 
-def test_plain_stash_fences_and_unfenced_does_not() -> None:
+def test_plain_timestamp_store_fences_and_unfenced_does_not() -> None:
     async def main(rt: Runtime) -> tuple[int | None, int | None]:
-        plain = MemTimestampStash(rt)
+        plain = MemTimestampStore(rt)
         old = await plain.open()
         await plain.open()  # a newer process
         with pytest.raises(Fenced):
@@ -20,10 +20,10 @@ def test_plain_stash_fences_and_unfenced_does_not() -> None:
         with pytest.raises(Fenced):
             await plain.confirm_leadership(old)
 
-        inner = MemTimestampStash(rt)
-        a = UnfencedStash(inner)
+        inner = MemTimestampStore(rt)
+        a = UnfencedTimestampStore(inner)
         epoch_a = await a.open()
-        await UnfencedStash(inner).open()  # b deposes a
+        await UnfencedTimestampStore(inner).open()  # b deposes a
         await a.confirm_leadership(epoch_a)  # a never learns it
         await a.write_upper("t", 7, epoch_a)  # and writes anyway
         return await inner.read_upper("t"), await plain.read_upper("t")

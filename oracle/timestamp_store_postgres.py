@@ -1,8 +1,8 @@
-"""The oracle's stash in Postgres/CockroachDB: two small tables, one namespace per
-stash (an environment), every method one transaction over asyncpg.
+"""The oracle's timestamp store in Postgres/CockroachDB: two small tables, one namespace per
+store (an environment), every method one transaction over asyncpg.
 
 Fencing without advisory locks: `write_upper` and `confirm_leadership` lock the
-stash's epoch row (`SELECT … FOR UPDATE`) and compare it with their epoch in the
+store's epoch row (`SELECT … FOR UPDATE`) and compare it with their epoch in the
 same transaction, so they serialize with `open`'s bump: a bump either commits
 first (the check fails) or waits until the write has committed (the new opener
 then reads it). Under SERIALIZABLE (the client's default, as CockroachDB) the
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final, TypeVar, final
 
 from oracle.api import check_timeline
-from oracle.stash import TimestampStash, check_epoch, check_upper
+from oracle.timestamp_store import TimestampStore, check_epoch, check_upper
 from sim.runtime.errors import Fenced, InvalidUsage
 from sim.runtime.pgclient import DEFAULT_RETRY, PostgresClient
 
@@ -25,10 +25,16 @@ if TYPE_CHECKING:
     from sim.runtime.pgclient import Conn
     from sim.runtime.retry import RetryPolicy
 
-__all__ = ["PostgresTimestampStash"]
+__all__ = ["PostgresTimestampStore"]
 
 T = TypeVar("T")
 
+# The tables and their `stash` column keep the store's former name ("the oracle
+# stash", issue 37 renamed it so that "stash" names only the catalog's store):
+# renaming them would orphan every existing database's epochs and uppers. The
+# backend-statistics kinds (`stash.open`, `stash.confirm_leadership`, …) and the
+# `stash.txn` latency of the profiles keep it too, as names recorded in run
+# directories and latency profiles.
 _EPOCH_TABLE: Final = """
 CREATE TABLE IF NOT EXISTS oracle_stash_epoch (
     stash text NOT NULL,
@@ -62,21 +68,21 @@ DO UPDATE SET upper = GREATEST(oracle_stash_upper.upper, excluded.upper)"""
 
 
 @final
-class PostgresTimestampStash(TimestampStash):
-    """The stash named `name` in a Postgres/CockroachDB database.
+class PostgresTimestampStore(TimestampStore):
+    """The store named `name` in a Postgres/CockroachDB database.
 
-    Open with `PostgresTimestampStash.connect(url, rt, name=…)` (owns its client) or
+    Open with `PostgresTimestampStore.connect(url, rt, name=…)` (owns its client) or
     `on(client, name)` (shares one, e.g. with Postgres oracles).
     """
 
     def __init__(self, client: PostgresClient, name: str, *, owns_client: bool) -> None:
         """Use `open` or `on`."""
         if not isinstance(name, str) or not name or len(name) > 256:
-            raise InvalidUsage(f"invalid stash name {name!r}: a non-empty str of <= 256 chars")
+            raise InvalidUsage(f"invalid store name {name!r}: a non-empty str of <= 256 chars")
         self._client = client
         self._name = name
         self._owns_client = owns_client
-        #: Failed transactions that were retried (the stash's share of
+        #: Failed transactions that were retried (the store's share of
         #: `ts_oracle_retry_count`; the oracles sharing it do not see them).
         self.retry_count = 0
 
@@ -88,27 +94,27 @@ class PostgresTimestampStash(TimestampStash):
         *,
         name: str = "default",
         pool_size: int = 2,
-        application_name: str = "coordsim-oracle-stash",
+        application_name: str = "coordsim-oracle-timestamp-store",
         retry: RetryPolicy = DEFAULT_RETRY,
-    ) -> PostgresTimestampStash:
-        """Connects to `url` and creates the stash tables if they are missing."""
+    ) -> PostgresTimestampStore:
+        """Connects to `url` and creates the store tables if they are missing."""
         client = await PostgresClient.connect(
             url, rt, pool_size=pool_size, application_name=application_name, retry=retry
         )
-        stash = cls(client, name, owns_client=True)
+        store = cls(client, name, owns_client=True)
         try:
-            await stash._create_tables()
+            await store._create_tables()
         except BaseException:
             await client.close()
             raise
-        return stash
+        return store
 
     @classmethod
-    async def on(cls, client: PostgresClient, name: str = "default") -> PostgresTimestampStash:
-        """The stash `name` on a shared client (not closed with the stash)."""
-        stash = cls(client, name, owns_client=False)
-        await stash._create_tables()
-        return stash
+    async def on(cls, client: PostgresClient, name: str = "default") -> PostgresTimestampStore:
+        """The store `name` on a shared client (not closed with the store)."""
+        store = cls(client, name, owns_client=False)
+        await store._create_tables()
+        return store
 
     async def _create_tables(self) -> None:
         await self._client.create_table(_EPOCH_TABLE)
@@ -123,16 +129,16 @@ class PostgresTimestampStash(TimestampStash):
         return self._client
 
     def __repr__(self) -> str:
-        return f"PostgresTimestampStash({self._name!r} at {self._client.where})"
+        return f"PostgresTimestampStore({self._name!r} at {self._client.where})"
 
-    # --- the TimestampStash interface
+    # --- the TimestampStore interface
 
     async def open(self) -> int:
         async def bump(conn: Conn) -> int:
             epoch: int = await conn.fetchval(_BUMP, self._name)
             return epoch
 
-        return await self._run(f"stash {self._name!r}: open", bump, write=True, kind="stash.open")
+        return await self._run(f"store {self._name!r}: open", bump, write=True, kind="stash.open")
 
     async def read_upper(self, timeline: str) -> int | None:
         check_timeline(timeline)
@@ -142,7 +148,7 @@ class PostgresTimestampStash(TimestampStash):
             return upper
 
         return await self._run(
-            f"stash {self._name!r}: read_upper({timeline!r})", read, write=False, kind="stash.read_upper"
+            f"store {self._name!r}: read_upper({timeline!r})", read, write=False, kind="stash.read_upper"
         )
 
     async def write_upper(self, timeline: str, upper: int, epoch: int) -> None:
@@ -156,7 +162,7 @@ class PostgresTimestampStash(TimestampStash):
                 await conn.execute(_WRITE_UPPER, self._name, timeline, upper)
 
         await self._run(
-            f"stash {self._name!r}: write_upper({timeline!r}, {upper})", write, write=True,
+            f"store {self._name!r}: write_upper({timeline!r}, {upper})", write, write=True,
             kind="stash.write_upper",
         )
 
@@ -168,7 +174,7 @@ class PostgresTimestampStash(TimestampStash):
                 self._check(await conn.fetchval(_LOCK_EPOCH, self._name), epoch)
 
         await self._run(
-            f"stash {self._name!r}: confirm_leadership", confirm, write=True, kind="stash.confirm_leadership"
+            f"store {self._name!r}: confirm_leadership", confirm, write=True, kind="stash.confirm_leadership"
         )
 
     async def _run(self, what: str, call: Callable[[Conn], Awaitable[T]], *, write: bool, kind: str) -> T:
@@ -180,5 +186,5 @@ class PostgresTimestampStash(TimestampStash):
     def _check(self, current: int | None, epoch: int) -> None:
         if current != epoch:
             raise Fenced(
-                f"stash {self._name!r}: epoch is {current}, this process opened epoch {epoch}"
+                f"store {self._name!r}: epoch is {current}, this process opened epoch {epoch}"
             )

@@ -1,8 +1,8 @@
-"""The `TimestampStash` conformance suite, on every implementation — and on broken
+"""The `TimestampStore` conformance suite, on every implementation — and on broken
 variants it must reject.
 
-`check_timestamp_stash(make)` is pytest-free: `make(name)` opens a handle on the
-stash called `name`; two handles on one name are two "processes" sharing it.
+`check_timestamp_store(make)` is pytest-free: `make(name)` opens a handle on the
+store called `name`; two handles on one name are two "processes" sharing it.
 Each check uses fresh names, so runs never interfere on a shared server.
 """
 
@@ -16,7 +16,7 @@ import anyio.lowlevel
 import pytest
 
 from oracle.api import check_timeline
-from oracle.stash import MemTimestampStash, TimestampStash, check_epoch, check_upper
+from oracle.timestamp_store import MemTimestampStore, TimestampStore, check_epoch, check_upper
 from sim.runtime.conformance import ConformanceFailure, expect, expect_raises, fresh_name
 from sim.runtime.core import Runtime
 from sim.runtime.errors import Fenced, InvalidUsage
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
 
-#: Opens a handle on the stash named by the argument (used as `async with`).
-MakeStash: TypeAlias = "Callable[[str], Awaitable[TimestampStash]]"
+#: Opens a handle on the store named by the argument (used as `async with`).
+MakeStore: TypeAlias = "Callable[[str], Awaitable[TimestampStore]]"
 
 _BIGINT_MAX = 2**63 - 1
 
@@ -40,8 +40,8 @@ _BIGINT_MAX = 2**63 - 1
 # --- The suite --------------------------------------------------------------------------
 
 
-async def check_timestamp_stash(make: MakeStash) -> None:
-    """Runs every check of the `TimestampStash` contract on stashes from `make`."""
+async def check_timestamp_store(make: MakeStore) -> None:
+    """Runs every check of the `TimestampStore` contract on stores from `make`."""
     await _check_epochs(make)
     await _check_uppers(make)
     await _check_fencing(make)
@@ -51,7 +51,7 @@ async def check_timestamp_stash(make: MakeStash) -> None:
     await _check_misuse(make)
 
 
-async def _check_epochs(make: MakeStash) -> None:
+async def _check_epochs(make: MakeStore) -> None:
     name = fresh_name("epochs")
     async with await make(name) as a, await make(name) as b:
         e1 = await a.open()
@@ -70,10 +70,10 @@ async def _check_epochs(make: MakeStash) -> None:
                              lambda: a.confirm_leadership(e3 + 1))
         async with await make(fresh_name("epochs-other")) as other:
             await other.open()
-        await b.confirm_leadership(e3)  # another stash's bump fences nobody here
+        await b.confirm_leadership(e3)  # another store's bump fences nobody here
 
 
-async def _check_uppers(make: MakeStash) -> None:
+async def _check_uppers(make: MakeStore) -> None:
     name = fresh_name("uppers")
     t, u = fresh_name("t"), fresh_name("u")
     async with await make(name) as a:
@@ -94,16 +94,16 @@ async def _check_uppers(make: MakeStash) -> None:
         expect(await a.read_upper(u) == _BIGINT_MAX, "the largest upper round-trips")
         expect(await a.read_upper(t) == 9, "writing one timeline leaves another alone")
     # Durable and shared: a later handle (a restarted process) sees it all,
-    # before and after its own open; another stash sees none of it.
+    # before and after its own open; another store sees none of it.
     async with await make(name) as b:
         expect(await b.read_upper(t) == 9, "uppers outlive the handle that wrote them")
         await b.open()
         expect(await b.read_upper(u) == _BIGINT_MAX, "uppers survive a newer open")
     async with await make(fresh_name("uppers-other")) as other:
-        expect(await other.read_upper(t) is None, "stashes are independent")
+        expect(await other.read_upper(t) is None, "stores are independent")
 
 
-async def _check_fencing(make: MakeStash) -> None:
+async def _check_fencing(make: MakeStore) -> None:
     name = fresh_name("fencing")
     t = fresh_name("t")
     async with await make(name) as a, await make(name) as b:
@@ -122,7 +122,7 @@ async def _check_fencing(make: MakeStash) -> None:
         expect(await a.read_upper(t) == 15, "the new leader writes; every handle reads it")
 
 
-async def _check_open_sees_every_older_write(make: MakeStash) -> None:
+async def _check_open_sees_every_older_write(make: MakeStore) -> None:
     """An old leader writes as fast as it can while a new one opens: every write
     the old leader saw succeed is in what the new one reads right after `open`,
     and every write after the bump is refused."""
@@ -164,18 +164,18 @@ async def _check_open_sees_every_older_write(make: MakeStash) -> None:
         expect(await new.read_upper(t) == max(done), "a refused write left something behind")
 
 
-async def _check_concurrent_opens(make: MakeStash) -> None:
+async def _check_concurrent_opens(make: MakeStore) -> None:
     name = fresh_name("opens")
     t = fresh_name("t")
     epochs: list[int] = []
     async with await make(name) as a, await make(name) as b, await make(name) as c:
 
-        async def opener(stash: TimestampStash) -> None:
-            epochs.append(await stash.open())
+        async def opener(store: TimestampStore) -> None:
+            epochs.append(await store.open())
 
         async with anyio.create_task_group() as tg:
-            for stash in (a, b, c) * 4:
-                tg.start_soon(opener, stash)
+            for store in (a, b, c) * 4:
+                tg.start_soon(opener, store)
         expect(len(set(epochs)) == len(epochs), f"concurrent opens shared epochs: {sorted(epochs)}")
         current = max(epochs)
         await a.confirm_leadership(current)
@@ -188,7 +188,7 @@ async def _check_concurrent_opens(make: MakeStash) -> None:
         expect(await b.read_upper(t) == 1, "fenced concurrent writers wrote something")
 
 
-async def _check_concurrent_writes(make: MakeStash) -> None:
+async def _check_concurrent_writes(make: MakeStore) -> None:
     """Racing write_upper calls of the leader leave the greatest (never lowers)."""
     name = fresh_name("writes")
     t = fresh_name("t")
@@ -196,8 +196,8 @@ async def _check_concurrent_writes(make: MakeStash) -> None:
         epoch = await a.open()
         uppers = [(i * 7919) % 101 for i in range(1, 25)]  # a scrambled order
 
-        async def writer(stash: TimestampStash, upper: int) -> None:
-            await stash.write_upper(t, upper, epoch)
+        async def writer(store: TimestampStore, upper: int) -> None:
+            await store.write_upper(t, upper, epoch)
 
         async with anyio.create_task_group() as tg:
             for i, upper in enumerate(uppers):
@@ -206,7 +206,7 @@ async def _check_concurrent_writes(make: MakeStash) -> None:
         expect(got == max(uppers), f"after racing writes the upper is {got}, must be {max(uppers)}")
 
 
-async def _check_misuse(make: MakeStash) -> None:
+async def _check_misuse(make: MakeStore) -> None:
     name = fresh_name("misuse")
     async with await make(name) as a:
         epoch = await a.open()
@@ -237,24 +237,24 @@ def _modeled_runtime(seed: int) -> Runtime:
     return Runtime(seed=seed, latency=LatencyModel({"stash.txn": Uniform(0.0002, 0.002)}))
 
 
-def _memory() -> MakeStash:
-    stashes: dict[str, MemTimestampStash] = {}
+def _memory() -> MakeStore:
+    stores: dict[str, MemTimestampStore] = {}
     rt = _modeled_runtime(17)
 
-    async def make(name: str) -> TimestampStash:
-        # One object is the stash: every "process" shares it (closing is a no-op).
-        return stashes.setdefault(name, MemTimestampStash(rt))
+    async def make(name: str) -> TimestampStore:
+        # One object is the store: every "process" shares it (closing is a no-op).
+        return stores.setdefault(name, MemTimestampStore(rt))
 
     return make
 
 
-def _postgres(url: str) -> MakeStash:
-    from oracle.pgstash import PostgresTimestampStash
+def _postgres(url: str) -> MakeStore:
+    from oracle.timestamp_store_postgres import PostgresTimestampStore
 
     rt = Runtime(seed=18)
 
-    async def make(name: str) -> TimestampStash:
-        return await PostgresTimestampStash.connect(url, rt, name=name, pool_size=2)
+    async def make(name: str) -> TimestampStore:
+        return await PostgresTimestampStore.connect(url, rt, name=name, pool_size=2)
 
     return make
 
@@ -266,10 +266,10 @@ def _postgres(url: str) -> MakeStash:
         pytest.param("postgres-read-committed", marks=pytest.mark.postgres),
     ]
 )
-def make_stash(request: pytest.FixtureRequest) -> MakeStash:
-    """Opens handles on every `TimestampStash` implementation, the Postgres one
+def make_store(request: pytest.FixtureRequest) -> MakeStore:
+    """Opens handles on every `TimestampStore` implementation, the Postgres one
     at both levels. At SERIALIZABLE (the client's default) conflicts are
-    answered with 40001, which the Postgres stash must retry."""
+    answered with 40001, which the Postgres store must retry."""
     if request.param == "memory":
         return _memory()
     url: str = request.getfixturevalue("pg_url")
@@ -279,15 +279,15 @@ def make_stash(request: pytest.FixtureRequest) -> MakeStash:
 
 
 @pytest.mark.asyncio
-async def test_conformance(make_stash: MakeStash) -> None:
-    await check_timestamp_stash(make_stash)
+async def test_conformance(make_store: MakeStore) -> None:
+    await check_timestamp_store(make_store)
 
 
 # --- Broken variants the suite must reject -------------------------------------------------
 
 
-class _Broken(TimestampStash):
-    """A stash in memory with one bug (each subclass): the suite must catch it."""
+class _Broken(TimestampStore):
+    """A store in memory with one bug (each subclass): the suite must catch it."""
 
     def __init__(self) -> None:
         self.epoch = 0
@@ -388,10 +388,10 @@ class _NoMisuseChecks(_Broken):
     ],
 )
 async def test_suite_rejects(broken: type[_Broken], caught: str) -> None:
-    stashes: dict[str, TimestampStash] = {}
+    stores: dict[str, TimestampStore] = {}
 
-    async def make(name: str) -> TimestampStash:
-        return stashes.setdefault(name, broken())
+    async def make(name: str) -> TimestampStore:
+        return stores.setdefault(name, broken())
 
     with pytest.raises(ConformanceFailure, match=caught):
-        await check_timestamp_stash(make)
+        await check_timestamp_store(make)
