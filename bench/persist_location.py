@@ -29,7 +29,7 @@ from persist.open import S3_ENDPOINT_ENV, open_blob, open_consensus
 from persist.s3_client import create_bucket
 from sim.runtime.core import Runtime, run
 from sim.services.postgres import postgres_server
-from sim.services.s3 import LocalS3Server, client_environment
+from sim.services.s3 import open_s3
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator
@@ -104,8 +104,7 @@ def services() -> Iterator[tuple[str, str]]:
         pg_url = stack.enter_context(postgres_server(fsync=True))
         endpoint = os.environ.get(S3_ENDPOINT_ENV)
         if not endpoint:
-            endpoint = stack.enter_context(LocalS3Server()).endpoint
-            stack.enter_context(client_environment())
+            endpoint = stack.enter_context(open_s3()).endpoint
         asyncio.run(create_bucket(endpoint, "coordsim-bench"))
         yield pg_url, endpoint
 

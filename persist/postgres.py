@@ -23,11 +23,7 @@ allow-list in `classify_failure`, else `Indeterminate`.
 
 from __future__ import annotations
 
-import contextlib
-from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar, final
-
-import anyio
-import asyncpg
+from typing import TYPE_CHECKING, Final, TypeVar, final
 
 from persist.location import (
     CaSResult,
@@ -39,32 +35,21 @@ from persist.location import (
     check_scan_limit,
 )
 from sim.runtime.backend_stats import current_backend_stats
-from sim.runtime.errors import Determinate, InvalidUsage
+from sim.runtime.errors import Determinate, ExternalError, InvalidUsage
 from sim.runtime.patches import get_running_loop
-from sim.runtime.pg import (
-    DRIVER_ERRORS,
-    Isolation,
-    classify_failure,
-    describe_failure,
-    split_connect_timeout,
-    split_isolation,
-)
-from sim.runtime.urls import redact_url
+from sim.runtime.pg import Isolation, classify_failure, describe_failure, split_connect_timeout
+from sim.runtime.pgclient import PostgresPool
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from asyncpg.pool import PoolConnectionProxy
-
-    _ConnT: TypeAlias = PoolConnectionProxy[asyncpg.Record]
+    from sim.runtime.pgclient import Conn
 
 __all__ = ["PostgresConsensus", "classify_failure"]
 
 T = TypeVar("T")
 
 _BIGINT_MAX: Final = 2**63 - 1
-#: How long `close` waits for the pool to close politely before terminating it.
-_CLOSE_TIMEOUT_S: Final = 5.0
 
 _SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS consensus (
@@ -119,26 +104,18 @@ SELECT (SELECT sequence_number FROM head) AS head, (SELECT count(*) FROM deleted
 class PostgresConsensus(Consensus):
     """`Consensus` in the `consensus` table of a PostgreSQL or CockroachDB database.
 
-    Open with `PostgresConsensus.open(url)`. No retries happen here: callers
-    retry `Determinate` errors (DESIGN.md §9).
+    Open with `PostgresConsensus.open(url)`. Its sessions are the shared
+    client's (`sim.runtime.pgclient.PostgresPool`: the pool, and the error
+    tiers of DESIGN.md §9). No retries happen here: callers retry
+    `Determinate` errors (DESIGN.md §9).
     """
 
-    def __init__(
-        self,
-        pool: asyncpg.Pool[asyncpg.Record],
-        where: str,
-        isolation: Isolation = Isolation.SERIALIZABLE,
-        *,
-        acquire_timeout_s: float = 40.0,
-    ) -> None:
-        """Use `open`. `where` is the redacted URL, for messages."""
+    def __init__(self, pool: PostgresPool) -> None:
+        """Use `open`."""
         self._pool = pool
-        #: How long a statement may wait for a pooled connection (a slot, and
-        #: connecting): nothing is sent before, so a timeout is Determinate.
-        self._acquire_timeout_s = acquire_timeout_s
-        self._where = where
+        self._where = pool.where
         #: The level every statement runs at (each is its own transaction).
-        self.isolation = isolation
+        self.isolation = pool.isolation
         self._stats = current_backend_stats()
         self._closed = False
 
@@ -167,61 +144,35 @@ class PostgresConsensus(Consensus):
             Determinate: the server is unreachable or refused us (one line,
                 naming the URL without its password).
         """
-        if pool_size < 1:
-            raise InvalidUsage(f"pool_size must be >= 1, got {pool_size}")
-        if statement_timeout_s <= 0:
-            raise InvalidUsage(f"statement_timeout_s must be > 0, got {statement_timeout_s}")
-        where = redact_url(url)
-        dsn, connect_timeout = split_connect_timeout(url)
-        dsn, named = split_isolation(dsn)
-        level = isolation or named
+        # `PostgresPool.open` checks the arguments and the URL.
+        connect_s = split_connect_timeout(url)[1] or min(10.0, statement_timeout_s)
+        pool = await PostgresPool.open(
+            url,
+            # The loop's clock (as `Runtime.now`), which times each round trip.
+            now=get_running_loop().time,
+            pool_size=pool_size,
+            statement_timeout_s=statement_timeout_s,
+            connect_timeout_s=connect_s,
+            # A slot frees within a statement's time; a connection, within the
+            # connect timeout: waiting longer for one means the server is gone.
+            slot_timeout_s=statement_timeout_s + connect_s,
+            isolation=isolation,
+        )
         try:
-            pool: asyncpg.Pool[asyncpg.Record] = await asyncpg.create_pool(
-                dsn,
-                min_size=1,
-                max_size=pool_size,
-                timeout=connect_timeout or min(10.0, statement_timeout_s),
-                command_timeout=statement_timeout_s + 1.0,
-                # Startup settings, not SET: they survive the RESET ALL that the
-                # pool runs when a connection is released.
-                server_settings={
-                    "statement_timeout": str(int(statement_timeout_s * 1000)),
-                    "default_transaction_isolation": level.setting,
-                },
-            )
-        except (ValueError, asyncpg.ClientConfigurationError) as exc:
-            raise InvalidUsage(f"bad Postgres URL {where}: {describe_failure(exc)}") from exc
-        except DRIVER_ERRORS as exc:
-            raise Determinate(f"cannot connect to Postgres at {where}: {describe_failure(exc)}") from exc
-        try:
-            # Two sessions creating the table at once: the loser gets one of these
-            # (CREATE TABLE IF NOT EXISTS is not atomic in Postgres: the table, its
-            # row type or its index may collide); either way the table now exists.
-            with contextlib.suppress(
-                asyncpg.UniqueViolationError, asyncpg.DuplicateTableError, asyncpg.DuplicateObjectError
-            ):
-                await pool.execute(_SCHEMA)
-        except DRIVER_ERRORS as exc:
+            await pool.create_table(_SCHEMA, what="create the consensus table")
+        except ExternalError as exc:
             pool.terminate()
+            cause = exc.__cause__ if exc.__cause__ is not None else exc
             raise Determinate(
-                f"cannot create the consensus table at {where}: {describe_failure(exc)}"
-            ) from exc
-        # A slot frees within a statement's time; a connection, within the
-        # connect timeout: waiting longer for one means the server is gone.
-        connect_s = connect_timeout or min(10.0, statement_timeout_s)
-        return cls(pool, where, level, acquire_timeout_s=statement_timeout_s + connect_s)
+                f"cannot create the consensus table at {pool.where}: {describe_failure(cause)}"
+            ) from cause
+        return cls(pool)
 
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        try:
-            # Bounded: asyncpg's close waits for every connection to be released.
-            with anyio.fail_after(_CLOSE_TIMEOUT_S):
-                await self._pool.close()
-        except DRIVER_ERRORS:  # TimeoutError included
-            # The server is gone: there is nothing left to close politely.
-            self._pool.terminate()
+        await self._pool.close()
 
     def __repr__(self) -> str:
         return f"PostgresConsensus({self._where})"
@@ -291,37 +242,16 @@ class PostgresConsensus(Consensus):
     # --- plumbing
 
     async def _run(
-        self, what: str, *, write: bool, call: Callable[[_ConnT], Awaitable[T]], kind: str
+        self, what: str, *, write: bool, call: Callable[[Conn], Awaitable[T]], kind: str
     ) -> T:
-        """Runs one statement on a pooled connection, turning driver failures into
-        the error tiers: nothing sent yet ⇒ `Determinate`, else `classify_failure`.
-        `kind` names it in the run's `BackendStats`."""
+        """Runs one statement once (`PostgresPool.attempt`: nothing sent ⇒
+        `Determinate`, else `classify_failure`). `kind` names it in the run's
+        `BackendStats`: its round trip, or its failure, which the caller retries."""
         if self._closed:
             raise InvalidUsage(f"{what}: {self!r} is closed")
         try:
-            conn = await self._pool.acquire(timeout=self._acquire_timeout_s)
-        except DRIVER_ERRORS as exc:
-            raise Determinate(
-                f"{what} on {self._where}: no connection (nothing sent): {describe_failure(exc)}"
-            ) from exc
-        stats = self._stats
-        try:
-            if stats is None:
-                return await call(conn)
-            # The loop's clock (as `Runtime.now`): the pair costs two calls.
-            clock = get_running_loop().time
-            t0 = clock()
-            result = await call(conn)
-            stats.record(kind, clock() - t0)
-            return result
-        except DRIVER_ERRORS as exc:
-            if stats is not None:
-                stats.retried(kind, getattr(exc, "sqlstate", None))
-            tier = classify_failure(exc, write=write)
-            raise tier(f"{what} on {self._where} failed: {describe_failure(exc)}") from exc
-        finally:
-            # The statement's outcome is already decided; a failed release (the
-            # reset of a connection that just died) cannot change it, and asyncpg
-            # discards such a connection by itself.
-            with contextlib.suppress(*DRIVER_ERRORS):
-                await self._pool.release(conn)
+            return await self._pool.attempt(what, call, write=write, kind=kind)
+        except ExternalError as exc:
+            if self._stats is not None:
+                self._stats.retried(kind, getattr(exc.__cause__, "sqlstate", None))
+            raise

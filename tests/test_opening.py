@@ -1,8 +1,9 @@
 """One way to open each component (issue 37, item 8): nothing constructs an
-oracle, a durable catalog or a persist location except its opening function
-(`oracle.open.open_oracles`, `catalog.open.open_catalog`,
-`persist.open.open_location` and its halves), so the product, the harness and
-the conformance suites open them alike.
+oracle, a durable catalog, a persist location or an embedded service except
+its opening function (`oracle.open.open_oracles`, `catalog.open.open_catalog`,
+`persist.open.open_location` and its halves, `sim.services.postgres.open_postgres`,
+`sim.services.s3.open_s3`), so the product, the harness, the fixtures and the
+conformance suites open them alike.
 
 Calls are read with `ast` (nothing is imported) from every module of the
 product, the tests and the benchmarks: a call of an implementation class, or
@@ -38,6 +39,8 @@ IMPLEMENTATIONS: Final = {
     "persist.file.FileBlob": "persist/open.py",
     "persist.s3.S3Blob": "persist/open.py",
     "persist.postgres.PostgresConsensus": "persist/open.py",
+    "sim.services.postgres.EmbeddedPostgres": "sim/services/postgres.py",
+    "sim.services.s3.LocalS3Server": "sim/services/s3.py",
 }
 
 #: The implementations' own unit tests, which construct one directly to test
@@ -61,6 +64,11 @@ IMPLEMENTATION_TESTS: Final = {
     # Deliberately broken stores built on the in-memory ones' internals, which
     # the conformance suite must reject.
     "tests/persist/test_conformance_catches.py": {"persist.mem.MemBlob", "persist.mem.MemConsensus"},
+    # A server never started: its `url` is misuse, and `stop()` after a failed
+    # `start()` is still fine.
+    "tests/sim/services/test_backends_postgres.py": {"sim.services.postgres.EmbeddedPostgres"},
+    # Which account runs PostgreSQL as root (`EmbeddedPostgres._unprivileged_user`).
+    "tests/sim/services/test_pg_auth.py": {"sim.services.postgres.EmbeddedPostgres"},
 }
 
 
@@ -157,8 +165,14 @@ def test_every_allowed_test_still_constructs_what_it_is_allowed() -> None:
         ("def f(client, rt):\n    from catalog.persist_catalog import PersistCatalog\n"
          "    return PersistCatalog.connect(client, rt)\n", "PersistCatalog"),
         ("from catalog.shadow import ShadowCatalog\nx = ShadowCatalog(a, b)\n", "ShadowCatalog"),
+        ("def f():\n    from sim.services.postgres import EmbeddedPostgres\n"
+         "    return EmbeddedPostgres(fsync=False).start()\n", "EmbeddedPostgres"),
+        ("from sim.services import postgres\nwith postgres.EmbeddedPostgres() as pg:\n    pass\n",
+         "EmbeddedPostgres"),
+        ("from sim.services.s3 import LocalS3Server\nserver = LocalS3Server()\n", "LocalS3Server"),
     ],
-    ids=["direct", "aliased", "module-attribute", "module-alias", "lazy-classmethod", "shadow"],
+    ids=["direct", "aliased", "module-attribute", "module-alias", "lazy-classmethod", "shadow",
+         "embedded-postgres", "embedded-postgres-module", "local-s3"],
 )
 def test_a_construction_is_named(tmp_path: Path, source: str, impl: str) -> None:
     """The scan catches what it forbids: one bad module in an otherwise empty tree."""

@@ -330,11 +330,11 @@ def postgres_start(
     Examples:
       coordsim postgres start --serializable   # until Ctrl-C, then exit 130
     """
-    from sim.services.postgres import EmbeddedPostgres
+    from sim.services.postgres import open_postgres
 
     _out = _console()
 
-    with EmbeddedPostgres(fsync=fsync, serializable=serializable) as pg:
+    with open_postgres(fsync=fsync, serializable=serializable) as pg:
         # Plain print: a console would wrap the line, and it is meant to be pasted.
         print(f"export COORDSIM_POSTGRES_URL={pg.url}", flush=True)  # noqa: T201
         _out.print("[dim]Ctrl-C stops the server and deletes its data.[/dim]")

@@ -31,7 +31,7 @@ __all__ = ["DeathWatch", "check_reachable", "on_postgres_death", "postgres_for"]
 @final
 class DeathWatch:
     """What a command does when its embedded Postgres dies under it: the
-    `on_death` callback of `EmbeddedPostgres` (any thread) stops the run
+    `on_death` callback of `open_postgres` (any thread) stops the run
     (`interrupts.fail`); `line` is then the one line that reports it."""
 
     def __init__(self, output: Path | None, *, component: str = "the embedded Postgres") -> None:
@@ -92,7 +92,7 @@ def postgres_for(
         return
     import typer
 
-    from sim.services.postgres import BackendUnavailable, EmbeddedPostgres
+    from sim.services.postgres import BackendUnavailable, open_postgres
 
     url = cfg.effective_postgres_url()
     if url is not None:
@@ -102,19 +102,17 @@ def postgres_for(
         return
     level = Isolation.parse(isolation) if isolation is not None else Isolation.SERIALIZABLE
     watch = DeathWatch(output)
-    try:
-        pg = EmbeddedPostgres(fsync=fsync, on_death=watch).start()
-    except BackendUnavailable as exc:
-        # A dependency that failed (killed during set-up, missing binaries):
-        # its one line, and exit 1 (DESIGN.md §9: exit 2 is for bad input).
-        kept = "" if output is None else f"; nothing was written ({output} is as it was)"
-        _report(f"coordsim: error: {' '.join(redact_text(str(exc)).split())}{kept}")
-        raise typer.Exit(1) from None
-    try:
+    with contextlib.ExitStack() as stack:
+        try:
+            pg = stack.enter_context(open_postgres(fsync=fsync, on_death=watch))
+        except BackendUnavailable as exc:
+            # A dependency that failed (killed during set-up, missing binaries):
+            # its one line, and exit 1 (DESIGN.md §9: exit 2 is for bad input).
+            kept = "" if output is None else f"; nothing was written ({output} is as it was)"
+            _report(f"coordsim: error: {' '.join(redact_text(str(exc)).split())}{kept}")
+            raise typer.Exit(1) from None
         with on_postgres_death(watch):
             yield cfg.with_overrides(postgres_url=with_isolation(pg.url, level))
-    finally:
-        pg.stop()
 
 
 _SCHEMES: Final = ("postgres", "postgresql")

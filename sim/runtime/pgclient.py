@@ -1,8 +1,9 @@
 """The Postgres/CockroachDB client the stores on Postgres share (seed 000's
 `mz_postgres_client`): the oracle, its timestamp store and the catalog stash
-each hold one. A bounded pool of asyncpg connections, the error tiers of
-DESIGN.md §9, and retries with capped exponential backoff and jitter from the
-`Runtime`.
+each hold a `PostgresClient`, persist's Consensus its `PostgresPool`. The pool
+is a bounded set of asyncpg connections and one attempt of a statement, its
+failure sorted into the error tiers of DESIGN.md §9; the client adds retries
+with capped exponential backoff and jitter from the `Runtime`.
 
 Every statement its users issue is idempotent, so `run` retries Determinate
 and Indeterminate failures alike (SQLSTATE 40001, a dropped connection,
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
     Conn: TypeAlias = asyncpg.Connection[asyncpg.Record]
 
-__all__ = ["DEFAULT_RETRY", "PostgresClient"]
+__all__ = ["DEFAULT_RETRY", "PostgresClient", "PostgresPool"]
 
 T = TypeVar("T")
 
@@ -74,10 +75,12 @@ class _Pool:
         *,
         now: Callable[[], float],
         stats: BackendStats | None = None,
+        slot_timeout_s: float | None = None,
     ) -> None:
         self._connect = connect
         self._now = now
         self._stats = stats
+        self._slot_timeout_s = slot_timeout_s
         self._slots = anyio.Semaphore(size)
         self._idle: list[Conn] = []
         self._busy: set[Conn] = set()  # membership only; never iterated for order
@@ -99,13 +102,21 @@ class _Pool:
         on_connect_error: Callable[[BaseException], BaseException],
         kind: str = "other",
     ) -> T:
-        """Runs `call` on a connection (waiting for one of the `size` slots);
-        a failure to connect is raised as `on_connect_error(exc)`. A success
-        is recorded as a round trip of `kind` when stats are being kept."""
+        """Runs `call` on a connection (waiting for one of the `size` slots,
+        at most `slot_timeout_s` if set); a failure to connect, or no slot in
+        time, is raised as `on_connect_error(exc)`. A success is recorded as a
+        round trip of `kind` when stats are being kept."""
         try:
             self._slots.acquire_nowait()  # the common case: no await, no yield
         except anyio.WouldBlock:
-            await self._slots.acquire()
+            if self._slot_timeout_s is None:
+                await self._slots.acquire()
+            else:
+                try:
+                    with anyio.fail_after(self._slot_timeout_s):
+                        await self._slots.acquire()
+                except TimeoutError as exc:
+                    raise on_connect_error(exc) from exc
         try:
             conn = self._take_idle()
             if conn is None:
@@ -187,33 +198,188 @@ def _reusable_after(exc: BaseException, conn: Conn) -> bool:
     return not conn.is_closed() and not conn.is_in_transaction()
 
 
+def _creating(ddl: str) -> Callable[[Conn], Awaitable[None]]:
+    """A call that runs `CREATE TABLE IF NOT EXISTS …` and tolerates a
+    concurrent creator."""
+
+    async def create(conn: Conn) -> None:
+        # CREATE TABLE IF NOT EXISTS is not atomic in Postgres: two sessions
+        # may collide on the table, its row type or its index; either way the
+        # table exists afterwards.
+        with contextlib.suppress(
+            asyncpg.UniqueViolationError,
+            asyncpg.DuplicateTableError,
+            asyncpg.DuplicateObjectError,
+        ):
+            await conn.execute(ddl)
+
+    return create
+
+
+@final
+class PostgresPool:
+    """Sessions to one Postgres/CockroachDB database, and one attempt of a
+    statement on them with its failure sorted into the tiers of DESIGN.md §9:
+    no connection (nothing sent) ⇒ `Determinate`, else `classify_failure`.
+
+    It never retries: `PostgresClient` does, for the stores whose every
+    statement is idempotent; persist's Consensus does not (a compare-and-set
+    is not idempotent: its caller decides). Open with `PostgresPool.open`.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        connect: Callable[[], Awaitable[Conn]],
+        where: str,
+        *,
+        now: Callable[[], float],
+        isolation: Isolation = Isolation.SERIALIZABLE,
+        slot_timeout_s: float | None = None,
+    ) -> None:
+        """Use `open` (a test may give its own `connect`). `where` is the
+        redacted URL, for messages."""
+        self._slots = _Pool(size, connect, now=now, stats=current_backend_stats(), slot_timeout_s=slot_timeout_s)
+        self.where = where
+        #: The level every session (and so every implicit and explicit
+        #: transaction without a level of its own) runs at.
+        self.isolation = isolation
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        now: Callable[[], float],
+        pool_size: int = 8,
+        statement_timeout_s: float = 10.0,
+        connect_timeout_s: float = 10.0,
+        slot_timeout_s: float | None = None,
+        application_name: str | None = None,
+        isolation: Isolation | None = None,
+    ) -> PostgresPool:
+        """Connects once to `url` (`postgres[ql]://user@host:port/db[?sslmode=…&connect_timeout=S&isolation=L&…]`;
+        other query parameters are session settings), so that a bad URL or
+        a server that is down fails here.
+
+        Args:
+            now: the clock round trips are timed with (`Runtime.now`, or the loop's).
+            pool_size: the most connections held at once.
+            statement_timeout_s: the server cancels a statement running longer
+                (and the client gives up a second later, should the server hang).
+            connect_timeout_s: how long connecting may take, unless the URL's
+                `connect_timeout` says.
+            slot_timeout_s: how long a statement may wait for a free
+                connection; past it, `Determinate` (nothing sent). None: as
+                long as it takes.
+            application_name: shown in `pg_stat_activity`; None: the URL's,
+                else the server's default.
+            isolation: the sessions' level; None: the URL's `isolation`
+                parameter, else SERIALIZABLE.
+
+        Raises:
+            InvalidUsage: a bad argument or URL.
+            Determinate: the server is unreachable or refused us (one line,
+                naming the URL without its password).
+        """
+        if pool_size < 1:
+            raise InvalidUsage(f"pool_size must be >= 1, got {pool_size}")
+        if statement_timeout_s <= 0:
+            raise InvalidUsage(f"statement_timeout_s must be > 0, got {statement_timeout_s}")
+        where = redact_url(url)
+        dsn, connect_timeout = split_connect_timeout(url)
+        dsn, named = split_isolation(dsn)
+        level = isolation or named
+        # Startup settings, not SET: CockroachDB knows them all, and they hold
+        # for the connection's life. The isolation level covers the
+        # single-statement (implicit) transactions; explicit ones name it.
+        settings = {
+            "statement_timeout": str(int(statement_timeout_s * 1000)),
+            "default_transaction_isolation": level.setting,
+        }
+        if application_name is not None:
+            settings["application_name"] = application_name
+
+        async def connect() -> Conn:
+            conn: Conn = await asyncpg.connect(
+                dsn,
+                timeout=connect_timeout or connect_timeout_s,
+                command_timeout=statement_timeout_s + 1.0,
+                server_settings=settings,
+            )
+            return conn
+
+        pool = cls(pool_size, connect, where, now=now, isolation=level, slot_timeout_s=slot_timeout_s)
+        try:
+            await pool._slots.warm()
+        except (ValueError, asyncpg.ClientConfigurationError) as exc:
+            raise InvalidUsage(f"bad Postgres URL {where}: {describe_failure(exc)}") from exc
+        except DRIVER_ERRORS as exc:
+            raise Determinate(f"cannot connect to Postgres at {where}: {describe_failure(exc)}") from exc
+        return pool
+
+    @property
+    def size(self) -> int:
+        """Connections held now (idle and in use)."""
+        return self._slots.size
+
+    async def attempt(
+        self, what: str, call: Callable[[Conn], Awaitable[T]], *, write: bool, kind: str = "other"
+    ) -> T:
+        """Runs `call` once on a pooled connection; `kind` names it in the
+        run's `BackendStats` (its round trip, on success).
+
+        Raises:
+            Determinate: no connection (nothing was sent), or `call` failed
+                and `classify_failure` says it did not apply (a write) or it
+                only read (`write=False`).
+            Indeterminate: a write failed and may have applied.
+        """
+
+        def nothing_sent(exc: BaseException) -> BaseException:
+            return Determinate(f"{what} on {self.where}: no connection (nothing sent): {describe_failure(exc)}")
+
+        try:
+            return await self._slots.use(call, on_connect_error=nothing_sent, kind=kind)
+        except DRIVER_ERRORS as exc:
+            tier = classify_failure(exc, write=write)
+            raise tier(f"{what} on {self.where} failed: {describe_failure(exc)}") from exc
+
+    async def create_table(self, ddl: str, *, what: str = "create table") -> None:
+        """Runs `CREATE TABLE IF NOT EXISTS …` once (as `attempt`), tolerating
+        a concurrent creator."""
+        await self.attempt(what, _creating(ddl), write=True, kind="setup")
+
+    async def close(self) -> None:
+        """Closes the idle connections politely (at most 5 s each) and drops
+        those still in use."""
+        await self._slots.close()
+
+    def terminate(self) -> None:
+        """Drops every connection at once."""
+        self._slots.terminate()
+
+
 @final
 class PostgresClient:
-    """A pool of connections to one Postgres/CockroachDB database.
+    """A pool of connections to one Postgres/CockroachDB database whose
+    statements are retried (`run`).
 
     asyncpg prepares each statement once per connection and reuses it from its
     statement cache, so the oracle's four statements run as prepared statements.
     Open with `PostgresClient.connect`.
     """
 
-    def __init__(
-        self,
-        pool: _Pool,
-        rt: Runtime,
-        where: str,
-        retry: RetryPolicy,
-        application_name: str,
-        isolation: Isolation = Isolation.SERIALIZABLE,
-    ) -> None:
+    def __init__(self, pool: PostgresPool, rt: Runtime, retry: RetryPolicy, application_name: str) -> None:
         """Use `connect`."""
         self._pool = pool
         self._rt = rt
-        self.where = where
+        self.where = pool.where
         self.retry = retry
         self.application_name = application_name
         #: The level every session (and so every implicit and explicit
         #: transaction without a level of its own) runs at.
-        self.isolation = isolation
+        self.isolation = pool.isolation
         self._stats = current_backend_stats()
         self._closed = False
 
@@ -244,39 +410,15 @@ class PostgresClient:
             InvalidUsage: a bad argument or URL.
             Determinate: the server is unreachable or refused us (one line).
         """
-        if pool_size < 1:
-            raise InvalidUsage(f"pool_size must be >= 1, got {pool_size}")
-        if statement_timeout_s <= 0:
-            raise InvalidUsage(f"statement_timeout_s must be > 0, got {statement_timeout_s}")
-        where = redact_url(url)
-        dsn, connect_timeout = split_connect_timeout(url)
-        dsn, named = split_isolation(dsn)
-        level = isolation or named
-
-        async def connect() -> Conn:
-            conn: Conn = await asyncpg.connect(
-                dsn,
-                timeout=connect_timeout or 10.0,
-                command_timeout=statement_timeout_s + 1.0,
-                # Startup settings, not SET: CockroachDB knows all three, and they
-                # hold for the connection's life. The isolation level covers the
-                # single-statement (implicit) transactions; explicit ones name it.
-                server_settings={
-                    "statement_timeout": str(int(statement_timeout_s * 1000)),
-                    "application_name": application_name,
-                    "default_transaction_isolation": level.setting,
-                },
-            )
-            return conn
-
-        pool = _Pool(pool_size, connect, now=rt.now, stats=current_backend_stats())
-        try:
-            await pool.warm()
-        except (ValueError, asyncpg.ClientConfigurationError) as exc:
-            raise InvalidUsage(f"bad Postgres URL {where}: {describe_failure(exc)}") from exc
-        except DRIVER_ERRORS as exc:
-            raise Determinate(f"cannot connect to Postgres at {where}: {describe_failure(exc)}") from exc
-        return cls(pool, rt, where, retry, application_name, level)
+        pool = await PostgresPool.open(
+            url,
+            now=rt.now,
+            pool_size=pool_size,
+            statement_timeout_s=statement_timeout_s,
+            application_name=application_name,
+            isolation=isolation,
+        )
+        return cls(pool, rt, retry, application_name)
 
     async def close(self) -> None:
         if self._closed:
@@ -295,19 +437,7 @@ class PostgresClient:
 
     async def create_table(self, ddl: str) -> None:
         """Runs `CREATE TABLE IF NOT EXISTS …`, tolerating a concurrent creator."""
-
-        async def create(conn: Conn) -> None:
-            # CREATE TABLE IF NOT EXISTS is not atomic in Postgres: two sessions
-            # may collide on the table, its row type or its index; either way the
-            # table exists afterwards.
-            with contextlib.suppress(
-                asyncpg.UniqueViolationError,
-                asyncpg.DuplicateTableError,
-                asyncpg.DuplicateObjectError,
-            ):
-                await conn.execute(ddl)
-
-        await self.run("create table", create, write=True, kind="setup")
+        await self.run("create table", _creating(ddl), write=True, kind="setup")
 
     async def run(
         self,
@@ -356,17 +486,7 @@ class PostgresClient:
             ) from exc
 
     async def _attempt(self, what: str, call: Callable[[Conn], Awaitable[T]], write: bool, kind: str) -> T:
-        """One attempt: nothing sent yet ⇒ `Determinate`, else `classify_failure`."""
+        """One attempt (`PostgresPool.attempt`), unless the client is closed."""
         if self._closed:
             raise InvalidUsage(f"{what}: the Postgres client for {self.where} is closed")
-
-        def nothing_sent(exc: BaseException) -> BaseException:
-            return Determinate(
-                f"{what} on {self.where}: no connection (nothing sent): {describe_failure(exc)}"
-            )
-
-        try:
-            return await self._pool.use(call, on_connect_error=nothing_sent, kind=kind)
-        except DRIVER_ERRORS as exc:
-            tier = classify_failure(exc, write=write)
-            raise tier(f"{what} on {self.where} failed: {describe_failure(exc)}") from exc
+        return await self._pool.attempt(what, call, write=write, kind=kind)

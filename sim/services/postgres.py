@@ -52,6 +52,7 @@ __all__ = [
     "BackendUnavailable",
     "EmbeddedPostgres",
     "embedded_serving",
+    "open_postgres",
     "postgres_server",
     "postgres_url_from_env",
     "redact_url",
@@ -510,15 +511,43 @@ class EmbeddedPostgres:
 
 
 @contextlib.contextmanager
+def open_postgres(
+    *,
+    fsync: bool = True,
+    serializable: bool = False,
+    bindir: str | None = None,
+    max_connections: int = 200,
+    on_death: Callable[[int], None] | None = None,
+) -> Iterator[EmbeddedPostgres]:
+    """The one way to start an embedded Postgres: yields a running
+    `EmbeddedPostgres` (its arguments are the constructor's), stopped and its
+    directory deleted on exit. Entering it raises what `start()` raises
+    (`BackendUnavailable`, after cleaning up what it started), so a caller
+    that entered it through `ExitStack.enter_context` tells a failed start
+    from an error of its own."""
+    pg = EmbeddedPostgres(
+        fsync=fsync,
+        serializable=serializable,
+        bindir=bindir,
+        max_connections=max_connections,
+        on_death=on_death,
+    )
+    try:
+        yield pg.start()
+    finally:
+        pg.stop()
+
+
+@contextlib.contextmanager
 def postgres_server(
     *, fsync: bool = True, serializable: bool = False, on_death: Callable[[int], None] | None = None
 ) -> Iterator[str]:
     """Yields the URL of a Postgres server: `$COORDSIM_POSTGRES_URL` if set (used
-    as is, options ignored), else a fresh `EmbeddedPostgres` (told `on_death`),
+    as is, options ignored), else one `open_postgres` starts (told `on_death`),
     stopped on exit."""
     url = postgres_url_from_env()
     if url is not None:
         yield url
         return
-    with EmbeddedPostgres(fsync=fsync, serializable=serializable, on_death=on_death) as pg:
+    with open_postgres(fsync=fsync, serializable=serializable, on_death=on_death) as pg:
         yield pg.url

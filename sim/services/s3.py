@@ -1,4 +1,5 @@
-"""A throwaway S3-compatible server on 127.0.0.1 (moto's server mode) for tests.
+"""A throwaway S3-compatible server on 127.0.0.1 (moto's server mode), opened
+with `open_s3`, for the tests and the benchmarks.
 
 The server runs as a child process that never outlives its owner: `stop()`,
 the context manager and an atexit hook all end it, and it only ever listens on
@@ -24,7 +25,13 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
     from types import TracebackType
 
-__all__ = ["DUMMY_AWS_CREDENTIALS", "LocalS3Server", "LocalS3Unavailable", "client_environment"]
+__all__ = [
+    "DUMMY_AWS_CREDENTIALS",
+    "LocalS3Server",
+    "LocalS3Unavailable",
+    "client_environment",
+    "open_s3",
+]
 
 #: Credentials for a local server that checks none; set only where none are set.
 DUMMY_AWS_CREDENTIALS: Final = {
@@ -171,6 +178,17 @@ class LocalS3Server:
         stderr, self._stderr = self._stderr, None
         if stderr is not None:
             stderr.close()
+
+
+@contextlib.contextmanager
+def open_s3(*, startup_timeout: float = 20.0, attempts: int = 3) -> Iterator[LocalS3Server]:
+    """The one way to start the local S3 server: yields a running
+    `LocalS3Server` (its arguments are the constructor's) with, for the
+    duration, the AWS variables its clients need (`client_environment`), and
+    ends it on exit. Entering it raises `LocalS3Unavailable` (one line) if the
+    server does not come up."""
+    with LocalS3Server(startup_timeout=startup_timeout, attempts=attempts) as server, client_environment():
+        yield server
 
 
 @contextlib.contextmanager

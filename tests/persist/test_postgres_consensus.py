@@ -16,6 +16,7 @@ from persist.location import CaSResult, SeqNo, VersionedData
 from persist.postgres import PostgresConsensus
 from sim.runtime.errors import Determinate, ExternalError, Indeterminate, InvalidUsage
 from sim.runtime.pg import Isolation, classify_failure, with_isolation
+from sim.runtime.pgclient import PostgresPool
 from sim.runtime.urls import with_query_param
 from sim.services.postgres import postgres_url_from_env
 
@@ -400,32 +401,50 @@ def test_read_failures_are_determinate(exc: BaseException) -> None:
     assert classify_failure(exc, write=False) is Determinate
 
 
-class _FakePool:
-    """Just enough of asyncpg.Pool to drive PostgresConsensus._run."""
+class _FakeConn:
+    """Just enough of an asyncpg connection to drive PostgresConsensus._run
+    through its `PostgresPool`: every statement raises `query_error`, or waits
+    for `release` to be set and returns None."""
 
-    def __init__(self, *, acquire_error: BaseException | None, query_error: BaseException) -> None:
-        self.acquire_error = acquire_error
+    def __init__(self, query_error: BaseException | None, release: asyncio.Event | None = None) -> None:
         self.query_error = query_error
-        self.released = 0
+        self.release = release
 
-    async def acquire(self, *, timeout: float | None = None) -> _FakePool:  # noqa: ASYNC109 - asyncpg.Pool.acquire's signature
-        assert timeout is not None, "every wait for a connection has a deadline"
-        if self.acquire_error is not None:
-            raise self.acquire_error
-        return self
+    def is_closed(self) -> bool:
+        return False
 
-    async def release(self, _conn: object) -> None:
-        self.released += 1
+    def is_in_transaction(self) -> bool:
+        return False
+
+    def terminate(self) -> None:
+        pass
 
     async def fetchval(self, *_args: object) -> object:
-        raise self.query_error
+        if self.release is not None:
+            await self.release.wait()
+        if self.query_error is not None:
+            raise self.query_error
+        return None
 
     fetchrow = fetch = fetchval
 
 
-def _fake(acquire_error: BaseException | None, query_error: BaseException) -> PostgresConsensus:
-    pool = _FakePool(acquire_error=acquire_error, query_error=query_error)
-    return PostgresConsensus(cast("Any", pool), "postgresql://u:***@h/db")
+def _fake(
+    connect_error: BaseException | None,
+    query_error: BaseException | None,
+    *,
+    release: asyncio.Event | None = None,
+    slot_timeout_s: float = 1.0,
+) -> PostgresConsensus:
+    async def connect() -> _FakeConn:
+        if connect_error is not None:
+            raise connect_error
+        return _FakeConn(query_error, release)
+
+    pool = PostgresPool(
+        1, cast("Any", connect), "postgresql://u:***@h/db", now=lambda: 0.0, slot_timeout_s=slot_timeout_s
+    )
+    return PostgresConsensus(pool)
 
 
 @pytest.mark.asyncio
@@ -458,3 +477,19 @@ async def test_bugs_are_not_disguised_as_storage_errors() -> None:
     c = _fake(None, TypeError("a bug"))
     with pytest.raises(TypeError):
         await c.compare_and_set("k", None, _vd(0, "x"))
+
+
+@pytest.mark.virtual
+@pytest.mark.asyncio
+async def test_no_free_connection_in_time_means_determinate_even_for_writes() -> None:
+    """Every wait for a connection has a deadline: a statement that finds the
+    pool's one connection busy past it fails Determinate, nothing sent."""
+    release = asyncio.Event()
+    c = _fake(None, None, release=release, slot_timeout_s=5.0)
+    async with asyncio.TaskGroup() as tg:
+        holder = tg.create_task(c.head("k"))  # takes the only connection until released
+        await asyncio.sleep(0)
+        with pytest.raises(Determinate, match="nothing sent"):
+            await c.compare_and_set("k", None, _vd(0, "x"))
+        release.set()
+    assert holder.result() is None

@@ -5,7 +5,8 @@ command writes its traces or results.
 The file parameters are enumerated from the typer app (every `Path`
 parameter, and the few `str` ones that name a file), so a new one is covered
 by itself: it gets the default treatment of its kind, and a command without a
-base invocation here fails `test_every_file_parameter_is_in_the_corpus`. An
+base invocation in bad_input_base.py fails
+`test_every_file_parameter_is_in_the_corpus`. An
 input given a binary or a truncated file is refused in one line naming it,
 exit 2; an output that names an existing binary or truncated file (a
 directory output: a file, or a directory under a truncated marker) leaves it
@@ -23,6 +24,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 
+from tests.sim.cli.bad_input_base import BASE
+from tests.sim.cli.bad_input_base import VIRTUAL as _V
 from tests.sim.cli.test_bad_input import (
     _NOT_UTF8,
     BINARY,
@@ -44,29 +47,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from tests.sim.cli.test_bad_input import Forker
-
-_V: Final = ("--mode", "virtual")
-
-#: A minimal valid invocation of each command that has a file parameter; the
-#: file parameter under test is added to it. (`t` is a valid trace directory.)
-BASE: Final[dict[tuple[str, ...], tuple[str, ...]]] = {
-    ("check",): ("check", "t"),
-    ("shrink",): ("shrink", "seed001"),
-    ("compare",): ("compare", *_V, "--quick"),
-    ("run",): ("run", "insert", *_V),
-    ("export",): ("export", "t", "-f", "edn"),
-    ("isolation",): ("isolation", *_V),
-    ("calibrate",): ("calibrate",),
-    ("spark", "replay"): ("spark", "replay", "t"),
-    ("spark", "sweep"): ("spark", "sweep", "seed001", "--seeds", "2"),
-    ("synth-trace",): ("synth-trace", "--ops", "10"),
-    ("validate",): ("validate", "--quick"),
-    ("anomalies", "run"): ("anomalies", "run", "seed001"),
-    ("anomalies", "sweep"): ("anomalies", "sweep", "seed001", "--seeds", "2"),
-    ("anomalies", "matrix"): ("anomalies", "matrix", "--seeds", "1"),
-    ("config", "show"): ("config", "show"),
-    ("catalog", "dump"): ("catalog", "dump", "--location", "persist+mem://"),
-}
 
 #: `str` parameters that name a file (the type cannot tell).
 STR_FILES: Final = frozenset({"latency_profile", "workloads", "scenario", "traces"})
@@ -254,12 +234,12 @@ def valid_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_every_file_parameter_is_in_the_corpus() -> None:
-    """Every command with a file parameter has a base invocation here, every
+    """Every command with a file parameter has a base invocation, every
     named treatment still names a parameter, and the enumeration found the
     parameters it must (so that a rename cannot empty it)."""
     found = file_params()
     missing = sorted({f.command for f in found} - set(BASE))
-    assert not missing, f"add a base invocation for {missing} to BASE"
+    assert not missing, f"add a base invocation for {missing} to BASE (tests/sim/cli/bad_input_base.py)"
     named = {(f.command, f.param) for f in found}
     assert set(SPECS) <= named, sorted(set(SPECS) - named)
     assert len(found) >= 30, len(found)

@@ -5,8 +5,8 @@ bound in its --help, the very bound its refusal names.
 
 The options are enumerated from the typer app (every `int` and `float`
 option, and the comma-separated counts, whose type is `str`), so a new one is
-covered by itself; a command without a base invocation here fails
-`test_every_numeric_option_is_in_the_corpus`. A seed may be any 64-bit
+covered by itself; a command without a base invocation in bad_input_base.py
+fails `test_every_numeric_option_is_in_the_corpus`. A seed may be any 64-bit
 integer, negative ones too: its negative case is one past 64 bits. The
 runner and the promise each case is held to are tests/sim/cli/test_bad_input.py's.
 """
@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Final
 
 import pytest
 
+from tests.sim.cli.bad_input_base import BASE
+from tests.sim.cli.bad_input_base import VIRTUAL as _V
 from tests.sim.cli.test_bad_input import (
     Case,
     _c,
@@ -36,27 +38,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from tests.sim.cli.test_bad_input import Forker
-
-_V: Final = ("--mode", "virtual")
-
-#: A minimal valid invocation of each command that has a numeric option; the
-#: option under test is added to it. (`t` is a valid trace directory.)
-BASE: Final[dict[tuple[str, ...], tuple[str, ...]]] = {
-    ("check",): ("check", "t"),
-    ("shrink",): ("shrink", "seed001"),
-    ("compare",): ("compare", *_V, "--quick"),
-    ("run",): ("run", "insert", *_V),
-    ("isolation",): ("isolation", *_V),
-    ("calibrate",): ("calibrate",),
-    ("spark", "replay"): ("spark", "replay", "t"),
-    ("spark", "sweep"): ("spark", "sweep", "seed001", "--seeds", "2"),
-    ("synth-trace",): ("synth-trace", "--ops", "10"),
-    ("anomalies", "run"): ("anomalies", "run", "seed001"),
-    ("anomalies", "sweep"): ("anomalies", "sweep", "seed001", "--seeds", "2"),
-    ("anomalies", "matrix"): ("anomalies", "matrix", "--seeds", "1"),
-    ("config", "show"): ("config", "show"),
-    ("validate",): ("validate", "--only", "loop-messages-per-select"),
-}
 
 #: `str` options that hold counts: comma-separated, each one bounded.
 COUNT_LISTS: Final = frozenset({"concurrency", "adapters"})
@@ -186,7 +167,7 @@ def valid_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_every_numeric_option_is_in_the_corpus() -> None:
     found = numeric_options()
     missing = sorted({n.command for n in found} - set(BASE))
-    assert not missing, f"add a base invocation for {missing} to BASE"
+    assert not missing, f"add a base invocation for {missing} to BASE (tests/sim/cli/bad_input_base.py)"
     assert len(found) >= 40, len(found)
     assert {n.param for n in found} >= COUNT_LISTS | SEEDS
 

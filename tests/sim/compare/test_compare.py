@@ -7,7 +7,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import sys
 import tomllib
 from typing import TYPE_CHECKING
 
@@ -15,16 +14,20 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from sim.cli.main import app, main
+from sim.cli.main import app
 from sim.compare.report import COLUMNS
 from sim.compare.rows import LevelRow
-from sim.compare.runner import level_ops, run_pair
+from sim.compare.runner import level_ops
 from sim.load.loadgen import closed_loop, open_loop, ops_for_level
 from sim.load.run_config import RunConfig
 from sim.runtime.core import Runtime, run
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
+
+    from sim.compare.runner import RunOutput
+    from tests.sim.compare.conftest import Ran
 
 TINY = ["--workloads", "select-one,insert", "--configs", "event-loop,event-loop+pg-oracle",
         "--concurrency", "1,4", "--ops", "3", "--repeat", "2", "--seed", "1"]
@@ -168,14 +171,10 @@ def test_pg_isolation_needs_real_mode(tmp_path: Path) -> None:
     assert "--pg-isolation sets real mode's Postgres isolation level" in str(r.exception)
 
 
-def test_same_seed_same_trace(tmp_path: Path) -> None:
+def test_same_seed_same_trace(run_twice: Callable[[RunConfig, str, str], RunOutput]) -> None:
     cfg = RunConfig(mode="virtual", workloads=("insert",), concurrency=(1, 4), duration_s=0.01, warmup_s=0.005,
                  warmup_ops=2)
-    a = run_pair(cfg, "decoupled", "insert", tmp_path / "a")
-    b = run_pair(cfg, "decoupled", "insert", tmp_path / "b")
-    assert a.rows == b.rows
-    for name in ("ops.parquet", "events.parquet"):
-        assert pq.read_table(tmp_path / "a" / name).equals(pq.read_table(tmp_path / "b" / name))
+    run_twice(cfg, "decoupled", "insert")
 
 
 def test_open_loop_charges_a_stall_to_every_delayed_operation() -> None:
@@ -219,17 +218,6 @@ def test_ops_for_level_scales_with_sqrt() -> None:
     assert [ops_for_level(16, c) for c in (1, 4, 16, 256)] == [16, 32, 64, 256]
 
 
-def _coordsim(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str
-) -> tuple[int, str]:
-    """Runs the real entry point (`sim.cli.main.main`, which maps errors to exit 2) in process."""
-    monkeypatch.setattr(sys, "argv", ["coordsim", *args])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    code = exc.value.code
-    return (code if isinstance(code, int) else 1), capsys.readouterr().err
-
-
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -249,8 +237,7 @@ def test_bad_input_is_one_line_and_exit_2(
     tmp_path: Path,
     args: list[str],
     needle: str,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    coordsim: Callable[..., Ran],
 ) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("mode = [unclosed\n")
@@ -262,7 +249,7 @@ def test_bad_input_is_one_line_and_exit_2(
         args += ["--output", str(out)]
     if "--mode" not in args:
         args = ["--mode", "virtual", *args]
-    code, err = _coordsim(capsys, monkeypatch, "compare", *args)
+    code, _, err = coordsim("compare", *args)
     assert code == 2, err
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
@@ -384,18 +371,6 @@ def test_unknown_scenario_is_invalid_usage() -> None:
     assert load("update").workload == "update"  # type: ignore[union-attr]
 
 
-def _coordsim_out(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str
-) -> tuple[int, str, str]:
-    """As `_coordsim`, and stdout too."""
-    monkeypatch.setattr(sys, "argv", ["coordsim", *args])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    code = exc.value.code
-    captured = capsys.readouterr()
-    return (code if isinstance(code, int) else 1), captured.out, captured.err
-
-
 def test_config_show_lists_every_knob_of_every_configuration() -> None:
     import tomllib
 
@@ -412,25 +387,25 @@ def test_config_show_lists_every_knob_of_every_configuration() -> None:
 
 
 def test_a_knob_that_does_not_apply_is_exit_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, coordsim: Callable[..., Ran]
 ) -> None:
     f = tmp_path / "c.toml"
     f.write_text("[overrides]\nconfirm_leadership = true\n")
-    code, err = _coordsim(capsys, monkeypatch, "config", "show", "--configs", "decoupled", "-c", str(f))
+    code, _, err = coordsim("config", "show", "--configs", "decoupled", "-c", str(f))
     assert code == 2
     assert "confirm_leadership does not apply to decoupled" in err
 
 
 def test_an_anomaly_fails_the_comparison(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, coordsim: Callable[..., Ran]
 ) -> None:
     """A known-bad variant in a comparison: the verdict is in every output and
     compare exits 1 naming the anomaly and the command that shows it."""
     f = tmp_path / "c.toml"
     f.write_text("[overrides.known_bad]\napply_write_before_append = true\n")
     out = tmp_path / "out"
-    code, printed, _ = _coordsim_out(
-        capsys, monkeypatch, "compare", "--mode", "virtual", "-c", str(f), "--workloads", "insert",
+    code, printed, _ = coordsim(
+        "compare", "--mode", "virtual", "-c", str(f), "--workloads", "insert",
         "--configs", "event-loop+pg-oracle", "--concurrency", "4", "--duration", "0.02", "--warmup", "0.01",
         "-o", str(out),
     )
@@ -443,7 +418,7 @@ def test_an_anomaly_fails_the_comparison(
 
 
 def test_errors_fail_the_comparison_unless_allowed(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, coordsim: Callable[..., Ran]
 ) -> None:
     """Statements that fail are counted by SQLSTATE in every output, and an
     error rate above the threshold is exit 1 unless --allow-errors. (A script
@@ -458,7 +433,7 @@ def test_errors_fail_the_comparison_unless_allowed(
         "        await sim.sql(s, 'SELECT * FROM missing')\n"
     )
     args = ["compare", "--mode", "virtual", "-w", str(script), "--configs", "decoupled", "--repeat", "2", "--no-check"]
-    code, printed, _ = _coordsim_out(capsys, monkeypatch, *args, "-o", str(tmp_path / "a"))
+    code, printed, _ = coordsim(*args, "-o", str(tmp_path / "a"))
     with (tmp_path / "a" / "results.csv").open() as fh:
         (row,) = list(csv.DictReader(fh))
     assert int(row["errors"]) == 20, printed  # 10 per run, 2 runs
@@ -466,12 +441,12 @@ def test_errors_fail_the_comparison_unless_allowed(
     assert code == 1
     assert "errors above" in printed
     assert "42P01" in (tmp_path / "a" / "report.md").read_text()
-    code, _, _ = _coordsim_out(capsys, monkeypatch, *args, "--allow-errors", "-o", str(tmp_path / "b"))
+    code, _, _ = coordsim(*args, "--allow-errors", "-o", str(tmp_path / "b"))
     assert code == 0
 
 
 def test_a_since_that_overtakes_read_ts_is_read_at_not_an_error(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    coordsim: Callable[..., Ran], tmp_path: Path
 ) -> None:
     """With a 500 ms oracle round trip a peek's read_ts is routinely older than
     its index's since when it arrives (issue 18 measured 25-98 % of SELECTs
@@ -489,8 +464,8 @@ def test_a_since_that_overtakes_read_ts_is_read_at_not_an_error(
     latency.update({name: {"kind": "constant", "ms": 500.0} for name in slow})
     profile = tmp_path / "slow.json"
     profile.write_text(json.dumps({"latency": latency}))
-    code, printed, _ = _coordsim_out(
-        capsys, monkeypatch, "compare", "--mode", "virtual", "--latency-profile", str(profile), "--workloads",
+    code, printed, _ = coordsim(
+        "compare", "--mode", "virtual", "--latency-profile", str(profile), "--workloads",
         "select-one", "--configs", "event-loop+pg-oracle,decoupled", "--concurrency", "64", "--duration", "2",
         "--warmup", "0.5", "--repeat", "2", "-o", str(tmp_path / "out"),
     )
@@ -501,14 +476,14 @@ def test_a_since_that_overtakes_read_ts_is_read_at_not_an_error(
 
 
 def test_ablation_attributes_the_insert_difference_to_its_mechanisms(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, coordsim: Callable[..., Ran]
 ) -> None:
     """event-loop..event-loop+pg-oracle changes the oracle, the leadership
     check, read_ts batching and the group-commit trigger: each is a step of
     its own, and the steps' changes add up to the whole difference."""
     out = tmp_path / "out"
-    code, printed, err = _coordsim_out(
-        capsys, monkeypatch, "compare", "--mode", "virtual", "--workloads", "insert",
+    code, printed, err = coordsim(
+        "compare", "--mode", "virtual", "--workloads", "insert",
         "--ablate", "event-loop..event-loop+pg-oracle", "--concurrency", "16", "--duration", "0.05",
         "--warmup", "0.02", "--repeat", "2", "--no-check", "-o", str(out),
     )

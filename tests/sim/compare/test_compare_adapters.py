@@ -6,38 +6,27 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
 from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 import pytest
 
-from sim.cli.main import main
-from sim.compare.runner import run_pair
 from sim.load.run_config import RunConfig
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
-
-def _coordsim(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str
-) -> tuple[int, str, str]:
-    """The real entry point in process: (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["coordsim", *args])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    code = exc.value.code
-    captured = capsys.readouterr()
-    return (code if isinstance(code, int) else 1), captured.out, captured.err
+    from sim.compare.runner import RunOutput
+    from tests.sim.compare.conftest import Ran
 
 
 def test_compare_adapters_writes_the_adapters_column(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, coordsim: Callable[..., Ran]
 ) -> None:
     out = tmp_path / "out"
-    code, _, err = _coordsim(
-        capsys, monkeypatch, "compare", "--mode", "virtual", "--configs", "decoupled", "--adapters", "1,2",
+    code, _, err = coordsim(
+        "compare", "--mode", "virtual", "--configs", "decoupled", "--adapters", "1,2",
         "-w", "select-one,update", "--concurrency", "1,4", "--ops", "3", "--repeat", "2", "--seed", "1",
         "-o", str(out),
     )
@@ -66,11 +55,11 @@ def test_compare_adapters_writes_the_adapters_column(
 
 
 def test_real_mode_refuses_more_adapters_than_processes_allow(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, coordsim: Callable[..., Ran]
 ) -> None:
     out = tmp_path / "out"
-    code, _, err = _coordsim(
-        capsys, monkeypatch, "compare", "--mode", "real", "--configs", "decoupled", "--adapters", "1,9",
+    code, _, err = coordsim(
+        "compare", "--mode", "real", "--configs", "decoupled", "--adapters", "1,9",
         "-w", "select-one", "-o", str(out),
     )
     assert code == 2, err
@@ -81,22 +70,22 @@ def test_real_mode_refuses_more_adapters_than_processes_allow(
 
 
 def test_an_event_loop_with_two_adapters_is_exit_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, coordsim: Callable[..., Ran]
 ) -> None:
     f = tmp_path / "c.toml"
     f.write_text("[overrides]\nadapters = 2\n")
-    code, _, err = _coordsim(capsys, monkeypatch, "config", "show", "--configs", "event-loop", "-c", str(f))
+    code, _, err = coordsim("config", "show", "--configs", "event-loop", "-c", str(f))
     assert code == 2
     assert "a single loop is single by design" in err
 
 
 def test_config_show_records_adapters(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    coordsim: Callable[..., Ran]
 ) -> None:
     import tomllib
 
-    code, out, err = _coordsim(
-        capsys, monkeypatch, "config", "show", "--mode", "virtual", "--configs", "event-loop,decoupled",
+    code, out, err = coordsim(
+        "config", "show", "--mode", "virtual", "--configs", "event-loop,decoupled",
         "--adapters", "1,4",
     )
     assert code == 0, err
@@ -106,30 +95,28 @@ def test_config_show_records_adapters(
     assert shown["decoupled-4-adapters"]["adapters"] == 4
 
 
-def test_same_seed_same_trace_with_two_adapters(tmp_path: Path) -> None:
+def test_same_seed_same_trace_with_two_adapters(
+    tmp_path: Path, run_twice: Callable[[RunConfig, str, str], RunOutput]
+) -> None:
     cfg = RunConfig(mode="virtual", configurations=("decoupled",), workloads=("insert",), concurrency=(1, 4),
                  duration_s=0.01, warmup_s=0.005, warmup_ops=2, overrides={"adapters": 2})
-    a = run_pair(cfg, "decoupled", "insert", tmp_path / "a")
-    b = run_pair(cfg, "decoupled", "insert", tmp_path / "b")
-    assert a.rows == b.rows
+    a = run_twice(cfg, "decoupled", "insert")
     assert {r.adapters for r in a.rows} == {2}
-    for name in ("ops.parquet", "events.parquet"):
-        assert pq.read_table(tmp_path / "a" / name).equals(pq.read_table(tmp_path / "b" / name))
     actors = set(pq.read_table(tmp_path / "a" / "events.parquet").column("actor").to_pylist())
     assert {"a/adapter-1", "a/adapter-2"} <= actors, actors
 
 
 @pytest.mark.postgres
 def test_real_mode_runs_each_adapter_as_a_process_and_records_their_backends(
-    tmp_path: Path, pg_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, pg_url: str, coordsim: Callable[..., Ran], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Real mode with 2 adapters: two OS processes on one database; the
     histories they serve (update spans both) are judged valid, and the
     backend round trips each process made reach the cell's figures."""
     monkeypatch.setenv("COORDSIM_POSTGRES_URL", pg_url)
     out = tmp_path / "out"
-    code, _, err = _coordsim(
-        capsys, monkeypatch, "compare", "--mode", "real", "--configs", "decoupled", "--adapters", "2",
+    code, _, err = coordsim(
+        "compare", "--mode", "real", "--configs", "decoupled", "--adapters", "2",
         "-w", "insert,update", "--concurrency", "4", "--ops", "20", "--repeat", "1", "-o", str(out),
     )
     assert code == 0, err

@@ -34,7 +34,7 @@ def _postgres(hide_pg_lib: Path) -> dict[str, Any]:
     # "no binaries anywhere", pointed at an empty directory.
     pg_bindir._PG_LIB_ROOT = hide_pg_lib  # type: ignore[misc]  # a test's monkeypatch
     start = time.monotonic()
-    with postgres.EmbeddedPostgres(fsync=False) as pg:
+    with postgres.open_postgres(fsync=False) as pg:
         started_s = time.monotonic() - start
 
         async def queries() -> dict[str, Any]:

@@ -157,7 +157,7 @@ def test_as_root_packaged_binaries_out_of_reach_run_from_a_copy(
         subprocess.run(["cp", "-a", str(libs), str(private)], check=True)
     monkeypatch.setattr(binaries, "_pgserver_dir", lambda: private / package.name)
     monkeypatch.setattr(pg_bindir, "_system_postgres", lambda _explicit: None)
-    with postgres.EmbeddedPostgres(fsync=False) as pg:
+    with postgres.open_postgres(fsync=False) as pg:
         found = pg.binaries
         assert (found.origin, found.path) == ("packaged", private / package.name / "pginstall" / "bin")
         pid = pg_processes.postmaster_pid(pg.datadir)

@@ -32,19 +32,19 @@ OWNER = textwrap.dedent(
     """
     import json, os, signal, sys
     from sim.services import pg_initdb, pg_processes
-    from sim.services.postgres import EmbeddedPostgres
+    from sim.services.postgres import open_postgres
 
-    pg = EmbeddedPostgres(fsync=False).start()
-    with (pg.datadir / "postmaster.pid").open() as f:
-        postmaster = int(f.readline())
-    print(json.dumps({
-        "datadir": str(pg.datadir),
-        "port": pg.port,
-        "postmaster": postmaster,
-        "pids": pg_processes.cluster_pids(pg.datadir),
-        "templates": [str(d) for d, _ in pg_initdb.TEMPLATE_DIRS],
-    }), flush=True)
-    signal.pause()
+    with open_postgres(fsync=False) as pg:
+        with (pg.datadir / "postmaster.pid").open() as f:
+            postmaster = int(f.readline())
+        print(json.dumps({
+            "datadir": str(pg.datadir),
+            "port": pg.port,
+            "postmaster": postmaster,
+            "pids": pg_processes.cluster_pids(pg.datadir),
+            "templates": [str(d) for d, _ in pg_initdb.TEMPLATE_DIRS],
+        }), flush=True)
+        signal.pause()
     """
 )
 

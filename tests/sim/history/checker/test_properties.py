@@ -17,7 +17,19 @@ from sim.history.checker.named import check_named
 from sim.history.checker.tables import ends
 from sim.history.checker.verdict import Outcome
 from sim.history.checker.whitebox import check_whitebox
-from sim.history.model import ADD, DROP_TABLE, FAIL, NONE, OK, READ, History, Kind, Op, Status, validate
+from sim.history.model import (
+    ADD,
+    DROP_TABLE,
+    FAIL,
+    NONE,
+    OK,
+    READ,
+    History,
+    Kind,
+    Op,
+    Status,
+    validate,
+)
 
 if TYPE_CHECKING:
     import random
