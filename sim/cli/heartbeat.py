@@ -6,9 +6,9 @@ operations done, say).
 
 It is the one helper every such command uses (`coordsim run` of a Python
 scenario, `validate`, `calibrate`, `anomalies run`, `shrink`, `anomalies
-matrix`, `check` of one history, `export`, `synth-trace`); the commands that
-do have a measure (compare's levels, a sweep's seeds, Spark's tasks) show a
-bar of their own. Everything goes to the console given, stderr's: stdout
+matrix`, `check` of one history, `export`, `synth-trace`, each `isolation`
+run); the commands that do have a measure (compare's levels, a sweep's
+seeds, Spark's tasks) show a bar of their own. Everything goes to the console given, stderr's: stdout
 stays the command's result.
 """
 

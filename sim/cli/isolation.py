@@ -201,7 +201,9 @@ def _run_all(
     cfg: RunConfig, order: list[tuple[int, Architecture, str]], victim_clients: int, pool: Any, wall0: float
 ) -> list[PassResult]:
     """Every run of `order`, on `pool`'s workers when there is one (virtual
-    mode: simulated time, so the same figures), with a line per run on stderr."""
+    mode: simulated time, so the same figures), with a line per run on stderr
+    and a heartbeat while each runs."""
+    from sim.cli.heartbeat import heartbeat
     from sim.compare.isolation import run_pass
 
     futures = ([pool.submit(run_pass, cfg, a, n, index=i, victim_clients=victim_clients) for i, a, n in order]
@@ -209,8 +211,10 @@ def _run_all(
     results: list[PassResult] = []
     try:
         for k, (i, a, n) in enumerate(order):
-            r = (futures[k].result() if futures is not None
-                 else run_pass(cfg, a, n, index=i, victim_clients=victim_clients))
+            # One real-mode run takes its whole duration: say which one runs meanwhile.
+            with heartbeat(_err(), f"isolation: {a.name} / {n} pass {i} ({k + 1}/{len(order)})"):
+                r = (futures[k].result() if futures is not None
+                     else run_pass(cfg, a, n, index=i, victim_clients=victim_clients))
             results.append(r)
             _err().print(f"isolation: {a.name} / {n} pass {i}: victim p50 {r.victim_p50_ms:.2f} ms, p99 "
                          f"{r.victim_p99_ms:.2f} ms, {r.victim_ops_s:,.0f} ops/s; neighbour {r.neighbour_ops_s:,.0f} "

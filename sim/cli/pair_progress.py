@@ -18,6 +18,7 @@ from sim.compare.pairs import PairProgress
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from contextlib import AbstractContextManager
 
     from rich.console import Console
 
@@ -102,6 +103,16 @@ class _Shown(PairProgress):
 
     def checking(self, workload: str, config: str, index: int) -> None:
         self.bar.update(self.task, description=f"{workload} / {config} pass {index}: checking")
+
+    def script(self, workload: str, config: str) -> AbstractContextManager[None]:
+        """On a pipe or log, a heartbeat while the script runs (no level to
+        print meanwhile); the bar and `-P`'s ticker already tick."""
+        self.bar.update(self.task, description=f"{workload} / {config}")
+        if not self.lines:
+            return contextlib.nullcontext()
+        from sim.cli.heartbeat import heartbeat
+
+        return heartbeat(self.err, f"compare: {workload} / {config}")
 
 
 @contextlib.contextmanager

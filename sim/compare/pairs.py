@@ -18,6 +18,7 @@ from sim.load.run_config import is_scenario_file
 if TYPE_CHECKING:
     import concurrent.futures
     from collections.abc import Callable
+    from contextlib import AbstractContextManager
 
     from sim.compare.rows import LevelRow
     from sim.compare.runner import RunOutput
@@ -45,6 +46,11 @@ class PairProgress(ABC):
     @abstractmethod
     def checking(self, workload: str, config: str, index: int) -> None:
         """The checkers start on pass `index` of `config`."""
+
+    @abstractmethod
+    def script(self, workload: str, config: str) -> AbstractContextManager[None]:
+        """A Python scenario runs its `--repeat` times under `config` for the
+        block: one row, no levels to count meanwhile."""
 
 
 @final
@@ -111,7 +117,10 @@ def measure_pairs(
                                                   f"{report.coverage_summary()}")
 
         traces = {name: stage / "traces" / label / name for name in cfg.configurations}
-        outs = _run_entry(cfg, wl, traces, on_level, on_pass, pool)
+        def around_script(name: str, label: str = label) -> AbstractContextManager[None]:
+            return progress.script(label, name)
+
+        outs = _run_entry(cfg, wl, traces, on_level, on_pass, pool, around_script)
         for name in cfg.configurations:
             verdict = outcome.get(name, "") if check else ""
             if check:
@@ -128,6 +137,7 @@ def _run_entry(
     on_level: Callable[[str, int, LevelRow], None],
     on_pass: Callable[[str, int, RunOutput], None],
     pool: concurrent.futures.Executor | None,
+    around_script: Callable[[str], AbstractContextManager[None]],
 ) -> dict[str, RunOutput]:
     """One `--workloads` entry under every configuration: a built-in workload's
     sweep or a TOML scenario's (its workload, with its own settings) in
@@ -145,7 +155,8 @@ def _run_entry(
     if isinstance(sc, PythonScenario):
         outs = {}
         for name in cfg.configurations:
-            out = run_script(cfg, name, sc, traces[name])
+            with around_script(name):
+                out = run_script(cfg, name, sc, traces[name])
             for row in out.rows:
                 on_level(name, 1, row)
             on_pass(name, 1, out)

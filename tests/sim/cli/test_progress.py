@@ -111,3 +111,51 @@ def test_progress_must_be_a_positive_period(
     assert code == 2, out + err
     assert "--progress" in err
     assert not (tmp_path / "v").exists()
+
+
+def test_isolation_prints_a_heartbeat_while_each_run_runs(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A real-mode isolation run takes its whole duration before its line: a
+    heartbeat names the run meanwhile (here every millisecond, so a virtual
+    run of a few hundred wall milliseconds prints some)."""
+    monkeypatch.setattr("sim.cli.heartbeat.EVERY_S", 0.001)
+    code, out, err = _coordsim(
+        capsys, monkeypatch, "isolation", "--neighbour", "ddl-churn", "--victim-clients", "1", "-T", "0.05",
+        "--warmup", "0.02", "--repeat", "1", "--jobs", "1", "-o", str(tmp_path / "iso"),
+    )
+    assert code == 0, err
+    assert re.search(r"^isolation: event-loop / \S+ pass 1 \(1/\d+\), \d+\.\d s$", err, re.M), err
+    assert "isolation:" not in out  # progress is stderr's
+
+
+#: A script that runs until two compare heartbeat lines were printed.
+_UNTIL_TWO_COMPARE_LINES: Final = """\
+import sys
+
+
+async def scenario(sim):
+    s = sim.session("c1")
+    await sim.sql(s, "CREATE TABLE t (a int)")
+    for n in range(3000):
+        await sim.sql(s, f"INSERT INTO t VALUES ({n})")
+        if sys.stderr.getvalue().count("compare: long / decoupled, ") >= 2:
+            break
+"""
+
+
+def test_compare_of_a_python_scenario_prints_a_heartbeat_off_a_terminal(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A script is one row with no level to print while it runs: off a
+    terminal (and without -P), compare names it every few seconds instead."""
+    monkeypatch.setattr("sim.cli.heartbeat.EVERY_S", 0.001)
+    script = tmp_path / "long.py"
+    script.write_text(_UNTIL_TWO_COMPARE_LINES)
+    code, out, err = _coordsim(
+        capsys, monkeypatch, "compare", "--mode", "virtual", "-w", str(script), "--configs", "decoupled",
+        "--repeat", "1", "-o", str(tmp_path / "c"),
+    )
+    assert code == 0, err
+    assert len(re.findall(r"^compare: long / decoupled, \d+\.\d s$", err, re.M)) >= 2, err
+    assert "compare: long / decoupled, " not in out
