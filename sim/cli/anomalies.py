@@ -138,7 +138,7 @@ def _spec(
 
 def _print_report(
     spec: Spec, n_ops: int, report_names: list[str], anomalies: list[tuple[str, str, str]],
-    *, schedule: str = "fifo", replay: str | None = None, what: str | None = None,
+    *, schedule: str = "fifo", rerun: str | None = None, what: str | None = None,
 ) -> None:
     from rich.markup import escape
 
@@ -149,7 +149,7 @@ def _print_report(
         _out().print(f"\n[bold red]{name}[/bold red] [dim]({checker})[/dim]")
         _out().print(escape(explanation))
     _out().print(f"\nanomalies: {', '.join(report_names) or 'none'}")
-    _out().print(f"replay: {escape(replay or spec.command())}")
+    _out().print(f"rerun: {escape(rerun or spec.command())}")
 
 
 def _check_postgres(mode: str | None) -> None:
@@ -246,9 +246,9 @@ def anomalies_run(
     policy = _schedule(schedule if schedule is not None else settings.get("schedule"))
     spec = replace(spec, schedule=policy, stuck_after_s=stuck_after)
     _check_postgres(spec.mode)
-    replay = spec.command()
+    rerun = spec.command()
     if scenario_file is not None:
-        replay = f"{replay} --scenario-file {shlex.quote(str(scenario_file))}"
+        rerun = f"{rerun} --scenario-file {shlex.quote(str(scenario_file))}"
     target = run_dir(output, f"anomalies run {spec.scenario}").absolute()
     # Staged: an output that is not coordsim's is refused before the run, and
     # a failed or interrupted run leaves nothing there.
@@ -264,18 +264,19 @@ def anomalies_run(
                     history, events = run_spec(spec, on_death=watch)
         except RunStuck as exc:
             # A result, not a crash: the liveness failure and where it stopped.
-            print(f"coordsim: {exc}; replay: {replay}", file=sys.stderr, flush=True)  # noqa: T201
+            print(f"coordsim: {exc}; rerun: {rerun}", file=sys.stderr, flush=True)  # noqa: T201
             raise typer.Exit(1) from None
         report = check_history(history, events)
         write_run_trace(stage, spec, history, events)
         doc = document(report, trace=str(target), ops=history.n)
         write_verdict(stage / VERDICT_FILE, doc)
     if as_json:
-        options.print_json({"output": str(target), "replay": replay, **doc})
+        # "replay", the key's name before 0.2 ("replay" names the Spark job), is kept until 0.3.
+        options.print_json({"output": str(target), "rerun": rerun, "replay": rerun, **doc})
         raise typer.Exit(EXIT[report.outcome])
     shown = [(a.name, v.checker, a.explanation) for v in report.verdicts for a in v.anomalies[:2]]
     what = f"{scenario_file} ({spec.scenario})" if scenario_file is not None else None
-    _print_report(spec, history.n, report.names, shown, schedule=policy, replay=replay, what=what)
+    _print_report(spec, history.n, report.names, shown, schedule=policy, rerun=rerun, what=what)
     # Fail closed: what no checker judged is why a verdict is unknown.
     for line in report.coverage_lines() if not report.complete else [f"coverage: {report.coverage_summary()}"]:
         _out().print(escape(line))
@@ -315,7 +316,7 @@ def _print_summary(summary: Summary, out: Path, seconds: float, jobs: int) -> No
         if r.internal_errors:
             what += f"{', ' if what else ''}{r.internal_errors} internal errors"
         _out().print(f"  seed {r.seed}: {escape(what)}")
-        _out().print(f"    replay: {escape(r.replay)}")
+        _out().print(f"    rerun: {escape(r.rerun)}")
     if len(failing) > SHOWN_FAILING:
         _out().print(f"  … and {len(failing) - SHOWN_FAILING} more in {SUMMARY_FILE}")
     _out().print(f"\nsummary: {escape(str(out / SUMMARY_FILE))}")
@@ -344,7 +345,7 @@ def anomalies_sweep(
 ) -> None:
     """Run a scenario over many seeds (virtual mode) on worker processes, check every seed with every checker, and summarize.
 
-    Prints anomalies by name and each failing seed with its replay command; writes summary.json, verdict.json and each failing seed's trace, and prints the directory last. Exit 1 if any seed failed. (`coordsim spark sweep` runs the seeds as Spark tasks.)
+    Prints anomalies by name and each failing seed with its rerun command; writes summary.json, verdict.json and each failing seed's trace, and prints the directory last. Exit 1 if any seed failed. (`coordsim spark sweep` runs the seeds as Spark tasks.)
 
     Examples:
       coordsim anomalies sweep seed001 --seeds 200
@@ -511,8 +512,8 @@ def _shrink_ops(spec: Spec, policy: str, anomaly: str | None, max_runs: int, out
     if result is None:
         _out().print(f"{escape(spec.command())}: no {anomaly or 'anomaly'} to shrink")
         raise typer.Exit(0)
-    replay = f"uv run coordsim anomalies run --scenario-file {shlex.quote(str(path))}"
-    text = script_file(result, replay=replay)
+    rerun = f"uv run coordsim anomalies run --scenario-file {shlex.quote(str(path))}"
+    text = script_file(result, rerun=rerun)
     if out is not None:
         with options.disk_full_is_external(out):
             atomic_write(out, lambda p: p.write_text(text, encoding="utf-8"))
@@ -529,10 +530,10 @@ def _shrink_ops(spec: Spec, policy: str, anomaly: str | None, max_runs: int, out
     for step in s.steps:
         _out().print(f"  {step.at_s * 1000:8.3f} ms  {step.client}: {escape(step.sql)}")
     _print_report(s.spec, result.history.n, result.report.names, shown, schedule=policy,
-                  replay=replay, what=f"{path} ({s.spec.scenario})")
+                  rerun=rerun, what=f"{path} ({s.spec.scenario})")
     # The first pass's result, with the scenario's own program: a reproduction
     # that needs no file.
-    _out().print(f"coarse replay: {escape(result.coarse.command())}")
+    _out().print(f"coarse rerun: {escape(result.coarse.command())}")
     if out is not None:
         options.wrote(out)
     else:

@@ -410,7 +410,7 @@ _DIMENSIONS: Final[tuple[tuple[Callable[[Script], Sequence[Any]], Callable[[Scri
 # --- Scenario files: what `shrink_ops` writes and `coordsim anomalies run --scenario` reads
 
 
-def script_file(result: ShrunkScript, *, replay: str) -> str:
+def script_file(result: ShrunkScript, *, rerun: str) -> str:
     """The text of a scenario file reproducing `result`: a program playing its
     steps (`coordsim run` and `coordsim anomalies run --scenario` load it as
     any `async def scenario(sim)` file), and `RUN`, the settings it
@@ -433,9 +433,9 @@ def script_file(result: ShrunkScript, *, replay: str) -> str:
         "",
         f"    {result.original.command()}",
         "",
-        "Replay:",
+        "Rerun:",
         "",
-        f"    {replay}",
+        f"    {rerun}",
         '"""',
         "",
         "from sim.load.driver import Step",

@@ -75,8 +75,8 @@ class SeedTask:
             schedule=self.schedule,
         )
 
-    def replay(self) -> str:
-        """The seed's replay command, its scheduling policy included."""
+    def rerun(self) -> str:
+        """The command that reruns the seed, its scheduling policy included."""
         return self.spec().command()
 
 
@@ -103,7 +103,7 @@ class SeedResult:
     ops: int
     #: "valid", "invalid", "unknown" (the checkers'), or "crashed".
     outcome: str
-    replay: str
+    rerun: str
     #: Anomalies per name, over every checker, including those not kept.
     anomalies: dict[str, int] = field(default_factory=dict)
     #: Operations failed with XX000: every checker allows them (a failed
@@ -122,7 +122,7 @@ class SeedResult:
 
     @property
     def failing(self) -> bool:
-        """An anomaly, an internal error or a crash: a seed to replay."""
+        """An anomaly, an internal error or a crash: a seed to rerun."""
         return self.outcome in (Outcome.INVALID.value, CRASHED) or self.internal_errors > 0
 
 
@@ -158,13 +158,13 @@ def tasks(
 
 def run_seed(task: SeedTask) -> SeedResult:
     """Runs and checks one seed with every checker. A crash of the simulated
-    system is a result (with its replay command), not an error of the sweep."""
+    system is a result (with its rerun command), not an error of the sweep."""
     spec = task.spec()
-    replay = task.replay()
+    rerun = task.rerun()
     try:
         history, events = run_spec(spec)
     except Exception as exc:  # the system under test crashed: that is a finding
-        return SeedResult(task.seed, 0, CRASHED, replay, error=crash_line(exc))
+        return SeedResult(task.seed, 0, CRASHED, rerun, error=crash_line(exc))
     report = check_history(history, events, checkers=CHECKERS)
     counts: dict[str, int] = {}
     for v in report.verdicts:
@@ -175,7 +175,7 @@ def run_seed(task: SeedTask) -> SeedResult:
         CheckerRun(v.checker, v.outcome.value, v.seconds, v.skipped) for v in report.verdicts
     )
     result = SeedResult(
-        task.seed, history.n, report.outcome.value, replay,
+        task.seed, history.n, report.outcome.value, rerun,
         dict(sorted(counts.items())), internal, checkers=runs,
         ops_to_judge=report.ops_to_judge, ops_judged=report.ops_judged,
     )
@@ -310,8 +310,10 @@ class Summary:
                     "anomalies": r.anomalies,
                     "internal_errors": r.internal_errors,
                     "error": r.error,
-                    "replay": r.replay,
-                    # A crash leaves no history to write: its replay line is all there is.
+                    "rerun": r.rerun,
+                    # The key's name before 0.2 ("replay" names the Spark job): kept until 0.3.
+                    "replay": r.rerun,
+                    # A crash leaves no history to write: its rerun line is all there is.
                     "trace": None if r.outcome == CRASHED else trace_dir_name(r.seed),
                 }
                 for r in self.failing
@@ -326,12 +328,13 @@ def trace_dir_name(seed: int) -> str:
 
 def write_run_trace(directory: Path, spec: Spec, history: History, events: Sequence[Event]) -> None:
     """The trace of one anomaly run, as `coordsim anomalies run --out` and the
-    sweep both write it (its replay command and scheduling policy in the
-    metadata, so a replay runs the same interleaving)."""
+    sweep both write it (its rerun command and scheduling policy in the
+    metadata, so a rerun runs the same interleaving; `replay`, the key's name
+    before 0.2, is kept until 0.3)."""
     write_trace(directory, history, events, run=f"{spec.scenario}-{spec.seed}", config=spec.config,
                 seed=spec.seed, extra_meta={"scenario": spec.scenario, "mode": spec.mode,
                                             "schedule": spec.schedule,
-                                            "replay": spec.command()})
+                                            "rerun": spec.command(), "replay": spec.command()})
 
 
 @final
@@ -351,7 +354,7 @@ class SweepWriter:
             return
         d = self.stage / trace_dir_name(r.seed)
         if r.history is None or r.report is None:
-            # A crash leaves no history: the replay line is the reproduction.
+            # A crash leaves no history: the rerun line is the reproduction.
             return
         write_run_trace(d, task.spec(), r.history, r.events or [])
         doc = verdict_document(r.report, trace=str(self.shown / trace_dir_name(r.seed)), ops=r.ops)

@@ -54,7 +54,7 @@ def test_run_prints_verdict_and_writes_trace(tmp_path: Path) -> None:
     )
     assert r.exit_code == 0, r.output
     assert "verdict: valid" in r.output
-    assert "replay: uv run coordsim anomalies run seed001 --config decoupled --seed 3" in r.output
+    assert "rerun: uv run coordsim anomalies run seed001 --config decoupled --seed 3" in r.output
     assert read_trace(out).history.n > 0
     assert r.stdout.strip().splitlines()[-1] == f"wrote {out}"
 
@@ -71,7 +71,7 @@ def test_run_json_is_the_verdict_with_its_directory(tmp_path: Path) -> None:
     assert doc["output"] == str(out)
     assert doc["valid"] is False
     written = json.loads((out / VERDICT_FILE).read_text())
-    assert {k: v for k, v in doc.items() if k not in ("output", "replay")} == written
+    assert {k: v for k, v in doc.items() if k not in ("output", "rerun", "replay")} == written
     assert "insert-unknown-table" in {a["name"] for a in written["anomalies"]}
 
 
@@ -116,7 +116,7 @@ def test_shrink_cli_prints_smallest_reproduction() -> None:
     )
     assert r.exit_code == 1, r.output
     assert "smallest reproduction of" in r.output
-    assert "replay: uv run coordsim anomalies run split-brain" in r.output
+    assert "rerun: uv run coordsim anomalies run split-brain" in r.output
 
 
 def test_run_of_a_python_scenario_prints_its_coverage_and_writes_the_verdict(tmp_path: Path) -> None:

@@ -119,7 +119,7 @@ def test_cli_runs_real_mode_with_pg_kill(
     assert exit_.value.code == 0, out
     assert "verdict: valid" in out
     assert (
-        "replay: uv run coordsim anomalies run ddl-dml --config decoupled --seed 2 --mode real "
+        "rerun: uv run coordsim anomalies run ddl-dml --config decoupled --seed 2 --mode real "
         "--clients 4 --size 10 --faults pg-kill@10ms+50ms" in out
     )
 

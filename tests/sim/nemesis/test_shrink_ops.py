@@ -63,7 +63,7 @@ def test_shrink_ops_writes_a_file_that_reproduces(tmp_path: Path) -> None:
     assert result.history.n <= 3 < result.original_ops
     assert "insert-unknown-table" in result.report.names
     path = tmp_path / "min.py"
-    path.write_text(script_file(result, replay=f"coordsim anomalies run --scenario-file {path}"))
+    path.write_text(script_file(result, rerun=f"coordsim anomalies run --scenario-file {path}"))
     r = runner.invoke(app, ["anomalies", "run", "--scenario-file", str(path)])
     assert r.exit_code == 1, r.output
     assert "insert-unknown-table" in r.output
@@ -76,7 +76,7 @@ def test_cli_shrink_writes_the_scenario_file(tmp_path: Path, monkeypatch: pytest
                             "--known-bad", "apply-write-before-append", "-o", "min.py"])
     assert r.exit_code == 1, r.output
     assert "smallest reproduction of timestamp-regression" in r.output
-    assert "replay: uv run coordsim anomalies run --scenario-file min.py" in r.output
+    assert "rerun: uv run coordsim anomalies run --scenario-file min.py" in r.output
     again = runner.invoke(app, ["anomalies", "run", "--scenario-file", "min.py"])
     assert again.exit_code == 1, again.output
     assert "timestamp-regression" in again.output

@@ -83,15 +83,15 @@ def test_known_bad_sweep_exits_1_and_its_replay_lines_reproduce(tmp_path: Path) 
     for f in failing:
         assert {"insert-unknown-table", "select-unknown-table"} & set(f["anomalies"]), f
         trace = read_trace(out / f["trace"])
-        assert trace.meta["replay"] == f["replay"]
+        assert trace.meta["rerun"] == f["rerun"] == trace.meta["replay"] == f["replay"]
         seed_verdict = json.loads((out / f["trace"] / VERDICT_FILE).read_text())
         assert seed_verdict["valid"] is False
         assert seed_verdict["coverage"]["tables"], seed_verdict["coverage"]
         assert f"seed {f['seed']}: " in output
-        assert f"replay: {f['replay']}" in output
+        assert f"rerun: {f['rerun']}" in output
     # Run one replay line as printed: the same anomalies come back.
     first = failing[0]
-    argv = shlex.split(first["replay"])
+    argv = shlex.split(first["rerun"])
     assert argv[:3] == ["uv", "run", "coordsim"]
     r = runner.invoke(app, argv[3:])
     assert r.exit_code == 1, r.output
@@ -122,7 +122,7 @@ def test_a_crash_is_a_failing_seed_with_its_replay_line(monkeypatch: pytest.Monk
     summary = Summary("seed001", "decoupled", (), tuple(results)).to_json()
     assert summary["valid"] is False
     assert summary["crashed"] == [0, 1]
-    assert [f["replay"] for f in summary["failing"]] == [t.spec().command() for t in work]
+    assert [f["rerun"] for f in summary["failing"]] == [t.spec().command() for t in work]
 
 
 def test_a_foreign_output_directory_is_refused(tmp_path: Path) -> None:

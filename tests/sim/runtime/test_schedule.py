@@ -191,7 +191,7 @@ def test_same_seed_same_policy_byte_identical_trace(schedule: str, tmp_path: Pat
     assert a == b
     meta = json.loads(a["meta.json"])
     assert meta["schedule"] == schedule
-    assert meta["replay"].endswith(f"--schedule {schedule}")
+    assert meta["rerun"].endswith(f"--schedule {schedule}")
 
 
 def test_policies_give_different_schedules_under_contention() -> None:
@@ -220,7 +220,7 @@ def test_a_variant_caught_under_fifo_is_caught_under_each_policy(schedule: str) 
 
 def test_sweep_task_carries_the_policy() -> None:
     r = run_seed(SeedTask("seed001", "decoupled", 2, ("peeks_ignore_catalog_ts",), "random"))
-    assert r.replay.endswith("--schedule random")
+    assert r.rerun.endswith("--schedule random")
     h, _ = run_spec(default_spec("seed001", "decoupled", 2, schedule="random",
                                  known_bad=parse_known_bad(["peeks_ignore_catalog_ts"])))
     assert r.ops == h.n
