@@ -13,7 +13,7 @@ import math
 import random
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, final
+from typing import TYPE_CHECKING, Final, TypeVar, final
 
 import anyio
 
@@ -49,6 +49,8 @@ __all__ = [
     "victim_select_one",
     "writes_per_commit",
 ]
+
+T = TypeVar("T")
 
 
 def latency_model(overrides_ms: Mapping[str, float] | None = None) -> LatencyModel:
@@ -90,12 +92,15 @@ class Latencies:
 
 def _run(
     config: CoordinatorConfig,
-    body: Callable[[Runtime, Coordinator], Awaitable[object]],
+    body: Callable[[Runtime, Coordinator], Awaitable[T]],
     *,
     seed: int,
     overrides_ms: Mapping[str, float] | None,
-) -> object:
-    async def main(rt: Runtime) -> object:
+) -> T:
+    """`body` on a fresh modeled deployment of `config` (virtual mode, the
+    shipped profile with `overrides_ms`): its result."""
+
+    async def main(rt: Runtime) -> T:
         deployment = Deployment.running(rt, config, HistoryRecorder(rt.now), LatencySwitch(), modeled=True)
         async with deployment as dep:
             assert dep.newest is not None
@@ -172,9 +177,7 @@ def victim_select_one(
         writes = after.writes_group_committed - before[0].writes_group_committed
         return VictimResult(Latencies.of(latencies), inserts[0], writes / commits if commits else 0.0)
 
-    result = _run(config, body, seed=seed, overrides_ms=overrides_ms)
-    assert isinstance(result, VictimResult)
-    return result
+    return _run(config, body, seed=seed, overrides_ms=overrides_ms)
 
 
 @final
@@ -239,9 +242,7 @@ def writes_per_commit(
             latency=Latencies.of(latencies),
         )
 
-    result = _run(config, body, seed=seed, overrides_ms=overrides_ms)
-    assert isinstance(result, WriteResult)
-    return result
+    return _run(config, body, seed=seed, overrides_ms=overrides_ms)
 
 
 @final
@@ -319,9 +320,7 @@ def throughput(
             loop_messages_per_op=(after.loop_messages - before.loop_messages) / statements,
         )
 
-    result = _run(config, body, seed=seed, overrides_ms=overrides_ms)
-    assert isinstance(result, ThroughputResult)
-    return result
+    return _run(config, body, seed=seed, overrides_ms=overrides_ms)
 
 
 @final
@@ -380,9 +379,7 @@ def batched_read_ts(
             p50_wait_round_trips=percentile(in_rtt, 50),
         )
 
-    result = run(main, seed=seed, virtual=True, latency=LatencyModel({"oracle.pg": Constant(rtt)}, default=Constant(0.0)))
-    assert isinstance(result, BatchingResult)
-    return result
+    return run(main, seed=seed, virtual=True, latency=LatencyModel({"oracle.pg": Constant(rtt)}, default=Constant(0.0)))
 
 
 @final
@@ -420,9 +417,7 @@ def ddl_latency(
                 timings[kind].append(rt.now() - t0)
         return DdlResult(Latencies.of(timings["create"]), Latencies.of(timings["drop"]))
 
-    result = _run(config, body, seed=seed, overrides_ms=overrides_ms)
-    assert isinstance(result, DdlResult)
-    return result
+    return _run(config, body, seed=seed, overrides_ms=overrides_ms)
 
 
 @final
@@ -472,9 +467,7 @@ def oracle_traffic(
         commits = after.group_commits - before.group_commits
         return OracleTraffic(queries / duration_s, queries / commits if commits else math.nan, commits / duration_s)
 
-    result = _run(config, body, seed=seed, overrides_ms=overrides_ms)
-    assert isinstance(result, OracleTraffic)
-    return result
+    return _run(config, body, seed=seed, overrides_ms=overrides_ms)
 
 
 @final
@@ -526,9 +519,7 @@ def subscribe_starts(
             await rt.sleep(pause_s)
         return SubscribeStarts(statistics.fmean(lasts) * 1000, Latencies.of(starts), rounds)
 
-    result = _run(config, body, seed=seed, overrides_ms=overrides_ms)
-    assert isinstance(result, SubscribeStarts)
-    return result
+    return _run(config, body, seed=seed, overrides_ms=overrides_ms)
 
 
 def statement_latencies(
@@ -553,6 +544,4 @@ def statement_latencies(
                 seconds[kind].append(rt.now() - t0)
         return {k: Latencies.of(v) for k, v in seconds.items()}
 
-    result = _run(config, body, seed=seed, overrides_ms=overrides_ms)
-    assert isinstance(result, dict)
-    return result
+    return _run(config, body, seed=seed, overrides_ms=overrides_ms)

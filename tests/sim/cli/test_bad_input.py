@@ -495,16 +495,6 @@ def make_valid_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-@pytest.fixture(scope="module")
-def forker() -> Iterator[Forker]:
-    yield from start_forker()
-
-
-@pytest.fixture(scope="module")
-def valid_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_valid_trace(tmp_path_factory)
-
-
 def _snapshot(root: Path, *, with_root: bool) -> dict[str, tuple[bool, int, int]]:
     """Every path under `root` with (is a directory, size, mtime): a file
     written, replaced, removed or even created and removed again shows."""

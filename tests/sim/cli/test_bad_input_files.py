@@ -36,14 +36,12 @@ from tests.sim.cli.test_bad_input import (
     _run_dir,
     _trace,
     cli_params,
-    make_valid_trace,
     params,
     run_case,
-    start_forker,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
     from pathlib import Path
 
     from tests.sim.cli.test_bad_input import Forker
@@ -221,16 +219,6 @@ _BY_HAND: Final = [
 ]
 
 CASES: Final = [*_cases(), *_BY_HAND]
-
-
-@pytest.fixture(scope="module")
-def forker() -> Iterator[Forker]:
-    yield from start_forker()
-
-
-@pytest.fixture(scope="module")
-def valid_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_valid_trace(tmp_path_factory)
 
 
 def test_every_file_parameter_is_in_the_corpus() -> None:

@@ -16,14 +16,11 @@ from tests.sim.cli.test_bad_input import (
     Case,
     _c,
     _trace,
-    make_valid_trace,
     params,
     run_case,
-    start_forker,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
     from pathlib import Path
 
     from tests.sim.cli.test_bad_input import Forker
@@ -120,16 +117,6 @@ CASES: Final = [
     _c("check-html-is-a-users-file", "check", "t", "--html", "important.txt", setup=_trace("t", lambda d: None),
        expect="was not written by coordsim"),
 ]
-
-
-@pytest.fixture(scope="module")
-def forker() -> Iterator[Forker]:
-    yield from start_forker()
-
-
-@pytest.fixture(scope="module")
-def valid_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_valid_trace(tmp_path_factory)
 
 
 @pytest.mark.parametrize("case", params(CASES))

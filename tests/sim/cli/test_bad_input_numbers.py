@@ -27,14 +27,12 @@ from tests.sim.cli.test_bad_input import (
     _c,
     _trace,
     cli_params,
-    make_valid_trace,
     params,
     run_case,
-    start_forker,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
     from pathlib import Path
 
     from tests.sim.cli.test_bad_input import Forker
@@ -152,16 +150,6 @@ _BY_HAND: Final = [
 
 CASES: Final = [*_generated(), *_BY_HAND]
 _MAXIMUM: Final = {f"every-{'-'.join(n.command)}-{n.flag[2:]}-huge": n.maximum for n in numeric_options() if n.count}
-
-
-@pytest.fixture(scope="module")
-def forker() -> Iterator[Forker]:
-    yield from start_forker()
-
-
-@pytest.fixture(scope="module")
-def valid_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_valid_trace(tmp_path_factory)
 
 
 def test_every_numeric_option_is_in_the_corpus() -> None:

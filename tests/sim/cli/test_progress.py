@@ -22,9 +22,11 @@ if TYPE_CHECKING:
 
     from sim.model.validate import Fact, Outcome
 
-#: A scenario that runs until two progress lines were printed (in-process:
-#: stderr is pytest's capture), at most a few thousand statements.
-_UNTIL_TWO_LINES: Final = """\
+def _until_two_lines(marker: str) -> str:
+    """A scenario that runs until two progress lines holding `marker` were
+    printed (in-process: stderr is pytest's capture), at most a few thousand
+    statements."""
+    return f"""\
 import sys
 
 
@@ -32,10 +34,13 @@ async def scenario(sim):
     s = sim.session("c1")
     await sim.sql(s, "CREATE TABLE t (a int)")
     for n in range(3000):
-        await sim.sql(s, f"INSERT INTO t VALUES ({n})")
-        if sys.stderr.getvalue().count("operations done") >= 2:
+        await sim.sql(s, f"INSERT INTO t VALUES ({{n}})")
+        if sys.stderr.getvalue().count({marker!r}) >= 2:
             break
 """
+
+
+_UNTIL_TWO_LINES: Final = _until_two_lines("operations done")
 
 
 def _coordsim(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:
@@ -129,19 +134,6 @@ def test_isolation_prints_a_heartbeat_while_each_run_runs(
     assert "isolation:" not in out  # progress is stderr's
 
 
-#: A script that runs until two compare heartbeat lines were printed.
-_UNTIL_TWO_COMPARE_LINES: Final = """\
-import sys
-
-
-async def scenario(sim):
-    s = sim.session("c1")
-    await sim.sql(s, "CREATE TABLE t (a int)")
-    for n in range(3000):
-        await sim.sql(s, f"INSERT INTO t VALUES ({n})")
-        if sys.stderr.getvalue().count("compare: long / decoupled, ") >= 2:
-            break
-"""
 
 
 def test_compare_of_a_python_scenario_prints_a_heartbeat_off_a_terminal(
@@ -151,7 +143,7 @@ def test_compare_of_a_python_scenario_prints_a_heartbeat_off_a_terminal(
     terminal (and without -P), compare names it every few seconds instead."""
     monkeypatch.setattr("sim.cli.heartbeat.EVERY_S", 0.001)
     script = tmp_path / "long.py"
-    script.write_text(_UNTIL_TWO_COMPARE_LINES)
+    script.write_text(_until_two_lines("compare: long / decoupled, "))
     code, out, err = _coordsim(
         capsys, monkeypatch, "compare", "--mode", "virtual", "-w", str(script), "--configs", "decoupled",
         "--repeat", "1", "-o", str(tmp_path / "c"),
