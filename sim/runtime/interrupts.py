@@ -83,6 +83,8 @@ def exit_code(signum: int) -> int:
 class _State:
     installed: bool = False
     deferring: bool = False
+    #: Between os.fork's before- and after-hooks (`_fork_begins`).
+    forking: bool = False
     received: int | None = None
     #: The cancel scope of the loop now running in the main thread, and its loop.
     active: tuple[anyio.CancelScope, asyncio.AbstractEventLoop] | None = None
@@ -115,6 +117,11 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     if _STATE.deferring:
         return
     _start_grace(lambda: _exit_now(signum, late=True))
+    if _STATE.forking:
+        # Inside fork's hooks (logging's lock release, say) an exception is
+        # printed with its traceback and dropped: recorded only, the next
+        # `guard` or `install()` raises it (the grace timer stops us if none does).
+        return
     active = _STATE.active
     if active is None:
         if not _loop_running():
@@ -205,6 +212,14 @@ def stopping() -> bool:
     return _STATE.received is not None or (_STATE.installed and _STATE.failure is not None)
 
 
+def _fork_begins() -> None:
+    _STATE.forking = True
+
+
+def _fork_ends() -> None:
+    _STATE.forking = False
+
+
 def install(*, defer: bool = False) -> None:
     """Routes SIGINT, SIGTERM and SIGHUP through this module. Off the main
     thread it does nothing.
@@ -220,6 +235,9 @@ def install(*, defer: bool = False) -> None:
     if not _STATE.installed:
         for sig in SIGNALS:
             signal.signal(sig, _on_signal)
+        # After logging's own hooks (asyncio, imported above, imports logging): ours run first
+        # before a fork and last after it, around logging's lock.
+        os.register_at_fork(before=_fork_begins, after_in_parent=_fork_ends, after_in_child=_fork_ends)
         _STATE.installed = True
     if not defer and _STATE.received is not None:
         raise Interrupted(_STATE.received)

@@ -178,3 +178,37 @@ def test_a_second_signal_exits_at_once() -> None:
             proc.kill()
     assert proc.returncode == 130
     assert "stopped at once" in err
+
+
+_FORK_PROGRAM = textwrap.dedent(
+    """
+    import os, signal, sys
+    from sim.runtime import interrupts
+
+    # Stands for logging's lock release, which os.fork runs after forking: a
+    # hook registered before ours, so it runs inside our fork window.
+    os.register_at_fork(after_in_parent=lambda: signal.raise_signal(signal.SIGINT))
+    interrupts.install()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print("FORKED", flush=True)
+    try:
+        interrupts.install()
+    except interrupts.Interrupted as exc:
+        print("INTERRUPTED", exc.signum, flush=True)
+        sys.exit(interrupts.exit_code(exc.signum))
+    """
+)
+
+
+def test_a_signal_inside_forks_hooks_is_raised_after_not_printed_and_dropped() -> None:
+    """Found by test_signals.py's random point: SIGINT landed in logging's
+    at-fork lock release, where Python prints an exception's traceback and
+    drops it. Inside the fork's hooks the signal is now only recorded, and the
+    next `install()` (or `guard`) raises it."""
+    proc = subprocess.run([sys.executable, "-c", _FORK_PROGRAM], capture_output=True, text=True, timeout=30)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout.split() == ["FORKED", "INTERRUPTED", "2"], (proc.stdout, proc.stderr)
+    assert proc.returncode == 130
