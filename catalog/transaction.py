@@ -63,6 +63,7 @@ class Transaction:
         self.upper = upper
         self._base = base
         self._work = base.copy()
+        self._reserved: dict[str, list[int]] = {}
 
     @property
     def state(self) -> CatalogState:
@@ -94,8 +95,18 @@ class Transaction:
 
     # --- ids -----------------------------------------------------------------------------
 
+    def reserve_id(self, space: str, item_id: int) -> None:
+        """Makes `item_id`, allocated by an earlier committed transaction (as
+        Materialize's `allocate_user_id` does before a CREATE's own), the
+        next id this transaction allocates in `space`, without moving the
+        allocator again."""
+        self._reserved.setdefault(space, []).append(item_id)
+
     def allocate_id(self, space: str) -> int:
         """The next id of `space` (ids are never reused, even after a drop)."""
+        reserved = self._reserved.get(space)
+        if reserved:
+            return reserved.pop(0)
         alloc = self._work.get(IdAllocator, name=space)
         if alloc is None:
             raise CatalogError("XX000", f"no id allocator {space!r} in the catalog")

@@ -3,6 +3,17 @@
 Paths:
 - **CreateTable** opens the table's shard (creating it) with a writer and a
   reader; the reader is the controller's own read hold on the shard's since.
+  Then the rest of Materialize's set-up of a table's shard, each step one
+  round trip to Consensus, in sequence (`StorageConfig.table_setup`;
+  Materialize's `StorageCollections::open_data_handles`, the storage
+  controller's `create_collections` and txn-wal's `TxnsHandle::register`):
+  the critical since handle taken over in the controller's epoch
+  (`compare_and_downgrade_since`, a CaS), the writer's recent upper
+  (`fetch_recent_upper`, a head read), the storage controller's own writer's
+  recent upper (another), and the table's registration with the txns shard
+  (a CaS; the model has no txns shard, so the registration is recorded on the
+  table's shard, one CaS either way). PR #35786 counts about 27 metadata-store
+  round trips in a CREATE TABLE, `open_data_handles` the largest share.
 - **Append (group commit)**: wait until the catalog frontier is beyond the
   append's `catalog_ts`; then, under the write lock, `compare_and_append` on
   *every* table concurrently — the table's rows at `ts`, or nothing for an idle
@@ -80,6 +91,11 @@ class StorageConfig:
     `logical_compaction_window` of 1 s."""
 
     compaction_window: int = 1000
+    #: Whether a new table's shard gets the rest of Materialize's set-up (the
+    #: module docstring): four more round trips to Consensus per CREATE TABLE
+    #: (`CoordinatorConfig.ddl_round_trips` sets it). Off: the writer and the
+    #: reader only.
+    table_setup: bool = False
     #: Known-bad variant (DESIGN.md §2): append without waiting for the catalog
     #: frontier to pass the append's `catalog_ts`, so a table the writer saw may
     #: not exist here yet (`insert-unknown-table`). Anomaly tests only.
@@ -121,6 +137,7 @@ class StorageStatistics:
     foreign_advances: int
     since_downgrades: int
     lease_reopens: int = 0  # table writers and readers reopened after their lease expired
+    builtin_appends: int = 0  # DDLs' builtin-table writes (`append_builtin`)
 
 
 @final
@@ -150,7 +167,9 @@ class StorageController(CatalogFollower, TaskOwner):
         self._tg: TaskGroup | None = None
         self._dirty: list[int] = []
         self._wake = anyio.Event()
-        self._stats = {"appends": 0, "table_appends": 0, "empty": 0, "conflicts": 0, "foreign": 0, "downgrades": 0, "downgrade_failures": 0, "finalize_failures": 0, "reopens": 0}
+        self._builtin: WriteHandle | None = None
+        self._builtin_lock = anyio.Lock()
+        self._stats = {"builtin_appends": 0, "appends": 0, "table_appends": 0, "empty": 0, "conflicts": 0, "foreign": 0, "downgrades": 0, "downgrade_failures": 0, "finalize_failures": 0, "reopens": 0}
 
     def _start_background(self, tg: TaskGroup) -> None:
         tg.start_soon(self._compaction_loop)
@@ -183,6 +202,8 @@ class StorageController(CatalogFollower, TaskOwner):
                 since = read.since.ts
                 if since is None:
                     raise InvalidUsage(f"shard {cmd.shard_id} of table {cmd.id} is closed (empty since)")
+                if self.config.table_setup:
+                    await self._set_up(cmd.shard_id, write, since)
                 self._tables[cmd.id] = _Table(cmd.id, cmd.shard_id, cmd.columns, write, read, since)
             else:
                 t = self._tables.pop(cmd.id, None)
@@ -190,6 +211,14 @@ class StorageController(CatalogFollower, TaskOwner):
                     await self._finalize(t)
                     await t.write.expire()
                     await t.read.expire()
+
+    async def _set_up(self, shard_id: str, write: WriteHandle, since: int) -> None:
+        """The rest of a new table's shard set-up, in Materialize's order (the
+        module docstring): four sequential round trips to Consensus."""
+        await self._persist.register(shard_id, "critical/controller", f"since={since}")
+        await write.fetch_recent_upper()  # StorageCollections' writer, linearized after the since handle
+        await write.fetch_recent_upper()  # the storage controller's own writer
+        await self._persist.register(shard_id, "txns", "registered")
 
     async def _finalize(self, t: _Table) -> None:
         """Closes a dropped table's shard for writes for good (its upper becomes
@@ -211,6 +240,43 @@ class StorageController(CatalogFollower, TaskOwner):
                 expected = result.current
         except ExternalError:
             self._stats["finalize_failures"] += 1
+
+    # --- builtin tables ------------------------------------------------------------------
+
+    async def append_builtin(self, ts: int) -> int:
+        """Writes one DDL's builtin-table rows at `ts` or later, in one
+        compare-and-append to this controller's builtin-tables shard, and returns
+        the time written. Materialize's DDL writes its catalog change to builtin
+        tables (`mz_tables`, `mz_columns`, `mz_audit_events`) through a group
+        commit and awaits it; with txn-wal that commit is one write to the txns
+        shard whatever the number of tables. The model's group commit appends
+        to every table's shard instead, so a DDL that waited for one would pay
+        (and take simulator time) in proportion to the tables, which
+        Materialize no longer does (PR #36474): this one write stands for it.
+        Nothing reads the shard, and its upper is not the oracle's business (no
+        `apply_write`: the next group commit's covers it). The shard is opened on
+        first use (its own five round trips, once per controller)."""
+        if ts < 0:
+            raise InvalidUsage(f"builtin append at negative ts {ts}")
+        async with self._builtin_lock:
+            if self._builtin is None:
+                self._builtin = await self._persist.open_writer(f"builtin-{self._rt.unique_hex(64)}")
+            w = self._builtin
+            at = ts
+            while True:
+                upper = w.upper.ts
+                if upper is None:
+                    raise InvalidUsage(f"builtin-tables shard {w.shard_id} is closed")
+                at = max(at, upper)
+                try:
+                    result = await w.compare_and_append([Update(b"ddl", b"", at, 1)], upper, at + 1)
+                except LeaseExpiredError:
+                    self._builtin = w = await self._persist.reopen_writer(w)
+                    continue
+                if isinstance(result, Appended):
+                    self._stats["builtin_appends"] += 1
+                    return at
+                # Another writer (a former incarnation's) moved it: the handle now knows the upper.
 
     # --- group commit ------------------------------------------------------------------
 
@@ -379,5 +445,5 @@ class StorageController(CatalogFollower, TaskOwner):
         s = self._stats
         return StorageStatistics(
             s["appends"], s["table_appends"], s["empty"], s["conflicts"], s["foreign"], s["downgrades"],
-            s["reopens"],
+            s["reopens"], s["builtin_appends"],
         )

@@ -350,6 +350,17 @@ class CoordinatorConfig:
     #: reader's sleep.
     persist_listen: PersistListen = PersistListen.PUBSUB
     persist_poll_s: float = PERSIST_POLL_S
+    #: A DDL's metadata-store round trips beyond its catalog transaction, as
+    #: Materialize makes them (PR #35786 counts ~27 per CREATE TABLE): the
+    #: event loop's id allocation (an oracle `write_ts` and a catalog
+    #: transaction) and the statement's `write_ts`, a new table's shard set-up
+    #: (`controllers.storage`) and the builtin-table write
+    #: (`coordinator.environment.write_builtin_tables`). False: the catalog
+    #: transaction and the shard's writer and reader only. Off by default, as
+    #: `frontend`: the statements a comparison measures are not DDL, and the
+    #: anomaly suites' seeds and bounds were measured without it; the
+    #: validation facts about DDL turn it on (docs/model-mechanisms.md).
+    ddl_round_trips: bool = False
     #: Virtual mode predicting a real run: the process's Python interpreter
     #: (`Interpreter`), from a profile built by `calibrate --from`.
     interpreter: Interpreter | None = None

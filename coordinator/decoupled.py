@@ -13,8 +13,9 @@ Paths:
 - **DDL**: 1. plan against the cached catalog; 2. `commit_transaction`:
   `write_ts("catalog")`, `compare_and_append` at it, `apply_write("catalog")`;
   3. on a conflict (another writer got there first) the cache is already
-  refreshed: re-plan and retry; 4. reply — never waiting for controllers, which
-  learn the change from their subscriptions.
+  refreshed: re-plan and retry; 4. with `ddl_round_trips`, the builtin-table
+  write (`coordinator.environment.write_builtin_tables`); 5. reply — never
+  waiting for controllers, which learn the change from their subscriptions.
 - **Query or write, first**: 1. the catalog `read_ts` (batched); 2. a catalog
   snapshot at or beyond it (sync the cache if it is behind); 3. plan against it;
   ephemeral commands carry that `catalog_ts`, so a controller acts on them only
@@ -67,6 +68,7 @@ from catalog.api import Conflict
 from controllers.commands import Peek
 from controllers.compute import PeekWaiters
 from coordinator.config import GroupCommitPolicy
+from coordinator.environment import write_builtin_tables
 from coordinator.follow_catalog import follow_catalog
 from coordinator.group_commit import PendingWrite, group_commit
 from coordinator.peeks import (
@@ -348,6 +350,11 @@ class DecoupledCoordinator(RunningCoordinator):
             if not isinstance(result, Conflict):
                 ts = result.upper - 1
                 inc.emit("catalog-append", "catalog", start, timeline=self._catalog_timeline, ts=ts)
+                if self.config.ddl_round_trips:
+                    try:
+                        await write_builtin_tables(inc)
+                    except ExternalError as exc:  # committed, but not acknowledged as such
+                        raise SqlError(SqlState.INDETERMINATE, f"builtin tables: {exc}") from exc
                 return Result(catalog_ts=ts)
             inc.emit("catalog-append", "catalog", start, ok=False, timeline=self._catalog_timeline)
             self._counts["conflicts"] += 1

@@ -274,7 +274,9 @@ async def open_incarnation(
             StorageController(
                 persist,
                 rt.derive("storage"),
-                config=StorageConfig(ignore_catalog_ts=bad.peeks_ignore_catalog_ts),
+                config=StorageConfig(
+                    ignore_catalog_ts=bad.peeks_ignore_catalog_ts, table_setup=config.ddl_round_trips
+                ),
             )
         )
         compute = await stack.enter_async_context(
@@ -391,6 +393,21 @@ async def feed_catalog(inc: Incarnation, upper: int) -> None:
         await inc.storage.apply(cmd)
         inc.compute.send(cmd)
     await advance_catalog_frontier(inc, upper)
+
+
+async def write_builtin_tables(inc: Incarnation) -> None:
+    """A DDL's builtin-table rows, written as Materialize's DDL awaits them: a
+    write timestamp from the oracle (the group commit's `write_ts`), then the
+    write itself (`StorageController.append_builtin`). Two round trips; the
+    commit's `apply_write` is left to the next group commit (the model has no
+    txn-wal to make every table readable at once).
+
+    Raises:
+        ExternalError: the oracle or persist kept failing (the DDL itself has
+            committed).
+    """
+    ts = (await inc.oracle.write_ts()).ts
+    await inc.storage.append_builtin(ts)
 
 
 async def advance_catalog_frontier(inc: Incarnation, upper: int) -> None:

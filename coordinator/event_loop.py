@@ -9,9 +9,13 @@ inside a handler blocks the loop: that is the point of the model (seed 001).
 
 Paths (seed 000, seed 001, DESIGN.md §6):
 
-- **DDL**: 1. plan against the catalog; 2. catalog transaction (the stash by
-  default) on the loop; 3. derive the deterministic controller commands and send
-  them, advancing the controllers' catalog frontier; 4. reply.
+- **DDL**: 1. plan against the catalog; 2. with `ddl_round_trips`, a CREATE's
+  id allocation (an oracle `write_ts`, then a catalog transaction of its own)
+  and the statement's `write_ts`, on the loop; 3. the catalog transaction (the
+  stash by default) on the loop; 4. derive the deterministic controller
+  commands and apply them (storage's set-up of a new table's shard is awaited
+  on the loop, as Materialize's `create_collections`), advancing the
+  controllers' catalog frontier; 5. reply.
 - **Peek, oracle calls on the loop** (`event-loop`): 1. `read_ts()` in the handler;
   2. the timestamp: the later of it and the collection's since, held in the
   same step (see `peeks.py`); `Peek` to the compute controller; 3. the
@@ -85,13 +89,13 @@ from typing import TYPE_CHECKING, final
 from catalog.api import Conflict
 from controllers.derive import derive
 from coordinator.config import GroupCommitPolicy
-from coordinator.environment import advance_catalog_frontier
+from coordinator.environment import advance_catalog_frontier, write_builtin_tables
 from coordinator.event_loop_peeks import EventLoopPeeks, PeekJob
 from coordinator.event_loop_subscribe import EventLoopSubscriptions
 from coordinator.event_loop_writes import EventLoopWrites
 from coordinator.group_commit import PendingWrite
 from coordinator.peeks import constant_result
-from coordinator.planner import DDL, apply_ddl
+from coordinator.planner import CREATES_ITEM, DDL, apply_ddl
 from coordinator.session import Result
 from coordinator.statements import (
     Delete,
@@ -106,7 +110,9 @@ from coordinator.statements import (
 from sim.runtime.errors import ExternalError, Fenced
 
 if TYPE_CHECKING:
+    from catalog.transaction import Transaction
     from coordinator.event_loop_queues import Request
+    from coordinator.statements import Statement
 
 __all__ = ["EventLoopCoordinator"]
 
@@ -170,6 +176,29 @@ class EventLoopCoordinator(EventLoopPeeks, EventLoopWrites, EventLoopSubscriptio
             else:
                 req.reply(Result.failed(exc))
 
+    async def _allocate_ids(self, stmt: Statement, tx: Transaction) -> Transaction | None:
+        """What Materialize's CREATE does before its catalog transaction, on the
+        loop: `get_catalog_write_ts` (an oracle `write_ts`), then
+        `allocate_user_id`, a durable catalog transaction of its own; the
+        statement is then planned again on the catalog that transaction left,
+        with the id it allocated. Other DDL allocates nothing: `tx` as it is.
+        None: another writer moved the catalog (this coordinator is deposed).
+        The oracle's timestamp is not used (the model's catalog keeps its own
+        timestamps): the round trip is what the loop pays (`ddl_round_trips`)."""
+        if not isinstance(stmt, CREATES_ITEM):
+            return tx
+        inc = self.incarnation
+        await inc.oracle.write_ts()
+        allocation = inc.catalog.transaction()
+        item_id = allocation.allocate_id("item")
+        result = await inc.catalog.commit_transaction(allocation)
+        if isinstance(result, Conflict):
+            return None
+        planned = inc.catalog.transaction()
+        planned.reserve_id("item", item_id)
+        apply_ddl(planned, self._catalog_view(), stmt)
+        return planned
+
     async def _ddl(self, req: Request) -> None:
         self._counts["ddl"] += 1
         inc = self.incarnation
@@ -180,6 +209,21 @@ class EventLoopCoordinator(EventLoopPeeks, EventLoopWrites, EventLoopSubscriptio
         if tx.is_empty():  # IF [NOT] EXISTS that changed nothing
             req.reply(Result(catalog_ts=self._catalog_ts()))
             return
+        if self.config.ddl_round_trips:
+            try:
+                planned = await self._allocate_ids(req.statement, tx)
+                # catalog_transact's get_local_write_ts (its audit-log timestamp)
+                await inc.oracle.write_ts()
+            except Fenced as exc:
+                req.reply(Result.failed(self._fence(exc)))
+                return
+            except ExternalError as exc:  # the statement's own transaction has not begun: determinate
+                req.reply(Result.failed(SqlError(SqlState.SERIALIZATION_FAILURE, f"catalog id allocation: {exc}")))
+                return
+            if planned is None:
+                req.reply(Result.failed(self._fence(RuntimeError("the catalog moved under the loop"))))
+                return
+            tx = planned
         start = self._rt.now()
         try:
             result = await inc.catalog.commit_transaction(tx)
@@ -202,4 +246,10 @@ class EventLoopCoordinator(EventLoopPeeks, EventLoopWrites, EventLoopSubscriptio
             await inc.storage.apply(cmd)
             inc.compute.send(cmd)
         await advance_catalog_frontier(inc, result.upper)
+        if self.config.ddl_round_trips:
+            try:
+                await write_builtin_tables(inc)
+            except ExternalError as exc:  # committed, but not acknowledged as such
+                req.reply(Result.failed(SqlError(SqlState.INDETERMINATE, f"builtin tables: {exc}")))
+                return
         req.reply(Result(catalog_ts=ts))

@@ -56,6 +56,20 @@ class EventLoopPeeks(EventLoopQueues):
     """The loop's peeks (see the module docstring); their state is the
     loop's: `_peeks` in flight by id, `_confirm_buffer`, `_read_ts`."""
 
+    def _fence(self, exc: BaseException) -> SqlError:
+        """As `RunningCoordinator._fence`, and every peek still in flight is
+        answered with the error: Materialize halts a fenced coordinator, which
+        ends every connection, and a replica need never answer the peek of a
+        coordinator nobody follows any more (a read has no effect, so failing
+        it is exact). Without it a deposed loop could wait forever on one."""
+        error = super()._fence(exc)
+        peeks, self._peeks = self._peeks, {}
+        for job in peeks.values():
+            if job.hold is not None:
+                job.hold.release()
+            job.deliver(Result.failed(error))
+        return error
+
     async def _stage(self, then: Callable[[], Awaitable[None]]) -> None:
         """Staged: the optimizer stage runs off the loop (Materialize spawns it)
         and posts `peek_stage_ready`, whose handler runs `then`; combined:
@@ -109,6 +123,9 @@ class EventLoopPeeks(EventLoopQueues):
         await self._send_peek(job, oracle_ts)
 
     async def _send_peek(self, job: PeekJob, oracle_ts: int) -> None:
+        if self._fenced is not None:  # fenced while the peek was staged: halted (see `_fence`)
+            job.deliver(Result.failed(self._fenced))
+            return
         inc = self.incarnation
         ts, job.hold = choose_timestamp(
             inc.storage, inc.compute, job.plan, oracle_ts, at_least=job.at_least,

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from coordinator.statements import Statement
 
 __all__ = [
+    "CREATES_ITEM",
     "DDL",
     "CatalogView",
     "PeekPlan",
@@ -68,6 +69,10 @@ DDL: Final = (
     CreateCluster,
     DropCluster,
 )
+
+#: The DDL that creates a catalog item, for which Materialize allocates its id
+#: in a durable transaction of its own first (`allocate_user_id`).
+CREATES_ITEM: Final = (CreateTable, CreateIndex, CreateMaterializedView)
 
 Relation = Table | MaterializedView
 

@@ -41,6 +41,7 @@ from persist.machine import (
     expire_writer,
     heartbeat_writer,
     raise_refusal,
+    register,
     register_reader,
     register_writer,
     tombstone,
@@ -193,6 +194,21 @@ class PersistClient(TaskOwner):
         if heartbeat:
             self._spawn_heartbeat(handle)
         return handle
+
+    async def register(self, shard_id: str, name: str, value: str) -> None:
+        """Records `value` under `name` in the shard's state: one compare-and-set
+        through the CaS loop, none if it is already recorded. What an owner
+        records when it sets a shard up (Materialize's applier version,
+        schemas, critical since handles and their epochs); the state keeps it,
+        nothing else reads it.
+
+        Raises:
+            InvalidUsage: the shard is tombstoned.
+            ExternalError: Consensus kept failing past the retry deadline.
+        """
+        m = await self.machine(shard_id)
+        _, refusal = await m.apply(f"register_{name.split('/', 1)[0]}", lambda s: register(s, name, value))
+        raise_refusal(refusal, shard_id)
 
     async def reopen_writer(self, old: WriteHandle) -> WriteHandle:
         """A new writer in place of `old`, whose lease expired (a step of the

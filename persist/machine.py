@@ -146,6 +146,15 @@ def register_reader(
     return _with_readers(s, {**s.readers, reader_id: r})
 
 
+def register(s: ShardState, name: str, value: str) -> ShardState | Refusal:
+    """Records `value` under `name` (unchanged, and so no CaS, if it already is)."""
+    if s.tombstone:
+        return Rejected("shard is tombstoned")
+    if s.registrations.get(name) == value:
+        return s
+    return replace(s, registrations={**s.registrations, name: value})
+
+
 def expire_writer(s: ShardState, writer_id: str) -> ShardState:
     return replace(s, writers={w: st for w, st in s.writers.items() if w != writer_id})
 

@@ -2,13 +2,16 @@
 
 The state (seed 002) is small metadata: frontiers, registered writers and
 readers with their leases, the list of batches (pointers into Blob), rollups,
-garbage awaiting deletion, and the tombstone flag. Consensus stores one diff per
-seqno; every so often a full *rollup* goes to Blob so that rebuilding the state
-never replays more than one rollup interval of diffs.
+garbage awaiting deletion, the tombstone flag, and the shard's registrations
+(what its owners recorded when they set it up: Materialize's shard state holds
+its applier version, registered schemas and critical since handles).
+Consensus stores one diff per seqno; every so often a full *rollup* goes to
+Blob so that rebuilding the state never replays more than one rollup interval
+of diffs.
 
 The encoding views a state as a map of named entries (`meta`, `writer/<id>`,
-`reader/<id>`, `batch/<lower>`, `rollup/<seqno>`, `garbage/<seqno>/<key>`) with
-JSON values, the "fixed number of collections" of seed 002. A diff sets and
+`reader/<id>`, `batch/<lower>`, `rollup/<seqno>`, `garbage/<seqno>/<key>`,
+`reg/<name>`) with JSON values, the "fixed number of collections" of seed 002. A diff sets and
 deletes entries; applying diffs in seqno order to the last rollup reproduces
 the state exactly. Diffs are computed and applied per entry, never by
 flattening the whole state, so a transition costs in proportion to what it
@@ -115,13 +118,15 @@ class ShardState:
     rollups: tuple[int, ...] = ()
     garbage: tuple[Garbage, ...] = ()
     tombstone: bool = False
+    #: Name -> value recorded by the shard's owners (`persist.machine.register`).
+    registrations: Mapping[str, str] = field(default_factory=dict)
 
     def with_seqno(self, seqno: int) -> ShardState:
         # The constructor, not dataclasses.replace (which re-reads the fields
         # each call): every state transition takes a new seqno (issue 20).
         return ShardState(
             self.shard_id, seqno, self.upper, self.since, self.writers, self.readers, self.batches,
-            self.rollups, self.garbage, self.tombstone,
+            self.rollups, self.garbage, self.tombstone, self.registrations,
         )
 
     @property
@@ -143,6 +148,7 @@ class ShardState:
         flat.update({f"batch/{_batch_name(b)}": _batch_json(b) for b in self.batches})
         flat.update({f"rollup/{_rollup_name(seqno)}": seqno for seqno in self.rollups})
         flat.update({f"garbage/{_garbage_name(g)}": _garbage_json(g) for g in self.garbage})
+        flat.update({f"reg/{k}": v for k, v in self.registrations.items()})
         return flat
 
     @classmethod
@@ -153,6 +159,7 @@ class ShardState:
         batches: list[HollowBatch] = []
         rollups: list[int] = []
         garbage: list[Garbage] = []
+        registrations: dict[str, str] = {}
         for name in sorted(flat):
             v = flat[name]
             kind, _, ident = name.partition("/")
@@ -166,6 +173,8 @@ class ShardState:
                 rollups.append(int(v))
             elif kind == "garbage":
                 garbage.append(_garbage_from(ident, v))
+            elif kind == "reg":
+                registrations[ident] = str(v)
             elif kind != "meta":
                 raise InvalidUsage(f"unknown shard state entry {name!r}")
         return cls(
@@ -179,6 +188,7 @@ class ShardState:
             rollups=tuple(rollups),
             garbage=tuple(garbage),
             tombstone=meta["tombstone"],
+            registrations=registrations,
         )
 
 
@@ -371,6 +381,7 @@ def diff_states(old: ShardState | None, new: ShardState, command: str) -> StateD
     _diff_sorted("batch/", old.batches, new.batches, _batch_name, _batch_json, sets, deletes)
     _diff_sorted("rollup/", old.rollups, new.rollups, _rollup_name, lambda r: r, sets, deletes)
     _diff_sorted("garbage/", old.garbage, new.garbage, _garbage_name, _garbage_json, sets, deletes)
+    _diff_map("reg/", old.registrations, new.registrations, str, sets, deletes)
     return StateDiff(new.seqno, command, new.latest_rollup, sets, tuple(sorted(deletes)))
 
 
@@ -390,7 +401,7 @@ def apply_diff(old: ShardState | None, diff: StateDiff) -> ShardState:
     for name, v in diff.sets.items():
         kind, _, ident = name.partition("/")
         changes.setdefault(kind, {})[ident] = v
-    unknown = set(changes) - {"meta", "writer", "reader", "batch", "rollup", "garbage"}
+    unknown = set(changes) - {"meta", "writer", "reader", "batch", "rollup", "garbage", "reg"}
     if unknown:
         raise InvalidUsage(f"unknown shard state entries {sorted(unknown)}")
 
@@ -426,6 +437,8 @@ def apply_diff(old: ShardState | None, diff: StateDiff) -> ShardState:
     if "garbage" in changes:
         garbage = _apply_sorted(state.garbage, changes["garbage"], _garbage_name, _garbage_from)
         state = replace(state, garbage=garbage)
+    if "reg" in changes:
+        state = replace(state, registrations=patched(state.registrations, "reg", str))
     return state.with_seqno(diff.seqno)
 
 

@@ -161,6 +161,13 @@ def _loop_cap(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     return {"ops_per_s": r.ops_per_s}, detail
 
 
+#: DDLs timed at each catalog size when a slope is measured. A CREATE TABLE is
+#: a dozen drawn round trips (`ddl_round_trips`), so the p50 of 20 moves by a
+#: few tenths of a ms from seed to seed: 0.2-0.6 us per table at 500-2,000
+#: tables, as much as the linearity check allows. 100 divide that by about 2.
+SLOPE_REPS: Final = 100
+
+
 def _ddl_growth(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     """How fast DDL's p50 grows with the tables in the catalog (the audit's
     slope, µs per table), per statement kind: from an empty catalog to one
@@ -168,7 +175,7 @@ def _ddl_growth(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     simulator quadratic wall time, and the slope is what the facts carry.)"""
     cfg = _config(p["config"], p.get("overrides", {}))
     n = p["padding"]
-    empty, padded = (ex.ddl_latency(cfg, padding=k) for k in (0, n))
+    empty, padded = (ex.ddl_latency(cfg, padding=k, reps=SLOPE_REPS) for k in (0, n))
     create = (padded.create.p50_ms - empty.create.p50_ms) * 1000 / n
     drop = (padded.drop.p50_ms - empty.drop.p50_ms) * 1000 / n
     detail = (f"{p['config']}, {padded.create.n} DDLs of each kind: CREATE TABLE p50 {empty.create.p50_ms:.3f} -> "
@@ -216,7 +223,9 @@ def _backend_round_trips(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     knobs = ", ".join(f"{k}={v}" for k, v in overrides.items())
     detail = (f"{p['config']} ({knobs}), every backend round trip {ms:g} ms: p50 " + ", ".join(
         f"{k} {v.p50_ms:,.0f} ms ({v.p50_ms / ms:.1f} round trips, n={v.n})" for k, v in r.items()))
-    return {f"{k}_ms": v.p50_ms for k, v in r.items()}, detail
+    metrics = {f"{k}_ms": v.p50_ms for k, v in r.items()}
+    metrics.update({f"{k}_round_trips": v.p50_ms / ms for k, v in r.items()})
+    return metrics, detail
 
 
 #: How far two measured slopes may differ before `_ddl_at_scale` refuses to
@@ -243,7 +252,7 @@ def _ddl_at_scale(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     if objects == 0:  # the empty catalog itself: no slope to carry
         return {"create_p50_ms": base.p50_ms, "create_p50_empty_ms": base.p50_ms}, (
             f"{p['config']}: CREATE TABLE p50 {base.p50_ms:.3f} ms on an empty catalog (n={base.n})")
-    p50 = [ex.ddl_latency(bare, padding=k).create.p50_ms for k in (0, n, 2 * n)]
+    p50 = [ex.ddl_latency(bare, padding=k, reps=SLOPE_REPS).create.p50_ms for k in (0, n, 2 * n)]
     first, second = (p50[1] - p50[0]) / n, (p50[2] - p50[1]) / n
     linear = abs(first - second) <= LINEAR_WITHIN * max(abs(first), abs(second))
     value = base.p50_ms + second * objects if linear else math.nan

@@ -21,6 +21,7 @@ from persist.machine import (
     expire_leases,
     expire_writer,
     finish_gc,
+    register,
     register_reader,
     register_writer,
 )
@@ -37,7 +38,8 @@ from persist.state import (
 
 commands = st.lists(
     st.tuples(
-        st.sampled_from(["append", "empty", "compact", "reader", "writer", "expire", "since", "rollup", "gc"]),
+        st.sampled_from(["append", "empty", "compact", "reader", "writer", "expire", "since", "rollup", "gc",
+                         "register"]),
         st.integers(0, 30),
         st.integers(1, 3),
     ),
@@ -69,6 +71,8 @@ def _step(s: ShardState, kind: str, a: int, b: int, n: int) -> ShardState:
         out = downgrade_since(s, reader_id=rid, new_since=Frontier.at(a), seqno_hold=s.seqno, now_ms=now, lease_ms=10**6)
     elif kind == "rollup":
         out = add_rollup(s, s.seqno)
+    elif kind == "register":  # a few names, values that change and repeat
+        out = register(s, f"critical/c{a % 3}", f"since={b}")
     elif kind == "gc":
         dead = frozenset(g.key for g in s.garbage[: a % 5])
         out = finish_gc(s, deleted=dead, dropped_rollups=frozenset(s.rollups[:-1]))
@@ -101,3 +105,13 @@ def test_with_seqno_changes_only_the_seqno(cmds: list[tuple[str, int, int]]) -> 
     for n, (kind, a, b) in enumerate(cmds, start=1):
         s = _step(s, kind, a, b, n)
         assert s.with_seqno(s.seqno + 7) == dataclasses.replace(s, seqno=s.seqno + 7)
+
+
+def test_a_registration_is_a_state_change_only_when_its_value_changes() -> None:
+    s = ShardState(shard_id="s", seqno=0)
+    once = register(s, "txns", "registered")
+    assert isinstance(once, ShardState)
+    assert once.registrations == {"txns": "registered"}
+    assert register(once, "txns", "registered") is once  # no transition, so no CaS
+    closed = ShardState(shard_id="s", seqno=0, tombstone=True)
+    assert not isinstance(register(closed, "txns", "registered"), ShardState)
