@@ -16,6 +16,8 @@ from sim.runtime.latency import Constant, LatencyModel
 from tests.coordinator.harness import build_coordinator, config
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from coordinator.config import CoordinatorConfig
     from sim.runtime.core import Runtime
 
@@ -145,3 +147,16 @@ def test_a_peek_staged_across_a_fence_is_refused_not_left_waiting() -> None:
             return answer[0]
 
     assert run(main, seed=1, latency=_latency(oracle_pg=100.0)) == SqlState.ADMIN_SHUTDOWN.value
+
+
+def test_a_run_config_turns_the_round_trips_on_and_refuses_a_non_switch(tmp_path: Path) -> None:
+    from sim.load.run_config import RunConfig
+    from sim.runtime.errors import InvalidUsage
+
+    good = tmp_path / "on.toml"
+    good.write_text("configurations = ['event-loop+pg-oracle']\n[overrides]\nddl_round_trips = true\n")
+    assert RunConfig.from_toml(good).coordinator("event-loop+pg-oracle").ddl_round_trips
+    bad = tmp_path / "bad.toml"
+    bad.write_text("configurations = ['event-loop+pg-oracle']\n[overrides]\nddl_round_trips = 1\n")
+    with pytest.raises(InvalidUsage, match="ddl_round_trips must be true or false"):
+        RunConfig.from_toml(bad).coordinator("event-loop+pg-oracle")
