@@ -39,7 +39,7 @@ def _validate(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 #: a SELECT's 6.5 against 5 holds).
 KNOWN_FAILING: frozenset[str] = frozenset({
     "victim-off-loop-p95", "ddl-create-table-empty-catalog", "subscribe-linearize-on-loop-one",
-    "ddl-under-slow-metadata-store", "insert-under-slow-metadata-store",
+    "ddl-under-slow-metadata-store", "insert-under-slow-metadata-store", "insert-workload-two-connections",
 })
 
 
