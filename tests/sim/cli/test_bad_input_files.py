@@ -252,7 +252,8 @@ _DISK_FULL: Final[list[Any]] = [
                              "peeks-ignore-catalog-ts", "-o", "full/sw"), 16, ()),
         ("anomalies-matrix", ("anomalies", "matrix", "--seeds", "1", "-o", "full/m"), 16, ()),
         ("synth-trace", ("synth-trace", "--ops", "2000", "-o", "full/st"), 16, ()),
-        ("validate", ("validate", "--quick", "-o", "full/val"), 16, ()),
+        # One cheap fact: the write that fails is the same as the quick subset's (30 s more).
+        ("validate", ("validate", "--only", "idle-oracle-queries-per-second", "-o", "full/val"), 16, ()),
         ("export-edn", ("export", "t", "-f", "edn", "-o", "full/h.edn"), 8, ()),
         ("check-html", ("check", "t", "--html", "full/page.html"), 8, ()),
         ("check-verdict", ("check", "t", "--verdict", "full/v.json"), 4, ()),
