@@ -176,6 +176,12 @@ class EventLoopCoordinator(EventLoopPeeks, EventLoopWrites, EventLoopSubscriptio
             else:
                 req.reply(Result.failed(exc))
 
+    def _catalog_moved(self) -> SqlError:
+        """A catalog transaction met a conflict. Only another writer moves the
+        catalog under the loop: a newer coordinator whose epoch bump we have
+        not seen yet, so this loop is fenced."""
+        return self._fence(RuntimeError("the catalog moved under the loop"))
+
     async def _allocate_ids(self, stmt: Statement, tx: Transaction) -> Transaction | None:
         """What Materialize's CREATE does before its catalog transaction, on the
         loop: `get_catalog_write_ts` (an oracle `write_ts`), then
@@ -218,10 +224,10 @@ class EventLoopCoordinator(EventLoopPeeks, EventLoopWrites, EventLoopSubscriptio
                 req.reply(Result.failed(self._fence(exc)))
                 return
             except ExternalError as exc:  # the statement's own transaction has not begun: determinate
-                req.reply(Result.failed(SqlError(SqlState.SERIALIZATION_FAILURE, f"catalog id allocation: {exc}")))
+                req.reply(Result.failed(SqlError(SqlState.SERIALIZATION_FAILURE, f"before the catalog transaction: {exc}")))
                 return
             if planned is None:
-                req.reply(Result.failed(self._fence(RuntimeError("the catalog moved under the loop"))))
+                req.reply(Result.failed(self._catalog_moved()))
                 return
             tx = planned
         start = self._rt.now()
@@ -236,9 +242,7 @@ class EventLoopCoordinator(EventLoopPeeks, EventLoopWrites, EventLoopSubscriptio
             )
             return
         if isinstance(result, Conflict):
-            # Only another writer moves the catalog under the loop: a newer
-            # coordinator whose epoch bump we have not seen yet.
-            req.reply(Result.failed(self._fence(RuntimeError("the catalog moved under the loop"))))
+            req.reply(Result.failed(self._catalog_moved()))
             return
         ts = result.upper - 1
         inc.emit("catalog-append", "catalog", start, timeline=self._catalog_timeline, ts=ts)

@@ -160,3 +160,36 @@ def test_a_run_config_turns_the_round_trips_on_and_refuses_a_non_switch(tmp_path
     bad.write_text("configurations = ['event-loop+pg-oracle']\n[overrides]\nddl_round_trips = 1\n")
     with pytest.raises(InvalidUsage, match="ddl_round_trips must be true or false"):
         RunConfig.from_toml(bad).coordinator("event-loop+pg-oracle")
+
+
+def test_a_peek_in_flight_when_its_loop_is_fenced_is_refused_at_once() -> None:
+    """The other half of a fenced loop's halt (`EventLoopPeeks._fence`): a
+    peek already sent to a replica is answered with the fence's 57P01 at the
+    fencing, not with whatever the replica answers later (or never)."""
+    from coordinator.statements import SqlState
+
+    async def main(rt: Runtime) -> tuple[str, float]:
+        cfg = config("event-loop+pg-oracle", group_commit_interval_s=3600.0)
+        async with build_coordinator(cfg, Environment(rt), rt) as coord:
+            assert isinstance(coord, RunningCoordinator)
+            s = coord.connect()
+            assert (await s.execute("CREATE TABLE t (a int)")).ok
+            answer: list[tuple[str, float]] = []
+
+            async def select() -> None:
+                r = await s.execute("SELECT * FROM t")
+                answer.append((r.error.code.value if r.error is not None else "ok", rt.now()))
+
+            import anyio
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(select)
+                await rt.sleep(0.05)  # the peek is at the replica (100 ms each way)
+                fenced_at = rt.now()
+                coord._fence(RuntimeError("a newer coordinator"))
+            code, at = answer[0]
+            return code, at - fenced_at
+
+    code, after = run(main, seed=1, latency=_latency(replica_command=100.0, replica_response=100.0))
+    assert code == SqlState.ADMIN_SHUTDOWN.value
+    assert after < 0.01  # at the fencing, not when the replica's answer arrives
