@@ -54,6 +54,23 @@ _SERVER: Final = textwrap.dedent(
         module, _, name = tomllib.load(f)["project"]["scripts"]["coordsim"].partition(":")
     entry = getattr(importlib.import_module(module), name)
     import sim.cli.main  # the second of imports: once, here
+    # And the modules the commands import in their bodies (the CLI starts
+    # lean, so pyarrow, the sweep, the checkers... load per command): found by
+    # reading sim/cli, imported once, so a case costs its command, not ~0.5 s
+    # of imports. A module that fails to import is left to the child.
+    import ast, pathlib
+    for path in sorted(pathlib.Path("sim/cli").glob("*.py")):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                names = ([node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level
+                         else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+                for mod in names:
+                    try:
+                        importlib.import_module(mod)
+                    except Exception:
+                        pass
 
     for line in sys.stdin:
         req = json.loads(line)
