@@ -18,7 +18,7 @@ import functools
 import uuid
 from abc import ABC, abstractmethod
 from itertools import groupby
-from typing import TYPE_CHECKING, Final, Self, TypeVar, final
+from typing import TYPE_CHECKING, Final, Literal, Self, TypeVar, final
 
 import anyio
 from anyio.lowlevel import checkpoint
@@ -170,7 +170,15 @@ class StashStore(ABC):
 class MemStashStore(StashStore):
     """The stash in memory, for virtual-time runs: durable while the object lives
     (restart = a new `StashCatalog` on the same store). Each transaction costs one
-    sample of the latency `catalog.stash.txn` and commits at its end."""
+    sample of a latency named for its shape, and commits at its end:
+    `catalog.stash.txn.read` (a read: the meta, the state, the log, a
+    snapshot), `catalog.stash.txn.write` (an append or a compaction) or
+    `catalog.stash.txn.confirm` (the epoch check alone). A profile's
+    `catalog.stash.txn` covers all three; the shapes exist because Materialize's
+    stash made a different number of round trips for each (about 4, 8-9 and 3
+    on CockroachDB in 2024: BEGIN and COMMIT each one, then the reads or the
+    savepointed writes between them), which a slow backend multiplies
+    (`sim/model/validate.py`'s `backend-round-trips`)."""
 
     def __init__(self, rt: Runtime) -> None:
         self._rt = rt
@@ -182,27 +190,27 @@ class MemStashStore(StashStore):
         self.transactions = 0
         self._changed = anyio.Event()
 
-    async def _txn(self) -> None:
+    async def _txn(self, shape: Literal["read", "write", "confirm"]) -> None:
         await checkpoint()
-        await self._rt.delay("catalog.stash.txn")
+        await self._rt.delay(f"catalog.stash.txn.{shape}")
         self.transactions += 1
 
     async def read_meta(self) -> tuple[int, int]:
-        await self._txn()
+        await self._txn("read")
         return self.upper, self.since
 
     async def read_state(self) -> tuple[int, CatalogState]:
-        await self._txn()
+        await self._txn("read")
         return self.upper, self.objects.copy()
 
     async def read_log(self, lo: int) -> tuple[int, list[CatalogUpdate]] | None:
-        await self._txn()
+        await self._txn("read")
         if lo - 1 < self.since:
             return None
         return self.upper, [u for u in self.log if u.ts >= lo]
 
     async def snapshot(self, ts: int) -> CatalogState | None:
-        await self._txn()
+        await self._txn("read")
         if ts < self.since:
             return None
         return consolidate_log(self.log, ts)
@@ -211,7 +219,7 @@ class MemStashStore(StashStore):
         self, expected_upper: int, new_upper: int, updates: Sequence[CatalogUpdate],
         epoch: int | None, writer: str, token: str,
     ) -> AppendResult:
-        await self._txn()
+        await self._txn("write")
         if self.writers.get(writer) == token:
             return Appended(new_upper)
         if epoch is not None:
@@ -231,13 +239,13 @@ class MemStashStore(StashStore):
         return Appended(new_upper)
 
     async def confirm(self, epoch: int) -> None:
-        await self._txn()
+        await self._txn("confirm")
         current = epoch_of(self.objects.entries.get(("config", EPOCH_KEY)))
         if current != epoch:
             raise fenced(current, epoch)
 
     async def compact(self, since: int) -> None:
-        await self._txn()
+        await self._txn("write")
         if since <= self.since:
             return
         state = consolidate_log(self.log, since)

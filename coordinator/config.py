@@ -361,6 +361,15 @@ class CoordinatorConfig:
     #: anomaly suites' seeds and bounds were measured without it; the
     #: validation facts about DDL turn it on (docs/model-mechanisms.md).
     ddl_round_trips: bool = False
+    #: The 2024 stash-backed durable catalog's reads around a DDL's catalog
+    #: transaction, the event loop's (Materialize's
+    #: `catalog/src/durable/impls/stash.rs` at 009e19a, January 2024):
+    #: `transaction()` began with a snapshot of the catalog, and
+    #: `commit_transaction` checked `is_stash_initialized` (the stash's
+    #: collections, then its config collection) before its write. So three read
+    #: transactions before the write (`sync` and `is_initialized` twice). An era
+    #: knob: the persist catalog that replaced the stash reads from its cache.
+    stash_commit_reads: bool = False
     #: Virtual mode predicting a real run: the process's Python interpreter
     #: (`Interpreter`), from a profile built by `calibrate --from`.
     interpreter: Interpreter | None = None

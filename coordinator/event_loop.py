@@ -117,6 +117,12 @@ if TYPE_CHECKING:
 __all__ = ["EventLoopCoordinator"]
 
 
+
+def _not_begun(exc: ExternalError) -> Result:
+    """A DDL whose backend failed before its catalog transaction began: nothing
+    was written, so the failure is determinate (DESIGN.md §9), and retryable."""
+    return Result.failed(SqlError(SqlState.SERIALIZATION_FAILURE, f"before the catalog transaction: {exc}"))
+
 @final
 class EventLoopCoordinator(EventLoopPeeks, EventLoopWrites, EventLoopSubscriptions):
     """See the module docstring. Own it with `async with`."""
@@ -224,12 +230,20 @@ class EventLoopCoordinator(EventLoopPeeks, EventLoopWrites, EventLoopSubscriptio
                 req.reply(Result.failed(self._fence(exc)))
                 return
             except ExternalError as exc:  # the statement's own transaction has not begun: determinate
-                req.reply(Result.failed(SqlError(SqlState.SERIALIZATION_FAILURE, f"before the catalog transaction: {exc}")))
+                req.reply(_not_begun(exc))
                 return
             if planned is None:
                 req.reply(Result.failed(self._catalog_moved()))
                 return
             tx = planned
+        if self.config.stash_commit_reads:
+            try:
+                await inc.catalog.sync()  # transaction()'s snapshot
+                for _ in range(2):  # is_stash_initialized: the collections, then the config
+                    await inc.catalog.is_initialized()
+            except ExternalError as exc:  # nothing written yet: determinate
+                req.reply(_not_begun(exc))
+                return
         start = self._rt.now()
         try:
             result = await inc.catalog.commit_transaction(tx)

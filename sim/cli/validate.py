@@ -68,7 +68,7 @@ def validate(
     Prints `fact | published | band | simulated | holds`, the calibration facts (constants were set from them) apart from the validation facts (nothing was); writes validate.md, validate.csv and validate.json and prints the directory last.
 
     Examples:
-      coordsim validate --quick   # exit 1: five quick validation facts do not hold (README)
+      coordsim validate --quick   # exit 1: six quick validation facts do not hold (README)
       coordsim validate --only loop-messages-per-select -o validate-out
     """
     from sim.cli.heartbeat import heartbeat

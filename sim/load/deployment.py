@@ -70,7 +70,9 @@ _GROUPS: Final[Mapping[str, tuple[str, ...]]] = {
     # Every oracle operation by name: a calibrated profile gives each its own
     # distribution, which would shadow a spike of `oracle.pg` alone.
     "oracle": ("oracle.pg", *(f"oracle.pg.{op}" for op in ("read_ts", "write_ts", "peek_write_ts", "apply_write")),
-               "stash.txn", "catalog.stash.txn"),
+               "stash.txn", "catalog.stash.txn",
+               # The stash catalog's transaction shapes (`catalog.stash_catalog.MemStashStore`).
+               *(f"catalog.stash.txn.{shape}" for shape in ("read", "write", "confirm"))),
     "replica": ("replica.command", "replica.response"),
 }
 

@@ -407,7 +407,7 @@ _ENUMS: Final = {
 
 #: Bounds of the numeric `CoordinatorConfig` fields an `[overrides]` table may set.
 _INT_OVERRIDES: Final = {"cores": MAX_CORES, "max_batch": MAX_BATCH, "adapters": MAX_ADAPTERS}
-_BOOL_OVERRIDES: Final = ("confirm_leadership", "batch_read_ts", "ddl_round_trips")
+_BOOL_OVERRIDES: Final = ("confirm_leadership", "batch_read_ts", "ddl_round_trips", "stash_commit_reads")
 
 
 def _coerce(key: str, v: Any) -> Any:

@@ -522,15 +522,32 @@ def subscribe_starts(
     return _run(config, body, seed=seed, overrides_ms=overrides_ms)
 
 
+#: Issue #24395's session is a person at psql: the next statement comes
+#: seconds after the last one returned. The model's session pauses
+#: `PSQL_PAUSE_S` plus a uniform draw from one keepalive period (1 s), so each
+#: statement starts at a random phase of the keepalive tick and after the
+#: backlog of ticks a long on-loop DDL leaves (about 1 s of oracle calls for
+#: a 4 s DDL at 100 ms per round trip). Back to back, each statement started
+#: where the last ended, so 5 reps measured one phase: the SELECT's p50 was
+#: 900 ms (n = 5); with pauses of up to 1 s, 581 ms, or 1,225 ms with the 2024
+#: stash's round trips (n = 40), as it met that backlog or not; after 2 s,
+#: about 400 ms either way. Floors of 2 s and 5 s give the same figures
+#: (2026-11-28), so the floor is not a knob.
+PSQL_PAUSE_S: Final = 2.0
+
+
 def statement_latencies(
     config: CoordinatorConfig,
     *,
-    reps: int = 5,
+    reps: int = 40,
     seed: int = 1,
     overrides_ms: Mapping[str, float] | None = None,
 ) -> dict[str, Latencies]:
     """One session, alone, `reps` times: CREATE TABLE, SELECT from it and
-    INSERT into it (issue #24395's psql session); each kind's latencies."""
+    INSERT into it (issue #24395's psql session), each after a person's pause
+    (`PSQL_PAUSE_S` plus a draw of up to 1 s from a random stream of its own,
+    not the latencies'); each kind's latencies."""
+    pauses = random.Random(f"psql-{seed}")
 
     async def body(rt: Runtime, coord: Coordinator) -> dict[str, Latencies]:
         s = coord.connect()
@@ -538,6 +555,7 @@ def statement_latencies(
         for i in range(reps):
             for kind, sql in (("create", f"CREATE TABLE t_{i} (c int)"), ("select", f"SELECT * FROM t_{i}"),
                               ("insert", f"INSERT INTO t_{i} VALUES (1)")):
+                await rt.sleep(PSQL_PAUSE_S + pauses.uniform(0.0, 1.0))
                 t0 = rt.now()
                 r = await s.execute(sql)
                 assert r.ok, r.error

@@ -216,12 +216,19 @@ BACKEND_LATENCIES: Final = ("oracle.pg", "stash.txn", "catalog.stash.txn", "cons
 
 def _backend_round_trips(p: Mapping[str, Any]) -> tuple[dict[str, float], str]:
     """Issue #24395's session: every backend round trip (`BACKEND_LATENCIES`)
-    takes `backend_ms`; each statement kind's p50."""
+    takes `backend_ms`; each statement kind's p50. An operation is one round
+    trip unless `round_trips` (latency name -> round trips per operation, as
+    the era's code makes them) says more: its latency is that many times
+    `backend_ms`."""
     overrides = {**p.get("overrides", {}), "oracle_calls": p["oracle_calls"]}
     ms = float(p["backend_ms"])
-    r = ex.statement_latencies(_config(p["config"], overrides), overrides_ms=dict.fromkeys(BACKEND_LATENCIES, ms))
+    per_op = {**dict.fromkeys(BACKEND_LATENCIES, 1.0), **p.get("round_trips", {})}
+    # Parents first: a name replaces its more specific names (`experiments.latency_model`).
+    r = ex.statement_latencies(_config(p["config"], overrides),
+                               overrides_ms={k: ms * per_op[k] for k in sorted(per_op, key=lambda k: k.count("."))})
     knobs = ", ".join(f"{k}={v}" for k, v in overrides.items())
-    detail = (f"{p['config']} ({knobs}), every backend round trip {ms:g} ms: p50 " + ", ".join(
+    more = "".join(f", {k} {v:g} round trips" for k, v in p.get("round_trips", {}).items())
+    detail = (f"{p['config']} ({knobs}), every backend round trip {ms:g} ms{more}: p50 " + ", ".join(
         f"{k} {v.p50_ms:,.0f} ms ({v.p50_ms / ms:.1f} round trips, n={v.n})" for k, v in r.items()))
     metrics = {f"{k}_ms": v.p50_ms for k, v in r.items()}
     metrics.update({f"{k}_round_trips": v.p50_ms / ms for k, v in r.items()})
@@ -307,6 +314,7 @@ def load_facts(path: Path = FACTS) -> list[Fact]:
             raise InvalidUsage(f"{path}: fact {entry['id']}: between must be [lo, hi] with lo <= hi, got {band!r}")
         if not str(entry["band_reason"]).strip():
             raise InvalidUsage(f"{path}: fact {entry['id']}: band_reason is empty")
+        _check_round_trips(path, entry["id"], entry.get("params", {}).get("round_trips", {}))
         fields_ = {k: entry[k] for k in _FIELDS if k != "between"}
         out.append(Fact(**fields_, between=(float(band[0]), float(band[1])), params=entry.get("params", {}),
                         quick=bool(entry.get("quick", False))))
@@ -315,6 +323,17 @@ def load_facts(path: Path = FACTS) -> list[Fact]:
     if dup:
         raise InvalidUsage(f"{path}: duplicate fact ids {', '.join(dup)}")
     return out
+
+
+def _check_round_trips(path: Path, fact_id: str, round_trips: object) -> None:
+    """A fact's `round_trips` (`backend-round-trips`): latency names to round
+    trips per operation, each a number in (0, 1000)."""
+    if not isinstance(round_trips, dict) or any(
+        not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < 1000
+        for k, v in round_trips.items()
+    ):
+        raise InvalidUsage(f"{path}: fact {fact_id}: round_trips must map latency names to numbers of round "
+                           f"trips in (0, 1000), got {round_trips!r}")
 
 
 def run_fact(fact: Fact) -> Outcome:

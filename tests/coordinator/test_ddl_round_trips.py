@@ -149,16 +149,17 @@ def test_a_peek_staged_across_a_fence_is_refused_not_left_waiting() -> None:
     assert run(main, seed=1, latency=_latency(oracle_pg=100.0)) == SqlState.ADMIN_SHUTDOWN.value
 
 
-def test_a_run_config_turns_the_round_trips_on_and_refuses_a_non_switch(tmp_path: Path) -> None:
+@pytest.mark.parametrize("knob", ["ddl_round_trips", "stash_commit_reads"])
+def test_a_run_config_turns_the_round_trips_on_and_refuses_a_non_switch(tmp_path: Path, knob: str) -> None:
     from sim.load.run_config import RunConfig
     from sim.runtime.errors import InvalidUsage
 
     good = tmp_path / "on.toml"
-    good.write_text("configurations = ['event-loop+pg-oracle']\n[overrides]\nddl_round_trips = true\n")
-    assert RunConfig.from_toml(good).coordinator("event-loop+pg-oracle").ddl_round_trips
+    good.write_text(f"configurations = ['event-loop+pg-oracle']\n[overrides]\n{knob} = true\n")
+    assert getattr(RunConfig.from_toml(good).coordinator("event-loop+pg-oracle"), knob)
     bad = tmp_path / "bad.toml"
-    bad.write_text("configurations = ['event-loop+pg-oracle']\n[overrides]\nddl_round_trips = 1\n")
-    with pytest.raises(InvalidUsage, match="ddl_round_trips must be true or false"):
+    bad.write_text(f"configurations = ['event-loop+pg-oracle']\n[overrides]\n{knob} = 1\n")
+    with pytest.raises(InvalidUsage, match=f"{knob} must be true or false"):
         RunConfig.from_toml(bad).coordinator("event-loop+pg-oracle")
 
 
@@ -193,3 +194,29 @@ def test_a_peek_in_flight_when_its_loop_is_fenced_is_refused_at_once() -> None:
     code, after = run(main, seed=1, latency=_latency(replica_command=100.0, replica_response=100.0))
     assert code == SqlState.ADMIN_SHUTDOWN.value
     assert after < 0.01  # at the fencing, not when the replica's answer arrives
+
+
+def test_the_stash_names_its_transactions_by_shape() -> None:
+    """The in-memory stash's transactions are reads, writes or the epoch check
+    alone (`catalog.stash.txn.read`, `.write`, `.confirm`): the 2024 stash
+    made a different number of round trips for each. A DDL's catalog
+    transaction is one write; its reads come from the catalog's cache."""
+    slow = _ddl(_event_loop(), _latency(catalog_stash_txn_write=1000.0, catalog_stash_txn_read=100.0))
+    fast = _ddl(_event_loop(), _latency(catalog_stash_txn_read=100.0))
+    assert slow["create_s"] - fast["create_s"] == pytest.approx(1.0, abs=1e-6)
+    assert slow["drop_s"] - fast["drop_s"] == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("round_trips", [False, True])
+def test_the_2024_stash_catalog_reads_three_times_before_a_ddls_write(round_trips: bool) -> None:
+    """`stash_commit_reads`: the snapshot `transaction()` took and
+    `is_stash_initialized`'s two reads (its collections, then its config),
+    before each DDL's catalog write; the id allocation (`ddl_round_trips`) is
+    a write of its own, with none."""
+    assert not config("event-loop+pg-oracle").stash_commit_reads  # an era knob: off unless asked for
+    lat = _latency(catalog_stash_txn_read=100.0)
+    on = _ddl(_event_loop(ddl_round_trips=round_trips, stash_commit_reads=True), lat)
+    off = _ddl(_event_loop(ddl_round_trips=round_trips, stash_commit_reads=False), lat)
+    assert on["create_s"] - off["create_s"] == pytest.approx(0.3, abs=1e-6)
+    assert on["drop_s"] - off["drop_s"] == pytest.approx(0.3, abs=1e-6)
+    assert on["create_blocked_s"] - off["create_blocked_s"] == pytest.approx(0.3, abs=1e-3)  # on the loop

@@ -1,7 +1,10 @@
 """The replay job on a real Spark standalone cluster (a master and two
 workers started by the `spark_cluster` fixture, separate executor JVMs and
 Python workers): `coordsim spark replay --master spark://…` and the documented
-`spark-submit` recipe give the verdicts local mode gives."""
+`spark-submit` recipe give the verdicts local mode gives, and `coordsim sweep
+--spark` runs its seeds there. The recipe and the sweep are slow tests (`make
+test-all`): each costs a driver JVM and a job on one-core executors, and the
+default suite keeps the replay here and the sweep on local[2]."""
 
 from __future__ import annotations
 
@@ -89,6 +92,7 @@ def test_the_spark_submit_recipe_on_a_standalone_cluster(
     assert len(got) == len(traces)
 
 
+@pytest.mark.slow  # ~45 s; the default suite keeps the replay above on this cluster and the sweep on local[2]
 def test_sweep_on_a_standalone_cluster(spark_cluster: str, tmp_path: Path) -> None:
     # The seeds run as tasks on the cluster's executors (their own JVMs and
     # Python workers), writing traces to a directory all of them share (this
