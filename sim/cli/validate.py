@@ -91,6 +91,7 @@ def validate(
     if quick:
         chosen = [f for f in chosen if f.quick]
     outcomes: list[Outcome] = []
+    measured: dict[str, tuple[dict[str, float], str]] = {}  # experiments shared by facts: run once
     wall0 = time.perf_counter()
     out = run_dir(output, "validate").absolute()
     with options.disk_full_is_external(out), staged_dir(out, "validate") as stage:
@@ -98,7 +99,7 @@ def validate(
             t0 = time.perf_counter()
             # A fact may take minutes (a sweep of its own): which one runs, and for how long.
             with heartbeat(_err(), f"validate: [{i}/{len(chosen)}] {fact.id}", every=progress):
-                o = run_fact(fact)
+                o = run_fact(fact, measured)
             outcomes.append(o)
             print(f"[{i}/{len(chosen)}] {fact.id}: {number_text(o.value)} ({'holds' if o.holds else 'DOES NOT HOLD'}, "  # noqa: T201
                   f"{time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)

@@ -216,3 +216,24 @@ def test_the_psql_sessions_figures_do_not_depend_on_the_pause(monkeypatch: pytes
         got[floor], _ = _backend_round_trips(fact.params)
     for kind in ("create_ms", "select_ms", "insert_ms"):
         assert got[5.0][kind] == pytest.approx(got[2.0][kind], rel=0.10), kind
+
+
+def test_facts_that_share_an_experiment_run_it_once_in_a_validation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue #24395's three facts read three metrics of one session: with the
+    validation's `measured`, the experiment runs once; without, per fact."""
+    from sim.model import validate
+
+    calls: list[dict[str, object]] = []
+
+    def session(p: dict[str, object]) -> tuple[dict[str, float], str]:
+        calls.append(p)
+        return {"create_ms": 1.0, "select_ms": 2.0}, "a session"
+
+    monkeypatch.setitem(validate.EXPERIMENTS, "backend-round-trips", session)
+    facts = [f for f in load_facts() if f.id in ("ddl-under-slow-metadata-store", "select-under-slow-metadata-store")]
+    measured: dict[str, tuple[dict[str, float], str]] = {}
+    assert [validate.run_fact(f, measured).value for f in facts] == [1.0, 2.0]
+    assert len(calls) == 1
+    for f in facts:
+        validate.run_fact(f)
+    assert len(calls) == 3
