@@ -383,6 +383,12 @@ class CoordinatorConfig:
                 f"{self.name}: confirm_leadership does not apply to the decoupled architecture "
                 "(its reads are linearized by the oracle and fenced by catalog_ts)"
             )
+        if self.stash_commit_reads and (self.architecture is not Architecture.EVENT_LOOP
+                                        or self.catalog is not CatalogKind.STASH):
+            raise InvalidUsage(
+                f"{self.name}: stash_commit_reads applies to the event loop on the stash catalog "
+                "(the 2024 durable catalog's reads before a DDL's write)"
+            )
         if self.cores < 1:
             raise InvalidUsage(f"cores must be >= 1, got {self.cores}")
         if self.adapters < 1:

@@ -220,3 +220,13 @@ def test_the_2024_stash_catalog_reads_three_times_before_a_ddls_write(round_trip
     assert on["create_s"] - off["create_s"] == pytest.approx(0.3, abs=1e-6)
     assert on["drop_s"] - off["drop_s"] == pytest.approx(0.3, abs=1e-6)
     assert on["create_blocked_s"] - off["create_blocked_s"] == pytest.approx(0.3, abs=1e-3)  # on the loop
+
+
+@pytest.mark.parametrize(("name", "catalog"), [("decoupled", None), ("event-loop+pg-oracle", "persist")])
+def test_the_stash_reads_are_refused_where_there_is_no_stash_or_no_loop(name: str, catalog: str | None) -> None:
+    from coordinator.config import CatalogKind
+    from sim.runtime.errors import InvalidUsage
+
+    more = {} if catalog is None else {"catalog": CatalogKind(catalog)}
+    with pytest.raises(InvalidUsage, match="stash_commit_reads applies to the event loop on the stash catalog"):
+        config(name, stash_commit_reads=True, **more)
