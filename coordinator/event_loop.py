@@ -117,11 +117,11 @@ if TYPE_CHECKING:
 __all__ = ["EventLoopCoordinator"]
 
 
-
 def _not_begun(exc: ExternalError) -> Result:
     """A DDL whose backend failed before its catalog transaction began: nothing
     was written, so the failure is determinate (DESIGN.md §9), and retryable."""
     return Result.failed(SqlError(SqlState.SERIALIZATION_FAILURE, f"before the catalog transaction: {exc}"))
+
 
 @final
 class EventLoopCoordinator(EventLoopPeeks, EventLoopWrites, EventLoopSubscriptions):

@@ -230,3 +230,38 @@ def test_the_stash_reads_are_refused_where_there_is_no_stash_or_no_loop(name: st
     more = {} if catalog is None else {"catalog": CatalogKind(catalog)}
     with pytest.raises(InvalidUsage, match="stash_commit_reads applies to the event loop on the stash catalog"):
         config(name, stash_commit_reads=True, **more)
+
+
+@pytest.mark.parametrize("knob", ["ddl_round_trips", "stash_commit_reads"])
+def test_a_backend_failure_before_the_catalog_write_is_determinate_and_writes_nothing(
+    knob: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The id allocation's `write_ts` (`ddl_round_trips`) and the 2024 stash's
+    reads (`stash_commit_reads`) come before the statement's catalog write:
+    if the backend fails there, nothing was written, so the statement fails
+    with 40001 (retryable, determinate: DESIGN.md §9) and no table exists."""
+    from sim.runtime.errors import Determinate
+
+    async def main(rt: Runtime) -> tuple[str | None, list[str]]:
+        async with open_stores(None, modeled=rt) as stores, build_coordinator(
+            _event_loop(**{knob: True}), Environment(rt, blob=stores.blob, consensus=stores.consensus), rt
+        ) as coord:
+            assert isinstance(coord, RunningCoordinator)
+            inc = coord.incarnation
+
+            async def down() -> None:
+                raise Determinate("the metadata store refused the connection")
+
+            if knob == "ddl_round_trips":
+                monkeypatch.setattr(getattr(inc.oracle, "inner", inc.oracle), "write_ts", down)
+            else:
+                monkeypatch.setattr(inc.catalog, "is_initialized", down)
+            r = await coord.connect().execute("CREATE TABLE t (a int)")
+            assert not r.ok
+            assert r.error is not None
+            assert "before the catalog transaction" in r.error.message
+            return r.error.code, [t.name for t in inc.catalog.get_tables()]
+
+    code, tables = run(main, seed=1, latency=_latency())
+    assert code == "40001"
+    assert tables == []
