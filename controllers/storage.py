@@ -272,6 +272,7 @@ class StorageController(CatalogFollower, TaskOwner):
                     result = await w.compare_and_append([Update(b"ddl", b"", at, 1)], upper, at + 1)
                 except LeaseExpiredError:
                     self._builtin = w = await self._persist.reopen_writer(w)
+                    self._stats["reopens"] += 1
                     continue
                 if isinstance(result, Appended):
                     self._stats["builtin_appends"] += 1

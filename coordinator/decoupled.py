@@ -351,10 +351,7 @@ class DecoupledCoordinator(RunningCoordinator):
                 ts = result.upper - 1
                 inc.emit("catalog-append", "catalog", start, timeline=self._catalog_timeline, ts=ts)
                 if self.config.ddl_round_trips:
-                    try:
-                        await write_builtin_tables(inc)
-                    except ExternalError as exc:  # committed, but not acknowledged as such
-                        raise SqlError(SqlState.INDETERMINATE, f"builtin tables: {exc}") from exc
+                    await write_builtin_tables(inc)
                 return Result(catalog_ts=ts)
             inc.emit("catalog-append", "catalog", start, ok=False, timeline=self._catalog_timeline)
             self._counts["conflicts"] += 1

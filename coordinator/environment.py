@@ -35,6 +35,7 @@ from controllers.storage import StorageConfig, StorageController
 from coordinator.config import Architecture, CatalogKind, OracleKind, PersistListen
 from coordinator.events import CoordinatorEvent
 from coordinator.oracle_switch import OracleSwitch, start_above_other
+from coordinator.statements import SqlError, SqlState
 from oracle.api import CATALOG_TIMELINE, REALTIME_TIMELINE
 from oracle.batching import BatchingOracle
 from oracle.gated import GatedOracle
@@ -45,7 +46,7 @@ from oracle.open import OracleBackend, OracleSpec, open_oracles
 from oracle.timestamp_store import MemTimestampStore
 from persist.client import PersistClient
 from persist.open import Location, open_location
-from sim.runtime.errors import InvalidUsage
+from sim.runtime.errors import ExternalError, InvalidUsage
 from sim.runtime.tasks import AsyncExitStack
 
 if TYPE_CHECKING:
@@ -403,11 +404,14 @@ async def write_builtin_tables(inc: Incarnation) -> None:
     txn-wal to make every table readable at once).
 
     Raises:
-        ExternalError: the oracle or persist kept failing (the DDL itself has
-            committed).
+        SqlError: INDETERMINATE, the oracle or persist kept failing: the DDL
+            itself has committed, but is not acknowledged as such.
     """
-    ts = (await inc.oracle.write_ts()).ts
-    await inc.storage.append_builtin(ts)
+    try:
+        ts = (await inc.oracle.write_ts()).ts
+        await inc.storage.append_builtin(ts)
+    except ExternalError as exc:
+        raise SqlError(SqlState.INDETERMINATE, f"builtin tables: {exc}") from exc
 
 
 async def advance_catalog_frontier(inc: Incarnation, upper: int) -> None:

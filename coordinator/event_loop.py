@@ -221,29 +221,26 @@ class EventLoopCoordinator(EventLoopPeeks, EventLoopWrites, EventLoopSubscriptio
         if tx.is_empty():  # IF [NOT] EXISTS that changed nothing
             req.reply(Result(catalog_ts=self._catalog_ts()))
             return
-        if self.config.ddl_round_trips:
-            try:
+        try:  # the round trips before the statement's own catalog write
+            planned: Transaction | None = tx
+            if self.config.ddl_round_trips:
                 planned = await self._allocate_ids(req.statement, tx)
                 # catalog_transact's get_local_write_ts (its audit-log timestamp)
                 await inc.oracle.write_ts()
-            except Fenced as exc:
-                req.reply(Result.failed(self._fence(exc)))
-                return
-            except ExternalError as exc:  # the statement's own transaction has not begun: determinate
-                req.reply(_not_begun(exc))
-                return
-            if planned is None:
-                req.reply(Result.failed(self._catalog_moved()))
-                return
-            tx = planned
-        if self.config.stash_commit_reads:
-            try:
+            if self.config.stash_commit_reads and planned is not None:
                 await inc.catalog.sync()  # transaction()'s snapshot
                 for _ in range(2):  # is_stash_initialized: the collections, then the config
                     await inc.catalog.is_initialized()
-            except ExternalError as exc:  # nothing written yet: determinate
-                req.reply(_not_begun(exc))
-                return
+        except Fenced as exc:
+            req.reply(Result.failed(self._fence(exc)))
+            return
+        except ExternalError as exc:  # nothing of the statement's written yet: determinate
+            req.reply(_not_begun(exc))
+            return
+        if planned is None:
+            req.reply(Result.failed(self._catalog_moved()))
+            return
+        tx = planned
         start = self._rt.now()
         try:
             result = await inc.catalog.commit_transaction(tx)
@@ -267,7 +264,7 @@ class EventLoopCoordinator(EventLoopPeeks, EventLoopWrites, EventLoopSubscriptio
         if self.config.ddl_round_trips:
             try:
                 await write_builtin_tables(inc)
-            except ExternalError as exc:  # committed, but not acknowledged as such
-                req.reply(Result.failed(SqlError(SqlState.INDETERMINATE, f"builtin tables: {exc}")))
+            except SqlError as err:  # committed, but not acknowledged as such
+                req.reply(Result.failed(err))
                 return
         req.reply(Result(catalog_ts=ts))

@@ -265,3 +265,34 @@ def test_a_backend_failure_before_the_catalog_write_is_determinate_and_writes_no
     code, tables = run(main, seed=1, latency=_latency())
     assert code == "40001"
     assert tables == []
+
+
+@pytest.mark.parametrize("name", ["event-loop+pg-oracle", "decoupled"])
+def test_a_failed_builtin_write_is_indeterminate_and_the_table_exists(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The builtin-table write comes after the catalog committed: if it fails,
+    the statement is answered 08007 (committed, not acknowledged as such:
+    DESIGN.md §9), in both architectures, and the table is in the catalog."""
+    from sim.runtime.errors import Indeterminate
+
+    cfg = config(name) if name == "decoupled" else _event_loop()
+
+    async def main(rt: Runtime) -> tuple[str | None, str, list[str]]:
+        async with open_stores(None, modeled=rt) as stores, build_coordinator(
+            cfg.with_overrides(ddl_round_trips=True), Environment(rt, blob=stores.blob, consensus=stores.consensus), rt
+        ) as coord:
+            assert isinstance(coord, RunningCoordinator)
+            inc = coord.incarnation
+
+            async def down(ts: int) -> int:
+                raise Indeterminate("the metadata store went away mid-write")
+
+            monkeypatch.setattr(inc.storage, "append_builtin", down)
+            r = await coord.connect().execute("CREATE TABLE t (a int)")
+            assert not r.ok
+            assert r.error is not None
+            return r.error.code, r.error.message, [t.name for t in inc.catalog.get_tables()]
+
+    code, message, tables = run(main, seed=1, latency=_latency())
+    assert code == "08007"
+    assert message.startswith("builtin tables:")
+    assert tables == ["t"]
